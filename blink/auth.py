@@ -1,0 +1,45 @@
+"""The optional API key for /v1/*: `Authorization: Bearer <key>`, compared in constant time.
+
+Without a key configured any Authorization header is accepted and ignored (TypeSafe's SDKs always send
+one, even to a local server). The key never appears in logs, health or error bodies.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+
+def check_key(value: str | None) -> str | None:
+    """Validate a configured key: empty means open; a key must fit in a header (printable ASCII, no spaces),
+    as TypeSafe's SDKs require of theirs."""
+    key = (value or "").strip()
+    if not key:
+        return None
+    if not (key.isascii() and key.isprintable()) or any(c.isspace() for c in key):
+        raise ValueError("the API key must be printable ASCII without whitespace")
+    return key
+
+
+def bearer_token(header: str | None) -> str | None:
+    scheme, _, token = (header or "").strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip() or None
+
+
+class ApiKey:
+    def __init__(self, key: str | None = None):
+        self._key = check_key(key)
+
+    @property
+    def required(self) -> bool:
+        return self._key is not None
+
+    def allows(self, authorization: str | None) -> bool:
+        if self._key is None:
+            return True
+        token = bearer_token(authorization)
+        return token is not None and hmac.compare_digest(token.encode("utf-8"), self._key.encode("utf-8"))
+
+    def __repr__(self) -> str:  # never the key itself
+        return f"ApiKey(required={self.required})"

@@ -1,0 +1,91 @@
+"""Cross-request batching: one thread owns the GPU calls for decisions.
+
+Requests are queued (bounded: a full queue is refused with 529 + Retry-After, never left to time out);
+the thread takes the first waiting request, keeps collecting for `window` seconds or until `max_batch`
+requests, and decides them all in ONE call of `run` (the engine's `score_many`, or its `@spaces.GPU`
+wrapper). Each request still gets its own answers or its own error. With a window of 0 it serves one
+request per call, as the seed's server did.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .errors import Overloaded
+
+log = logging.getLogger("blink")
+
+
+@dataclass
+class Job:
+    plan: Any
+    future: Future = field(default_factory=Future)
+    queued_at: float = field(default_factory=time.perf_counter)
+    started_at: float = 0.0
+    batch_size: int = 0
+    compute_s: float = 0.0
+
+
+class Batcher:
+    def __init__(self, run: Callable[[list], dict], window_s: float = 0.0, max_batch: int = 16,
+                 max_queued: int = 64):
+        self.run = run
+        self.window_s = window_s
+        self.max_batch = max_batch if window_s > 0 else 1
+        self.max_queued = max_queued
+        self.queue: queue.Queue[Job] = queue.Queue(maxsize=max_queued)
+        self.batches = 0
+        self.requests = 0
+        self.thread = threading.Thread(target=self._loop, name="blink-batcher", daemon=True)
+        self.thread.start()
+
+    def submit(self, plan) -> Job:
+        job = Job(plan)
+        try:
+            self.queue.put_nowait(job)
+        except queue.Full:
+            raise Overloaded() from None
+        return job
+
+    def alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def _collect(self) -> list[Job]:
+        jobs = [self.queue.get()]
+        deadline = time.perf_counter() + self.window_s
+        while len(jobs) < self.max_batch:
+            remaining = deadline - time.perf_counter()
+            try:
+                jobs.append(self.queue.get(timeout=remaining) if remaining > 0 else self.queue.get_nowait())
+            except queue.Empty:
+                break
+        return jobs
+
+    def _loop(self) -> None:
+        while True:
+            jobs = self._collect()
+            started = time.perf_counter()
+            for job in jobs:
+                job.started_at, job.batch_size = started, len(jobs)
+            try:
+                out = self.run([job.plan for job in jobs])
+            except BaseException as exc:  # noqa: BLE001 - every waiting request learns why; the thread lives on
+                for job in jobs:
+                    job.future.set_exception(exc)
+                continue
+            self.batches += 1
+            self.requests += len(jobs)
+            for job, result in zip(jobs, out["results"]):
+                job.compute_s = out.get("compute_s", 0.0)
+                job.future.set_result(result)
+
+    def stats(self) -> dict:
+        return {"window_ms": self.window_s * 1000, "max_requests": self.max_batch, "max_queued": self.max_queued,
+                "worker_alive": self.alive(), "queued": self.queue.qsize(), "batches": self.batches,
+                "requests": self.requests}

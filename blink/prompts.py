@@ -1,0 +1,109 @@
+"""Prompt rendering and readout labels: a validated decision becomes token ids and read positions.
+
+Rendering is `transformers.decision.prepare_inputs`: the model's own `decision_template.jinja` when it ships
+one, else the generic label prompt inside the model's chat template with thinking off. What this module adds:
+
+- labels past 26 options. The generic prompt labels options `A`..`Z`; a choice may have up to 255. After
+  `Z` come the two-letter labels `AA`, `AB`, ... that the tokenizer encodes as ONE token (562 of 676 for
+  Qwen3.5), so every option is still read from one position with one logit. The cost of a wide choice is
+  only its longer prompt (about 4 tokens per option) and 255 rows of the LM head instead of 26.
+- the read plan: per prompt its token ids and, per question, the position whose next-token logits are read,
+  the label token ids, and the question type's temperature.
+"""
+
+from __future__ import annotations
+
+import string
+from itertools import product
+
+from transformers import AddedToken
+from transformers.decision import DecisionConfig, label_token_ids, prepare_inputs
+from transformers.decision.template_utils import MARK, SPLIT
+
+from .errors import InvalidRequest
+from .executor import Prompt, Read, common_prefix_length
+from .limits import Limits
+from .questions import Decision
+
+MAX_LABELS = 255
+
+
+def wide_labels(tokenizer, count: int = MAX_LABELS) -> list[str]:
+    """`A`..`Z`, then the two-letter uppercase labels that are single tokens, up to `count`."""
+    labels = list(string.ascii_uppercase)
+    for a, b in product(string.ascii_uppercase, repeat=2):
+        if len(labels) >= count:
+            break
+        ids = tokenizer(a + b, add_special_tokens=False)["input_ids"]
+        if len(ids) == 1:
+            labels.append(a + b)
+    return labels[:count]
+
+
+def decision_config_for(model_dir: str, tokenizer) -> DecisionConfig:
+    """The model's own decision config when it ships one, with wide labels filled in where it sets none."""
+    config = DecisionConfig.from_pretrained(model_dir)
+    wide = wide_labels(tokenizer)
+    for kind in ("choice", "score"):
+        config.labels.setdefault(kind, wide)
+    for kind, labels in config.labels.items():
+        label_token_ids(tokenizer, tuple(labels))  # raises at load if a label isn't a single token
+    return config
+
+
+def freeze_vocab(tokenizer) -> None:
+    """`prepare_inputs` checks `MARK in tokenizer.get_vocab()` on every request, which rebuilds a 248k-entry
+    dict (~0.2 s). Add its sentinel tokens once, then serve that check from a frozen copy of the vocabulary
+    (nothing adds tokens after start-up)."""
+    if MARK not in tokenizer.get_vocab():
+        tokenizer.add_tokens([AddedToken(token, special=True, normalized=False) for token in (MARK, SPLIT)])
+    vocab = tokenizer.get_vocab()
+    tokenizer.get_vocab = lambda: vocab
+
+
+class PromptBuilder:
+    def __init__(self, tokenizer, config: DecisionConfig, limits: Limits):
+        freeze_vocab(tokenizer)
+        self.tokenizer = tokenizer
+        self.config = config
+        self.limits = limits
+        self._label_ids: dict[tuple, list[int]] = {}
+
+    def label_ids(self, labels: list[str]) -> list[int]:
+        key = tuple(labels)
+        if key not in self._label_ids:
+            self._label_ids[key] = label_token_ids(self.tokenizer, key)
+        return self._label_ids[key]
+
+    def build(self, decision: Decision) -> list[Prompt]:
+        """Tokenized prompts for a decision, checked against the context limits (422, nothing truncated)."""
+        request = {"state": decision.state, "questions": decision.raw_questions}
+        prompts = []
+        for inputs, questions in prepare_inputs(self.config, request, self.tokenizer):
+            ids = inputs["input_ids"][0].tolist()
+            marks = inputs["marks"].tolist()
+            if len(ids) > self.limits.max_context_tokens:
+                loc = ["body", "questions", questions[0].name] if len(questions) == 1 else ["body", "questions"]
+                who = f"question {questions[0].name!r}" if len(questions) == 1 else "the questions"
+                raise InvalidRequest(
+                    f"{who} with the state makes a prompt of {len(ids)} tokens; this server's context limit is "
+                    f"{self.limits.max_context_tokens} tokens per prompt (state + question). Nothing was truncated: "
+                    "shorten the state.", loc=loc, kind="context_length_exceeded")
+            reads = [Read(int(mark) - 1, self.label_ids(q.labels), float(self.config.temperature.get(q.type, 1.0)))
+                     for q, mark in zip(questions, marks)]
+            prompts.append(Prompt(ids, reads))
+        total = processed_tokens(prompts)
+        if total > self.limits.max_request_tokens:
+            raise InvalidRequest(
+                f"the request needs {total} tokens (shared state counted once); this server's limit is "
+                f"{self.limits.max_request_tokens} per request. Split the questions over several requests.",
+                loc=["body", "questions"], kind="context_length_exceeded")
+        return prompts
+
+
+def processed_tokens(prompts: list[Prompt]) -> int:
+    """Tokens the executor runs for one request: the shared prefix once, then each prompt's suffix."""
+    if len(prompts) == 1:
+        return len(prompts[0].ids)
+    prefix = common_prefix_length([p.ids for p in prompts])
+    return prefix + sum(len(p.ids) - prefix for p in prompts)

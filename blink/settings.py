@@ -1,0 +1,139 @@
+"""Serving settings: one table of every knob, its `BLINK_*` environment variable, its flag and its check.
+
+`python -m blink serve` builds its flags from this table; the Space reads `space_config.py` and lets the
+same environment variables override every value. Parsing lives here once so both agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from dataclasses import dataclass, field, fields
+
+from .auth import check_key
+from .limits import Limits
+
+
+def int_range(lo: int, hi: int):
+    def parse(value) -> int:
+        try:
+            n = int(value)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
+        if not lo <= n <= hi:
+            raise argparse.ArgumentTypeError(f"must be {lo}-{hi}, got {n}")
+        return n
+
+    parse.__name__ = f"integer {lo}-{hi}"
+    return parse
+
+
+def window_ms(value) -> float:
+    try:
+        ms = float(value)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not (math.isfinite(ms) and 0 <= ms <= 1000):
+        raise argparse.ArgumentTypeError("must be 0 (off) to 1000 ms")
+    return ms
+
+
+def api_key(value) -> str | None:
+    try:
+        return check_key(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def names(value) -> tuple[str, ...]:
+    if isinstance(value, (list, tuple)):
+        return tuple(value)
+    return tuple(n.strip() for n in str(value or "").split(",") if n.strip())
+
+
+def text(value) -> str | None:
+    return str(value) if value not in (None, "") else None
+
+
+# name, type, default, help. The env var is BLINK_<NAME>; the flag --<name with dashes>.
+KNOBS = [
+    ("model", str, "demo", "Hub repo id, local folder, or `demo` (the offline random demo model)"),
+    ("revision", text, None, "Hub revision (tag, branch or commit) of --model"),
+    ("adapter", text, None, "LoRA adapter (Hub repo or folder), merged into the model on CPU before it moves"),
+    ("adapter_revision", text, None, "Hub revision of --adapter"),
+    ("served_model_name", text, None, "the name answers and /v1/models carry (default: the model's folder name)"),
+    ("model_aliases", names, (), "comma-separated extra names listed in /v1/models (any name is accepted)"),
+    ("api_key", api_key, None, "require `Authorization: Bearer <key>` on /v1/* (default: open)"),
+    ("batch_window_ms", window_ms, 0.0, "cross-request batching window: requests arriving within it are decided "
+                                        "in one GPU call (0 = one request per call; at most 1000)"),
+    ("max_batch_requests", int_range(1, 64), 16, "most requests decided in one call (1-64)"),
+    ("max_queued_requests", int_range(1, 1024), 64, "most requests waiting; past this: HTTP 529 + Retry-After"),
+    ("max_questions", int_range(1, 1024), Limits.max_questions, "questions per request"),
+    ("max_options", int_range(2, 255), Limits.max_options, "options per choice question (labels run to 255)"),
+    ("max_levels", int_range(2, 255), Limits.max_levels, "levels per score question"),
+    ("max_context_tokens", int_range(64, 262144), Limits.max_context_tokens, "tokens per prompt (state + question)"),
+    ("max_request_tokens", int_range(64, 1048576), Limits.max_request_tokens,
+     "tokens the model runs per request (shared state counted once)"),
+    ("max_body_bytes", int_range(1024, 1 << 30), Limits.max_body_bytes, "request body size as sent; past it: 413"),
+]
+
+
+@dataclass
+class Settings:
+    model: str = "demo"
+    revision: str | None = None
+    adapter: str | None = None
+    adapter_revision: str | None = None
+    served_model_name: str | None = None
+    model_aliases: tuple[str, ...] = ()
+    api_key: str | None = None
+    batch_window_ms: float = 0.0
+    max_batch_requests: int = 16
+    max_queued_requests: int = 64
+    max_questions: int = Limits.max_questions
+    max_options: int = Limits.max_options
+    max_levels: int = Limits.max_levels
+    max_context_tokens: int = Limits.max_context_tokens
+    max_request_tokens: int = Limits.max_request_tokens
+    max_body_bytes: int = Limits.max_body_bytes
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(max_questions=self.max_questions, max_options=self.max_options, max_levels=self.max_levels,
+                      max_context_tokens=self.max_context_tokens, max_request_tokens=self.max_request_tokens,
+                      max_body_bytes=self.max_body_bytes)
+
+    @property
+    def served_name(self) -> str:
+        return self.served_model_name or self.model.rstrip("/").split("/")[-1]
+
+    @classmethod
+    def from_values(cls, values: dict | None = None, env: dict | None = None) -> "Settings":
+        """`values` (e.g. space_config.py) with every `BLINK_<NAME>` environment variable taking precedence."""
+        env = os.environ if env is None else env
+        values = dict(values or {})
+        out = {}
+        for name, kind, default, _ in KNOBS:
+            raw = env.get(f"BLINK_{name.upper()}")
+            value = raw if raw is not None else values.get(name, default)
+            try:
+                out[name] = kind(value) if value is not None else None
+            except argparse.ArgumentTypeError as exc:
+                raise SystemExit(f"BLINK_{name.upper()}={raw!r}: {exc}" if raw is not None else f"{name}: {exc}")
+        return cls(**out)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per knob; each defaults to its BLINK_* variable (checked by the same parser)."""
+    for name, kind, default, help_text in KNOBS:
+        env_name = f"BLINK_{name.upper()}"
+        parser.add_argument("--" + name.replace("_", "-"), dest=name, type=kind,
+                            default=os.environ.get(env_name, default), help=f"{help_text} [{env_name}]")
+
+
+def from_args(args: argparse.Namespace) -> Settings:
+    known = {f.name for f in fields(Settings)}
+    # argparse runs string defaults (those taken from the environment) through `type` as well
+    return Settings(**{k: v for k, v in vars(args).items() if k in known})
