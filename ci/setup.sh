@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Creates .venv with the CPU test environment: torch first and pinned (the local CPU build; an unpinned
+# torch would pull a multi-GB CUDA build), then everything else from ci/requirements.txt. Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/pip install -q --upgrade pip
+.venv/bin/pip install -q "torch==2.13.0"
+.venv/bin/pip install -q -r ci/requirements.txt
+# flash-linear-attention and triton must never be in the CPU environment (the first forward crashes)
+if .venv/bin/python -c "import triton" 2>/dev/null; then
+  echo "triton is installed in .venv: remove it (CPU forwards crash with it)" >&2
+  exit 1
+fi
