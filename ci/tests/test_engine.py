@@ -1,0 +1,80 @@
+"""Answers: TypeSafe's shapes and formulas, clean distributions, determinism, wide choices, own errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from blink.errors import InvalidRequest
+
+REQUEST = {
+    "state": {"message": "I was charged twice. Please fix this today."},
+    "questions": {
+        "refund": {"type": "noul", "instructions": "Is the customer asking for money back?"},
+        "team": {"type": "choice", "instructions": "Which team?",
+                 "criteria": {"billing": "Charges", "technical": None, "sales": {"scope": ["quotes", "plans"]}}},
+        "anger": {"type": "score", "instructions": "How frustrated?",
+                  "criteria": ["Calm", {"level": "annoyed"}, ["very", "angry"]]},
+        "one-sided": {"type": "noul", "criteria": {"true": "The customer wants a refund"}},
+    },
+}
+
+
+def test_answer_shapes_and_formulas(engine):
+    answers = engine.decide(REQUEST)
+    assert list(answers) == list(REQUEST["questions"])  # request order
+    assert list(answers["refund"]) == ["type", "noul"]
+    choice = answers["team"]
+    assert list(choice) == ["type", "choice", "confidence", "probabilities"]
+    p = choice["probabilities"]
+    assert abs(math.fsum(p.values()) - 1) < 1e-6
+    n, top = len(p), max(p.values())
+    assert choice["choice"] == max(p, key=p.get)
+    assert abs(choice["confidence"] - (top - 1 / n) / (1 - 1 / n)) < 1e-9
+    score = answers["anger"]
+    assert list(score) == ["type", "score", "confidence", "legend", "probabilities"]
+    assert score["legend"] == {"0": "Calm", "1": {"level": "annoyed"}, "2": ["very", "angry"]}
+    sp = [score["probabilities"][str(i)] for i in range(3)]
+    assert abs(math.fsum(sp) - 1) < 1e-6
+    assert abs(score["score"] - sum(i * x for i, x in enumerate(sp))) < 1e-9
+    mode = max(range(3), key=lambda i: sp[i])
+    mad = sum(abs(i - 1) for i in range(3)) / 3
+    assert abs(score["confidence"] - max(0.0, 1 - sum(x * abs(i - mode) for i, x in enumerate(sp)) / mad)) < 1e-9
+    for a in answers.values():
+        for value in a.values():
+            if isinstance(value, float):
+                assert math.isfinite(value)
+
+
+def test_deterministic(engine):
+    assert engine.decide(REQUEST) == engine.decide(REQUEST)
+
+
+def test_255_options_are_answered(engine):
+    options = {f"option number {i}": None for i in range(255)}
+    answers = engine.decide({"state": "pick one", "questions": {"wide": {"type": "choice", "criteria": options}}})
+    p = answers["wide"]["probabilities"]
+    assert list(p) == list(options) and abs(math.fsum(p.values()) - 1) < 1e-6
+    # every option is read from ONE position with its own single-token label
+    prepared = engine.prepare({"state": "pick one", "questions": {"wide": {"type": "choice", "criteria": options}}})
+    (read,) = prepared.prompts[0].reads
+    assert len(set(read.label_ids)) == 255
+
+
+def test_limits_locate_the_question(engine):
+    with pytest.raises(InvalidRequest) as info:
+        engine.prepare({"state": "s", "questions": {"ok": {"type": "noul"},
+                                                     "wide": {"type": "choice",
+                                                              "criteria": {str(i): None for i in range(256)}}}})
+    assert info.value.loc == ["body", "questions", "wide"] and info.value.kind == "too_many_options"
+
+
+def test_score_many_gives_each_request_its_own_outcome(engine):
+    good = engine.prepare(REQUEST).prompts
+    from blink.executor import Prompt, Read
+
+    broken = [Prompt([1, 2, 3], [Read(2, [10**9])])]  # a label id past the vocabulary: this one request fails
+    out = engine.score_many([good, broken, good])["results"]
+    assert [status for status, _ in out] == ["ok", "error", "ok"]
+    assert out[0][1] == out[2][1]
