@@ -9,10 +9,12 @@ request per call, as the seed's server did.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import queue
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -21,10 +23,17 @@ from .errors import Overloaded
 
 log = logging.getLogger("blink")
 
+# Who asked, as an opaque value the server sets per request (the Space: the caller's ZeroGPU identity
+# headers, so each caller's GPU quota pays for its own requests). A job takes it from the submitting
+# context; a batch only ever holds jobs of ONE caller, and `run` reads that caller from `batch_caller`.
+request_caller: contextvars.ContextVar = contextvars.ContextVar("blink_request_caller", default=None)
+batch_caller: contextvars.ContextVar = contextvars.ContextVar("blink_batch_caller", default=None)
+
 
 @dataclass
 class Job:
     plan: Any
+    caller: Any = None
     future: Future = field(default_factory=Future)
     queued_at: float = field(default_factory=time.perf_counter)
     started_at: float = 0.0
@@ -40,13 +49,16 @@ class Batcher:
         self.max_batch = max_batch if window_s > 0 else 1
         self.max_queued = max_queued
         self.queue: queue.Queue[Job] = queue.Queue(maxsize=max_queued)
+        self.held: deque[Job] = deque()  # taken while collecting another caller's batch; served first, in order
         self.batches = 0
         self.requests = 0
         self.thread = threading.Thread(target=self._loop, name="blink-batcher", daemon=True)
         self.thread.start()
 
     def submit(self, plan) -> Job:
-        job = Job(plan)
+        job = Job(plan, request_caller.get())
+        if self.held and self.queue.qsize() + len(self.held) >= self.max_queued:
+            raise Overloaded()
         try:
             self.queue.put_nowait(job)
         except queue.Full:
@@ -57,14 +69,21 @@ class Batcher:
         return self.thread.is_alive()
 
     def _collect(self) -> list[Job]:
-        jobs = [self.queue.get()]
+        jobs = [self.held.popleft() if self.held else self.queue.get()]
+        caller = jobs[0].caller
+        others: deque[Job] = deque()
+        while self.held:
+            job = self.held.popleft()
+            (jobs if job.caller == caller and len(jobs) < self.max_batch else others).append(job)
+        self.held = others
         deadline = time.perf_counter() + self.window_s
         while len(jobs) < self.max_batch:
             remaining = deadline - time.perf_counter()
             try:
-                jobs.append(self.queue.get(timeout=remaining) if remaining > 0 else self.queue.get_nowait())
+                job = self.queue.get(timeout=remaining) if remaining > 0 else self.queue.get_nowait()
             except queue.Empty:
                 break
+            (jobs if job.caller == caller else self.held).append(job)
         return jobs
 
     def _loop(self) -> None:
@@ -73,12 +92,15 @@ class Batcher:
             started = time.perf_counter()
             for job in jobs:
                 job.started_at, job.batch_size = started, len(jobs)
+            token = batch_caller.set(jobs[0].caller)
             try:
                 out = self.run([job.plan for job in jobs])
             except BaseException as exc:  # noqa: BLE001 - every waiting request learns why; the thread lives on
                 for job in jobs:
                     job.future.set_exception(exc)
                 continue
+            finally:
+                batch_caller.reset(token)
             self.batches += 1
             self.requests += len(jobs)
             for job, result in zip(jobs, out["results"]):
@@ -87,5 +109,5 @@ class Batcher:
 
     def stats(self) -> dict:
         return {"window_ms": self.window_s * 1000, "max_requests": self.max_batch, "max_queued": self.max_queued,
-                "worker_alive": self.alive(), "queued": self.queue.qsize(), "batches": self.batches,
+                "worker_alive": self.alive(), "queued": self.queue.qsize() + len(self.held), "batches": self.batches,
                 "requests": self.requests}

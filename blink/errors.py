@@ -53,10 +53,26 @@ class Overloaded(BlinkError):
 
 
 class GPUUnavailable(BlinkError):
-    """The accelerator could not be had (ZeroGPU: quota, no GPU, queue timeout)."""
+    """The accelerator could not be had (ZeroGPU: no GPU free, queue timeout): 503 with Retry-After."""
 
     status = 503
     error_type = "gpu_unavailable"
+
+    def __init__(self, message: str = "no GPU is available right now. Retry after a short delay.",
+                 retry_after: int = 10, **kwargs):
+        super().__init__(message, headers={"Retry-After": str(int(retry_after))}, **kwargs)
+
+
+class QuotaExceeded(BlinkError):
+    """The caller's GPU quota (ZeroGPU) is spent: 429 with Retry-After, and `x-should-retry: false` so SDKs
+    don't silently retry into the same refusal."""
+
+    status = 429
+    error_type = "rate_limit_error"
+
+    def __init__(self, message: str = "GPU quota exceeded", retry_after: int = 60, **kwargs):
+        super().__init__(message, headers={"Retry-After": str(int(retry_after)), "x-should-retry": "false"},
+                         **kwargs)
 
 
 class EngineFailure(BlinkError):

@@ -1,0 +1,251 @@
+"""Chat generation: the main process renders and tokenizes, one plain generator function generates.
+
+`ChatEngine.render` (main process) turns OpenAI-style messages into token ids with the model's own chat
+template: tools are rendered by the template (`tools=`), thinking is off (`enable_thinking=False`), and an
+optional server system prompt goes first when the conversation has none. A conversation longer than the
+context limit is refused (400 naming `messages`), never cut.
+
+`ChatEngine.generate(ids, params)` is the GPU step. It takes plain data (a list of token ids and a plain
+dict of sampling parameters) and yields plain data: `str` text deltas, then exactly one final `dict`
+`{"finish_reason": "stop"|"length", "prompt_tokens": int, "completion_tokens": int}`. Nothing else crosses:
+no tensors, no exceptions that need our classes on the other side. So on ZeroGPU it is wrapped in
+`@spaces.GPU` and each item is pickled to the main process; a consumer that closes the generator stops the
+decode loop at its next yield (the loop is written by hand, one token per step, for exactly that reason).
+
+Stop strings are applied inside the loop: text that could still become a stop string is held back, and a
+stop string that completes ends generation without being sent.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from .errors import InvalidRequest
+from .limits import Limits
+
+log = logging.getLogger("blink")
+
+DEFAULT_MAX_OUTPUT_TOKENS = 4096
+
+
+@dataclass
+class Rendered:
+    ids: list[int]
+    max_tokens: int  # the output budget after clamping to the cap and the room left in the context
+
+
+class ChatEngine:
+    """Chat on one loaded model. `render` runs in the main process; `generate` is the GPU generator."""
+
+    def __init__(self, loaded, limits: Limits | None = None, *, system_prompt: str | None = None,
+                 max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS, enable_thinking: bool = False):
+        self.model = loaded.model
+        self.tokenizer = loaded.tokenizer
+        self.limits = limits or Limits()
+        self.system_prompt = system_prompt or None
+        self.max_output_tokens = int(max_output_tokens)
+        self.enable_thinking = bool(enable_thinking)
+        gen = getattr(self.model, "generation_config", None)
+        eos = [self.tokenizer.eos_token_id, getattr(gen, "eos_token_id", None)]
+        self.eos_ids = sorted({int(i) for e in eos for i in (e if isinstance(e, (list, tuple)) else [e])
+                               if i is not None})
+        # sampling defaults when the request sends none: the model's generation_config, else OpenAI's (1, 1)
+        sample = bool(getattr(gen, "do_sample", False))
+        self.defaults = {
+            "temperature": float(getattr(gen, "temperature", None) or 1.0) if sample else 1.0,
+            "top_p": float(getattr(gen, "top_p", None) or 1.0) if sample else 1.0,
+            "top_k": int(getattr(gen, "top_k", None) or 0) if sample else 0,
+        }
+
+    # main process ----------------------------------------------------------------------------------------
+    @property
+    def context_tokens(self) -> int:
+        return self.limits.max_context_tokens
+
+    def render(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+        """Token ids of the conversation, ready for the assistant's turn."""
+        if self.system_prompt and not (messages and messages[0].get("role") == "system"):
+            messages = [{"role": "system", "content": self.system_prompt}, *messages]
+        kwargs: dict[str, Any] = {"add_generation_prompt": True, "enable_thinking": self.enable_thinking}
+        if tools:
+            kwargs["tools"] = tools
+        try:
+            out = self.tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, **kwargs)
+        except InvalidRequest:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the template refused this conversation (e.g. role order)
+            raise InvalidRequest(f"the model's chat template cannot render these messages: {exc}",
+                                 loc=["body", "messages"], kind="invalid_messages") from None
+        ids = out["input_ids"]
+        if ids and isinstance(ids[0], list):
+            ids = ids[0]
+        return [int(i) for i in ids]
+
+    def budget(self, ids: list[int], max_tokens: int | None) -> int:
+        """The output budget: the request's `max_tokens` (default: the cap), clamped to the server's cap and
+        to the room the context has left. A prompt that leaves no room is refused with 400."""
+        room = self.context_tokens - len(ids)
+        if room < 1:
+            raise InvalidRequest(
+                f"the conversation is {len(ids)} tokens; this server's context window is {self.context_tokens} tokens "
+                "(prompt and completion together). Nothing was truncated: shorten or drop earlier messages.",
+                loc=["body", "messages"], kind="context_length_exceeded")
+        wanted = self.max_output_tokens if max_tokens is None else max_tokens
+        return max(1, min(wanted, self.max_output_tokens, room))
+
+    def prepare(self, messages: list[dict], tools: list[dict] | None, max_tokens: int | None) -> Rendered:
+        ids = self.render(messages, tools)
+        return Rendered(ids, self.budget(ids, max_tokens))
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    # the GPU step ----------------------------------------------------------------------------------------
+    def generate(self, ids: list[int], params: dict) -> Iterator[Any]:
+        """Yield text deltas (`str`), then one `dict` with `finish_reason`, `prompt_tokens`, `completion_tokens`.
+
+        `params`: `max_tokens` (int), `temperature` (0 = greedy), `top_p`, `top_k` (0 = off), `seed`
+        (int or None), `stop` (list of strings). Missing sampling values take the engine's defaults."""
+        import torch
+        from transformers import DynamicCache
+
+        max_tokens = int(params.get("max_tokens") or self.max_output_tokens)
+        temperature = float(params["temperature"] if params.get("temperature") is not None
+                            else self.defaults["temperature"])
+        top_p = float(params["top_p"] if params.get("top_p") is not None else self.defaults["top_p"])
+        top_k = int(params["top_k"] if params.get("top_k") is not None else self.defaults["top_k"])
+        stops = [s for s in (params.get("stop") or []) if s]
+        seed = params.get("seed")
+        seed = int(seed) if seed is not None else random.getrandbits(63)
+
+        model = self.model
+        device = next(model.parameters()).device
+        generator = torch.Generator(device=device)
+        generator.manual_seed(seed % (1 << 63))
+        decoder = _Decoder(self.tokenizer)
+        stopper = _StopStrings(stops)
+        eos = set(self.eos_ids)
+        produced = 0
+        finish = "length"
+        with torch.inference_mode():
+            cache = DynamicCache(config=model.config)
+            step_input = torch.tensor([ids], dtype=torch.long, device=device)
+            while produced < max_tokens:
+                out = model(input_ids=step_input, cache=cache, use_cache=True, logits_to_keep=1)
+                logits = out.logits[0, -1].float()
+                token = _sample(logits, temperature, top_p, top_k, generator)
+                if token in eos:
+                    finish = "stop"
+                    break
+                produced += 1
+                text, hit = stopper.push(decoder.push(token))
+                if text:
+                    yield text
+                if hit:
+                    finish = "stop"
+                    break
+                step_input = torch.tensor([[token]], dtype=torch.long, device=device)
+            if finish != "stop" or not stopper.hit:
+                tail, _ = stopper.push(decoder.flush(), final=True)
+                if tail:
+                    yield tail
+        yield {"finish_reason": finish, "prompt_tokens": len(ids), "completion_tokens": produced}
+
+
+def _sample(logits, temperature: float, top_p: float, top_k: int, generator) -> int:
+    import torch
+
+    if temperature <= 0:
+        return int(torch.argmax(logits))
+    logits = logits / temperature
+    if top_k and 0 < top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if top_p < 1.0:
+        sorted_probs, order = torch.sort(probs, descending=True)
+        cumulative = torch.cumsum(sorted_probs, dim=-1)
+        drop = cumulative - sorted_probs >= top_p  # keep the smallest set reaching top_p (at least one)
+        drop[0] = False
+        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
+        pick = torch.multinomial(sorted_probs, 1, generator=generator)
+        return int(order[pick])
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+class _Decoder:
+    """Incremental detokenization: text appears once its bytes are complete (no split UTF-8 sequences)."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.tokens: list[int] = []
+        self.prefix = 0
+        self.read = 0
+
+    def _decode(self, tokens: list[int]) -> str:
+        return self.tokenizer.decode(tokens, skip_special_tokens=True)
+
+    def push(self, token: int) -> str:
+        self.tokens.append(token)
+        before = self._decode(self.tokens[self.prefix:self.read])
+        after = self._decode(self.tokens[self.prefix:])
+        if len(after) > len(before) and not after.endswith("\ufffd"):
+            self.prefix, self.read = self.read, len(self.tokens)
+            return after[len(before):]
+        return ""
+
+    def flush(self) -> str:
+        before = self._decode(self.tokens[self.prefix:self.read])
+        after = self._decode(self.tokens[self.prefix:])
+        self.prefix = self.read = len(self.tokens)
+        return after[len(before):] if len(after) > len(before) else ""
+
+
+class _StopStrings:
+    """Holds back text that may still become a stop string; reports when one completes (it is not sent)."""
+
+    def __init__(self, stops: list[str]):
+        self.stops = stops
+        self.pending = ""
+        self.hit = False
+
+    def push(self, text: str, final: bool = False) -> tuple[str, bool]:
+        if self.hit:
+            return "", True
+        self.pending += text
+        if not self.stops:
+            out, self.pending = self.pending, ""
+            return out, False
+        found = [i for i in (self.pending.find(s) for s in self.stops) if i >= 0]
+        if found:
+            self.hit = True
+            out, self.pending = self.pending[:min(found)], ""
+            return out, True
+        if final:
+            out, self.pending = self.pending, ""
+            return out, False
+        keep = 0
+        for s in self.stops:
+            for n in range(min(len(s) - 1, len(self.pending)), keep, -1):
+                if self.pending.endswith(s[:n]):
+                    keep = n
+                    break
+        out = self.pending[:len(self.pending) - keep]
+        self.pending = self.pending[len(self.pending) - keep:]
+        return out, False
+
+
+def arguments_for_template(arguments: Any) -> Any:
+    """Chat templates (Qwen's among them) iterate a tool call's arguments as a mapping; OpenAI sends a JSON
+    string. Parse it when it is a JSON object, else pass it through."""
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments)
+        except (json.JSONDecodeError, ValueError):
+            return arguments
+        return parsed if isinstance(parsed, dict) else arguments
+    return arguments

@@ -1,0 +1,49 @@
+"""Cross-request batching: many requests in one GPU call, each with its own answers; a full queue says 529."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+
+from conftest import blink_serve, running
+
+
+def request(i: int) -> dict:
+    return {"state": f"Ticket {i}: " + "the parcel is late " * (i + 1),
+            "questions": {"late": {"type": "noul", "instructions": "Is the parcel late?"},
+                          "team": {"type": "choice", "criteria": {"shipping": None, "billing": None}}}}
+
+
+def test_concurrent_requests_are_batched_and_keep_their_own_answers(demo_root, server):
+    bodies = [request(i) for i in range(12)]
+    alone = [httpx.post(server + "/v1/systemone", json=b, timeout=60).json()["answers"] for b in bodies]
+    with running(blink_serve("--batch-window-ms", "200", "--max-batch-requests", "16"), demo_root,
+                 name="serve-batched") as url:
+        with ThreadPoolExecutor(12) as pool:
+            together = list(pool.map(lambda b: httpx.post(url + "/v1/systemone", json=b, timeout=60), bodies))
+        stats = httpx.get(url + "/healthz").json()["batching"]
+    assert all(r.status_code == 200 for r in together)
+    assert stats["batches"] < stats["requests"]  # several requests shared a call
+    for a, r in zip(alone, together):
+        b = r.json()["answers"]
+        assert abs(a["late"]["noul"] - b["late"]["noul"]) < 1e-5
+        assert a["team"]["choice"] == b["team"]["choice"]
+
+
+def test_full_queue_gets_529_with_retry_after(demo_root):
+    with running(blink_serve("--max-queued-requests", "1"), demo_root, name="serve-tiny-queue") as url:
+        body = {"state": "word " * 3000, "questions": {f"q{i}": {"type": "noul"} for i in range(16)}}
+        with ThreadPoolExecutor(16) as pool:
+            responses = list(pool.map(lambda _: httpx.post(url + "/v1/systemone", json=body, timeout=120),
+                                      range(16)))
+        codes = [r.status_code for r in responses]
+        assert 529 in codes and 200 in codes, codes
+        refused = next(r for r in responses if r.status_code == 529)
+        assert refused.headers["retry-after"] == "1"
+        assert refused.json()["detail"]["error_type"] == "overloaded_error"
+        assert set(codes) <= {200, 529}
+        # and it recovers
+        assert httpx.post(url + "/v1/systemone", json=request(0), timeout=60).status_code == 200
+        json.dumps(refused.json())

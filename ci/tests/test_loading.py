@@ -1,0 +1,75 @@
+"""Model loading: weights.sha256 checked before serving, local folders offline, LoRA merged on CPU."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from conftest import ROOT, blink_serve, running, server_env
+
+
+def test_weights_manifest_verified(tmp_path, demo_dir, demo_root):
+    from blink.loading import sha256
+
+    model = tmp_path / "model"
+    shutil.copytree(demo_dir, model)
+    (model / "weights.sha256").write_text(f"{sha256(model / 'model.safetensors')}  model.safetensors\n")
+    argv = [sys.executable, "-m", "blink", "serve", "--model", str(model), "--port", "{port}"]
+    with running(argv, demo_root, name="serve-verified") as url:
+        health = httpx.get(url + "/healthz").json()
+        assert health["weights_verified"] is True and health["hub_offline"] is True
+
+
+def test_weights_mismatch_refuses_to_start(tmp_path, demo_dir, demo_root):
+    model = tmp_path / "model"
+    shutil.copytree(demo_dir, model)
+    (model / "weights.sha256").write_text("0" * 64 + "  model.safetensors\n")
+    proc = subprocess.run([sys.executable, "-m", "blink", "serve", "--model", str(model), "--port", "1"],
+                          env=server_env(demo_root), cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "weights.sha256 mismatch" in proc.stderr + proc.stdout and "model.safetensors" in proc.stderr + proc.stdout
+
+
+@pytest.fixture(scope="module")
+def adapter_dir(tmp_path_factory, demo_dir):
+    """A real LoRA adapter trained for a few steps on the demo model (offline)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path_factory.mktemp("adapter")
+    torch.manual_seed(0)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(demo_dir),
+                           LoraConfig(r=4, lora_alpha=16, task_type="CAUSAL_LM", target_modules="all-linear",
+                                      init_lora_weights=False))
+    model.save_pretrained(out)
+    return out
+
+
+def test_adapter_is_merged_and_applied(adapter_dir, demo_dir, demo_root, server):
+    body = {"state": "The parcel never arrived.", "questions": {"late": {"type": "noul", "instructions": "Late?"}}}
+    base = httpx.post(server + "/v1/systemone", json=body).json()["answers"]["late"]["noul"]
+    with running(blink_serve("--adapter", str(adapter_dir)), demo_root, name="serve-adapter") as url:
+        merged = httpx.post(url + "/v1/systemone", json=body).json()["answers"]["late"]["noul"]
+        assert httpx.get(url + "/healthz").json()["adapter"] == str(adapter_dir)
+    # the adapter's effect equals PEFT's own (unmerged) forward of the same prompt
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from blink.engine import Engine
+    from blink.loading import load
+
+    engine = Engine(load(str(demo_dir)))
+    prompt = engine.prepare(body).prompts[0]
+    peft_model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(demo_dir), adapter_dir).eval()
+    import torch
+
+    with torch.no_grad():
+        logits = peft_model(input_ids=torch.tensor([prompt.ids])).logits[0, prompt.reads[0].position]
+    yes, no = logits[prompt.reads[0].label_ids].softmax(-1).tolist()
+    assert abs(merged - yes) < 1e-4
+    assert abs(merged - base) > 1e-4  # and it is not the base model's answer

@@ -1,0 +1,60 @@
+"""What this Space serves and its limits: the single-Space default configuration.
+
+A plain module of UPPERCASE constants. `build.py` writes one of these per Space from `spaces.toml`, so the
+names are an interface: keep them stable. Every knob of `blink/settings.py` (KNOBS) is here under its own
+name upper-cased, and the environment variable `BLINK_<NAME>` overrides it at start-up, so a Space's
+Variables (or Secrets, for BLINK_API_KEY) tune it without a rebuild. The Space-only values below the knobs
+are overridable the same way (`BLINK_TITLE`, `BLINK_GPU_SIZE`, `BLINK_DURATION_MAX_S`, ...).
+"""
+
+# --- blink/settings.py KNOBS -------------------------------------------------------------------------------
+MODEL = "thegovind/blink-4b"  # local try-out: BLINK_MODEL=demo (the offline random demo model)
+REVISION = "v1.0"
+ADAPTER = None
+ADAPTER_REVISION = None
+SERVED_MODEL_NAME = "blink-4b"
+MODEL_ALIASES = ()
+API_KEY = None  # never here: set the Space secret BLINK_API_KEY
+BATCH_WINDOW_MS = 10.0  # requests from the SAME caller arriving within 10 ms share one GPU call
+MAX_BATCH_REQUESTS = 16
+MAX_QUEUED_REQUESTS = 64
+MAX_QUESTIONS = 128
+MAX_OPTIONS = 255
+MAX_LEVELS = 10
+MAX_CONTEXT_TOKENS = 32768
+MAX_REQUEST_TOKENS = 65536
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
+# --- what users read ---------------------------------------------------------------------------------------
+TITLE = "blink-4b"
+DESCRIPTION = ("Typed decisions from one forward pass: ask yes/no, choice and score questions about a text "
+               "and get a probability for every option. Also speaks the OpenAI API (chat and decisions).")
+CAVEAT = ("blink-4b is a small model: its probabilities are calibrated guesses, not facts. "
+          "Check important answers before acting on them.")
+
+# --- chat --------------------------------------------------------------------------------------------------
+SYSTEM_PROMPT = None  # prepended when a conversation has no system message
+CHAT_TEMPLATE_KWARGS = {"enable_thinking": False}
+MAX_OUTPUT_TOKENS = 1024  # per chat turn (the request's max_tokens is clamped to this)
+UI_CHAT_MAX_TOKENS = 512  # the Chat tab's turns
+
+# --- vision (blink-4b reads text only) ---------------------------------------------------------------------
+VISION = False
+VISION_TOWER = None
+IMAGE_LAYOUT = None
+
+# --- ZeroGPU -----------------------------------------------------------------------------------------------
+GPU_SIZE = "large"  # "large" (half a GPU, 1x quota) or "xlarge" (a whole GPU, 2x quota)
+# the seconds each GPU call requests: estimated from its token counts, clamped to these bounds
+DURATION_MIN_S = 5
+DURATION_MAX_S = 60  # decisions
+CHAT_DURATION_MAX_S = 120  # chat turns
+DURATION_OVERHEAD_S = 4.0  # worker start and weight transfer on a cold worker
+DURATION_HEADROOM = 1.5  # times the calibrated compute estimate
+# the conservative prior a fresh Space starts from, until its own calls calibrate it (seconds per token)
+PREFILL_S_PER_TOKEN = 1e-3
+DECODE_S_PER_TOKEN = 0.08
+
+# --- Gradio queue (UI events only; the /v1 routes have their own bounded queue) ----------------------------
+QUEUE_MAX_SIZE = 64
+QUEUE_CONCURRENCY = 8

@@ -1,0 +1,41 @@
+"""The blink Spaces' Gradio theme and CSS: the one canonical copy (build.py copies it byte-for-byte).
+
+Gradio 6 takes both at `launch(theme=THEME, css=CSS)` (not `gr.Blocks(...)`). System fonts only: a Space
+must render without fetching fonts from a third party.
+"""
+
+import gradio as gr
+
+ACCENT = "#4f46e5"
+
+THEME = gr.themes.Soft(
+    primary_hue=gr.themes.colors.indigo,
+    secondary_hue=gr.themes.colors.sky,
+    neutral_hue=gr.themes.colors.slate,
+    radius_size=gr.themes.sizes.radius_md,
+    font=("ui-sans-serif", "system-ui", "-apple-system", "Segoe UI", "Roboto", "sans-serif"),
+    font_mono=("ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "monospace"),
+).set(
+    button_primary_background_fill="*primary_600",
+    button_primary_background_fill_hover="*primary_700",
+    block_title_text_weight="600",
+)
+
+CSS = """
+.blink-header h1 { margin: 0 0 .25rem 0; font-size: 1.6rem; }
+.blink-header p { margin: 0; opacity: .85; }
+.blink-caveat { border-left: 4px solid #f59e0b; background: rgba(245, 158, 11, .10); padding: .5rem .75rem;
+                border-radius: 6px; font-size: .92rem; }
+.blink-results { display: flex; flex-direction: column; gap: .9rem; }
+.blink-question h4 { margin: 0 0 .35rem 0; font-size: 1rem; }
+.blink-question .blink-summary { font-size: .85rem; opacity: .8; margin-bottom: .35rem; }
+.blink-bar { display: grid; grid-template-columns: minmax(6rem, 14rem) 1fr 4.2rem; align-items: center;
+             gap: .5rem; margin: .15rem 0; font-size: .9rem; }
+.blink-bar .blink-track { background: rgba(100, 116, 139, .18); border-radius: 4px; height: .9rem;
+                          overflow: hidden; }
+.blink-bar .blink-fill { background: """ + ACCENT + """; height: 100%; border-radius: 4px; min-width: 2px; }
+.blink-bar.blink-top .blink-fill { background: #16a34a; }
+.blink-bar .blink-p { text-align: right; font-variant-numeric: tabular-nums; }
+.blink-error { color: #b91c1c; }
+.blink-snippet pre { font-size: .82rem; }
+"""
