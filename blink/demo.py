@@ -17,7 +17,8 @@ from pathlib import Path
 # block when thinking is off (Qwen3.5's own switch, `enable_thinking`).
 CHAT_TEMPLATE = r"""{%- macro text(content) -%}
 {%- if content is string -%}{{ content }}{%- elif content is iterable -%}
-{%- for part in content -%}{%- if part.type == "text" -%}{{ part.text }}{%- endif -%}{%- endfor -%}
+{%- for part in content -%}{%- if part.type == "text" -%}{{ part.text }}
+{%- elif part.type == "image" -%}<|vision_start|><|image_pad|><|vision_end|>{%- endif -%}{%- endfor -%}
 {%- endif -%}
 {%- endmacro -%}
 {%- if tools -%}
@@ -105,10 +106,16 @@ def build_tokenizer():
     return tokenizer
 
 
-def make_demo_model(out: str | os.PathLike, shape: str = "demo", seed: int = 0) -> Path:
-    """Write a random-weight Qwen3.5-architecture model with the real Qwen3.5 tokenizer into `out`."""
+# A tiny vision tower for the vision demo model (`--vision`): Qwen3.5's own architecture, random weights.
+VISION = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=16, spatial_merge_size=2,
+              temporal_patch_size=2, num_position_embeddings=1024)
+
+
+def make_demo_model(out: str | os.PathLike, shape: str = "demo", seed: int = 0, vision: bool = False) -> Path:
+    """Write a random-weight Qwen3.5-architecture model with the real Qwen3.5 tokenizer into `out`; with
+    `vision`, the conditional-generation layout with a small vision tower and its image processor."""
     import torch
-    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+    from transformers import Qwen3_5Config, Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, Qwen3_5TextConfig
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -127,21 +134,40 @@ def make_demo_model(out: str | os.PathLike, shape: str = "demo", seed: int = 0) 
     )
     torch.manual_seed(seed)
     model = Qwen3_5ForCausalLM(config)
+    if vision:
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+        vl_config = Qwen3_5Config(text_config=config.to_dict(),
+                                  vision_config={**VISION, "out_hidden_size": config.hidden_size},
+                                  image_token_id=tokenizer.convert_tokens_to_ids("<|image_pad|>"),
+                                  video_token_id=tokenizer.convert_tokens_to_ids("<|video_pad|>"),
+                                  vision_start_token_id=tokenizer.convert_tokens_to_ids("<|vision_start|>"),
+                                  vision_end_token_id=tokenizer.convert_tokens_to_ids("<|vision_end|>"),
+                                  tie_word_embeddings=True)
+        text_weights = model.state_dict()
+        torch.manual_seed(seed)
+        model = Qwen3_5ForConditionalGeneration(vl_config)
+        # the same language model as the text demo: a text request gets the same answers from both
+        model.model.language_model.load_state_dict({k.removeprefix("model."): v for k, v in text_weights.items()
+                                                    if k.startswith("model.")})
+        Qwen2VLImageProcessorPil(patch_size=16, merge_size=2, temporal_patch_size=2, min_pixels=32 * 32,
+                                 max_pixels=512 * 512).save_pretrained(out)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    (out / "blink_demo.json").write_text(json.dumps({"shape": shape, "seed": seed}) + "\n")
+    (out / "blink_demo.json").write_text(json.dumps({"shape": shape, "seed": seed, "vision": vision}) + "\n")
     return out
 
 
-def demo_model_dir(shape: str = "demo") -> Path:
-    """The demo model `--model demo` serves: built once into the cache folder, then reused."""
+def demo_model_dir(shape: str = "demo", vision: bool = False) -> Path:
+    """The demo model `--model demo` (`demo-vision`) serves: built once into the cache folder, then reused."""
     root = Path(os.environ.get("BLINK_DEMO_DIR") or Path.home() / ".cache" / "blink")
-    folder = root / f"{shape}-model"
+    name = f"{shape}-vision-model" if vision else f"{shape}-model"
+    folder = root / name
     if not (folder / "blink_demo.json").exists():
-        tmp = root / f".{shape}-model.{os.getpid()}"
-        make_demo_model(tmp, shape)
+        tmp = root / f".{name}.{os.getpid()}"
+        make_demo_model(tmp, shape, vision=vision)
         try:
             tmp.rename(folder)
         except OSError:  # another process built it first

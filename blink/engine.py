@@ -13,8 +13,9 @@ import time
 from dataclasses import dataclass
 
 from .answers import answer
-from .errors import EngineFailure
+from .errors import EngineFailure, InvalidRequest
 from .executor import Executor, Prompt
+from .images import ImageLimits, has_images, image_usage, load_images, place_images
 from .limits import Limits
 from .loading import Loaded
 from .prompts import PromptBuilder, decision_config_for, processed_tokens
@@ -42,22 +43,46 @@ class Prepared:
     decision: Decision
     prompts: list[Prompt]
     input_tokens: int
+    image_usage: dict | None = None  # image_pixels, visual_tokens (image requests only)
 
 
 class Engine:
-    def __init__(self, loaded: Loaded, limits: Limits | None = None):
+    def __init__(self, loaded: Loaded, limits: Limits | None = None, image_limits: ImageLimits | None = None,
+                 image_layout: str = "inline"):
         self.loaded = loaded
         self.limits = limits or Limits()
+        self.image_limits = image_limits or ImageLimits()
+        self.image_layout = image_layout or "inline"
         self.tokenizer = loaded.tokenizer
+        self.processor = loaded.processor
+        if self.processor is not None:
+            # the processor does the final resize (to whole patches); cap it at the server's pixel limit so
+            # `image_pixels` (what the model sees) never exceeds --max-image-pixels
+            size = self.processor.image_processor.size
+            size["longest_edge"] = min(size["longest_edge"], self.image_limits.max_image_pixels)
         self.config = decision_config_for(str(loaded.root), loaded.tokenizer)
-        self.prompts = PromptBuilder(loaded.tokenizer, self.config, self.limits)
+        self.prompts = PromptBuilder(loaded.tokenizer, self.config, self.limits, loaded.processor)
         self.executor = Executor(loaded.model, loaded.tokenizer.pad_token_id)
 
+    @property
+    def accepts_images(self) -> bool:
+        return self.processor is not None
+
     # main process --------------------------------------------------------------------------------------
-    def prepare(self, body) -> Prepared:
+    def prepare(self, body, parts: dict | None = None) -> Prepared:
+        """Validate and tokenize a System One body (and its multipart parts) into what the GPU call needs."""
+        images = None
+        if has_images(body, parts or {}):
+            if not self.accepts_images:
+                raise InvalidRequest("this server's model reads text only: images are not accepted",
+                                     loc=["body", "assets"], kind="images_unsupported")
+            body, loaded_images, first = load_images(body, parts or {}, self.image_limits)
+            body = place_images(body, first, self.image_layout, list(loaded_images.images))
+            images = loaded_images.images
         decision = parse_decision(body, self.config, self.limits)
-        prompts = self.prompts.build(decision)
-        return Prepared(decision, prompts, processed_tokens(prompts))
+        prompts = self.prompts.build(decision, images)
+        usage = image_usage(prompts, self.processor) if images else None
+        return Prepared(decision, prompts, processed_tokens(prompts), usage)
 
     def answer(self, prepared: Prepared, scores: list[list[list[float]]]) -> dict:
         """Answers keyed by question id, in request order."""

@@ -19,7 +19,7 @@ of prompts of one request. Per group the longest common token prefix is computed
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -33,13 +33,24 @@ class Read:
     temperature: float = 1.0
 
 
+@dataclass(eq=False)
+class Image:
+    """One image of a request, preprocessed (CPU tensors): shared by every prompt that shows it, so it is
+    pickled once and encoded once per call."""
+
+    key: str                  # content hash: prompts showing the same image share the prefix through it
+    pixel_values: object      # torch.Tensor [patches, dim], CPU
+    grid_thw: list[int]
+
+
 @dataclass
 class Prompt:
     ids: list[int]
     reads: list[Read]
+    images: list[Image] = field(default_factory=list)  # in order of appearance in `ids`
 
 
-def common_prefix_length(rows: list[list[int]]) -> int:
+def common_prefix_length(rows: list[list]) -> int:
     first, n = rows[0], min(len(r) for r in rows)
     for i in range(n):
         token = first[i]
@@ -53,9 +64,14 @@ class Executor:
 
     def __init__(self, model, pad_token_id: int):
         self.model = model
-        self.base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+        inner = model.model
+        # a vision-language model keeps its language model inside; a text model is its own
+        self.vision = inner if hasattr(inner, "language_model") else None
+        self.base = inner.language_model if self.vision is not None else inner
         self.head = model.get_output_embeddings().weight  # [vocab, hidden]
+        self.embed = self.base.get_input_embeddings()
         self.pad = int(pad_token_id)
+        self.image_token_id = getattr(model.config, "image_token_id", None)
         # transformers >= 5.24 names the cache argument `cache`; older 5.x `past_key_values`
         params = inspect.signature(self.base.forward).parameters
         self.cache_arg = "cache" if "cache" in params else "past_key_values"
@@ -67,30 +83,98 @@ class Executor:
     def new_cache(self):
         from transformers import DynamicCache
 
-        return DynamicCache(config=self.model.config)
+        return DynamicCache(config=self.base.config)
+
+    # multimodal helpers: for text-only prompts these reduce to token embeddings and 0..n-1 positions --------
+    def _encode_images(self, prompts: list[Prompt]) -> dict:
+        """Vision features per distinct image of the call, the vision tower run once for all of them."""
+        unique = {}
+        for prompt in prompts:
+            for image in prompt.images:
+                unique.setdefault(image.key, image)
+        if not unique:
+            return {}
+        if self.vision is None:
+            raise ValueError("this model has no vision tower")
+        images = list(unique.values())
+        pixels = torch.cat([torch.as_tensor(i.pixel_values) for i in images]).to(self.device)
+        grid = torch.tensor([i.grid_thw for i in images], device=self.device)
+        features = self.vision.get_image_features(pixels, grid, return_dict=True).pooler_output
+        return {image.key: f for image, f in zip(images, features)}
+
+    def _keys(self, prompt: Prompt) -> list:
+        """Token ids with each image token tagged by its image, so prompts share a prefix only through the
+        same pixels (two different images of one size have identical ids)."""
+        if not prompt.images:
+            return prompt.ids
+        keys, images, left = list(prompt.ids), iter(prompt.images), 0
+        for i, token in enumerate(keys):
+            if token == self.image_token_id:
+                if left == 0:
+                    image = next(images)
+                    left = int(torch.tensor(image.grid_thw).prod()) // self._merge ** 2
+                keys[i] = (token, image.key)
+                left -= 1
+        return keys
+
+    @property
+    def _merge(self) -> int:
+        return self.vision.config.vision_config.spatial_merge_size
+
+    def _positions(self, prompt: Prompt) -> torch.Tensor:
+        """The rotary positions of a whole prompt, [3, L]: 0..L-1 for text, Qwen's 2-D grid for images."""
+        n = len(prompt.ids)
+        if not prompt.images:
+            return torch.arange(n).expand(3, n)
+        ids = torch.tensor([prompt.ids])
+        types = (ids == self.image_token_id).int()
+        grid = torch.tensor([i.grid_thw for i in prompt.images])
+        positions, _ = self.vision.get_rope_index(ids, types, image_grid_thw=grid)
+        return positions[:, 0].cpu()
+
+    def _embeddings(self, prompt: Prompt, start: int, end: int, features: dict) -> torch.Tensor:
+        ids = torch.tensor(prompt.ids[start:end], device=self.device)
+        embeds = self.embed(ids)
+        if prompt.images:
+            rows = torch.cat([features[i.key] for i in prompt.images]).to(embeds.dtype)
+            is_image = torch.tensor(prompt.ids, device=self.device) == self.image_token_id
+            skip = int(is_image[:start].sum())
+            mask = is_image[start:end]
+            embeds = embeds.masked_scatter(mask[:, None], rows[skip:skip + int(mask.sum())])
+        return embeds
+
+    def _forward(self, embeds, mask, text_positions, rope_positions, cache):
+        # 4 rows: the sequence index (masks, cache slots) then the three rotary rows
+        position_ids = torch.cat([text_positions[None], rope_positions]).to(self.device)
+        out = self.base(inputs_embeds=embeds, attention_mask=mask.to(self.device), position_ids=position_ids,
+                        use_cache=True, **{self.cache_arg: cache})
+        return out.last_hidden_state
 
     @torch.inference_mode()
     def score(self, groups: list[list[Prompt]]) -> list[list[list[list[float]]]]:
         """Label logits (after temperature) per group, per prompt, per read: plain Python floats."""
-        dev = self.device
+        dev, hidden_size = self.device, self.embed.weight.shape[1]
+        everything = [p for prompts in groups for p in prompts]
+        features = self._encode_images(everything)
+        positions = {id(p): self._positions(p) for p in everything}
+
         # 1. prefixes: the common prefix of a group's prompts; a lone prompt is all prefix
         prefix_len = []
         for prompts in groups:
-            rows = [p.ids for p in prompts]
-            n = len(rows[0]) if len(rows) == 1 else common_prefix_length(rows)
+            n = len(prompts[0].ids) if len(prompts) == 1 else common_prefix_length([self._keys(p) for p in prompts])
             prefix_len.append(n)
         width = max(prefix_len)
-        ids = torch.full((len(groups), width), self.pad, dtype=torch.long)
+        embeds = torch.zeros((len(groups), width, hidden_size), dtype=self.embed.weight.dtype, device=dev)
         mask = torch.zeros((len(groups), width), dtype=torch.long)
+        rope = torch.zeros((3, len(groups), width), dtype=torch.long)
         for g, prompts in enumerate(groups):
-            n = prefix_len[g]
-            ids[g, width - n:] = torch.tensor(prompts[0].ids[:n])
+            n, first = prefix_len[g], prompts[0]
+            embeds[g, width - n:] = self._embeddings(first, 0, n, features)
             mask[g, width - n:] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            rope[:, g, width - n:] = positions[id(first)][:, :n]
+        text = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = self.new_cache()
-        out = self.base(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=positions.to(dev),
-                        use_cache=True, **{self.cache_arg: cache})
-        prefix_hidden = out.last_hidden_state  # [G, width, H]
+        prefix_hidden = self._forward(embeds, mask, text, rope, cache)  # [G, width, H]
 
         # 2. fan out one cache row per prompt that has tokens past its group's prefix
         rows = [(g, p) for g, prompts in enumerate(groups) for p, prompt in enumerate(prompts)
@@ -99,19 +183,20 @@ class Executor:
         if rows:
             cache.reorder_cache(torch.tensor([g for g, _ in rows], device=dev))
             span = max(len(groups[g][p].ids) - prefix_len[g] for g, p in rows)
-            s_ids = torch.full((len(rows), span), self.pad, dtype=torch.long)
+            s_embeds = torch.zeros((len(rows), span, hidden_size), dtype=embeds.dtype, device=dev)
             s_mask = torch.zeros((len(rows), span), dtype=torch.long)
-            s_pos = torch.zeros((len(rows), span), dtype=torch.long)
+            s_text = torch.zeros((len(rows), span), dtype=torch.long)
+            s_rope = torch.zeros((3, len(rows), span), dtype=torch.long)
             for r, (g, p) in enumerate(rows):
-                tail = groups[g][p].ids[prefix_len[g]:]
-                s_ids[r, :len(tail)] = torch.tensor(tail)
-                s_mask[r, :len(tail)] = 1
-                s_pos[r] = torch.arange(prefix_len[g], prefix_len[g] + span)
+                prompt, n = groups[g][p], prefix_len[g]
+                tail = len(prompt.ids) - n
+                s_embeds[r, :tail] = self._embeddings(prompt, n, len(prompt.ids), features)
+                s_mask[r, :tail] = 1
+                s_text[r] = torch.arange(n, n + span)
+                s_rope[:, r, :tail] = positions[id(prompt)][:, n:]
             # 3. right-padded suffixes, attending to their own group's (left-padded) prefix
             full_mask = torch.cat([mask[[g for g, _ in rows]], s_mask], dim=1)
-            out = self.base(input_ids=s_ids.to(dev), attention_mask=full_mask.to(dev), position_ids=s_pos.to(dev),
-                            use_cache=True, **{self.cache_arg: cache})
-            suffix_hidden = out.last_hidden_state  # [R, span, H]
+            suffix_hidden = self._forward(s_embeds, full_mask, s_text, s_rope, cache)  # [R, span, H]
         row_of = {gp: r for r, gp in enumerate(rows)}
 
         # 4. gather the hidden state at every read position, then only the label rows of the LM head
@@ -146,5 +231,10 @@ class Executor:
     def reference(self, prompt: Prompt) -> list[list[float]]:
         """The plain path: one fresh full forward of one prompt, full LM head, no cache reuse (for checks)."""
         ids = torch.tensor([prompt.ids], device=self.device)
-        logits = self.model(input_ids=ids, use_cache=False).logits[0].float()
+        extra = {}
+        if prompt.images:
+            extra = {"pixel_values": torch.cat([torch.as_tensor(i.pixel_values) for i in prompt.images]).to(self.device),
+                     "image_grid_thw": torch.tensor([i.grid_thw for i in prompt.images], device=self.device),
+                     "mm_token_type_ids": (ids == self.image_token_id).int()}
+        logits = self.model(input_ids=ids, use_cache=False, **extra).logits[0].float()
         return [(logits[r.position, r.label_ids] / r.temperature).cpu().tolist() for r in prompt.reads]

@@ -30,7 +30,7 @@ class WeightsMismatch(SystemExit):
 
 
 def is_local(model: str) -> bool:
-    return model == "demo" or os.path.isdir(model)
+    return model in ("demo", "demo-vision") or os.path.isdir(model)
 
 
 def go_offline_if_local(model: str) -> None:
@@ -78,10 +78,10 @@ def verify_weights(root: Path) -> bool | None:
 
 
 def resolve(model: str, revision: str | None) -> Path:
-    if model == "demo":
+    if model in ("demo", "demo-vision"):
         from .demo import demo_model_dir
 
-        return demo_model_dir()
+        return demo_model_dir(vision=model == "demo-vision")
     if os.path.isdir(model):
         return Path(model)
     from huggingface_hub import snapshot_download
@@ -103,6 +103,7 @@ class Loaded:
     tokenizer: object
     root: Path
     info: dict = field(default_factory=dict)
+    processor: object = None  # the image processor of a vision model; None for text only
 
 
 def merge_adapter_on_cpu(model, adapter: str, revision: str | None):
@@ -151,7 +152,8 @@ class _fail_on_missing_adapter_keys(logging.Handler):
 
 
 def load(model: str, revision: str | None = None, adapter: str | None = None,
-         adapter_revision: str | None = None, device: str | None = None) -> Loaded:
+         adapter_revision: str | None = None, device: str | None = None, vision: bool = False,
+         vision_tower: str | None = None) -> Loaded:
     go_offline_if_local(model)
     import torch
 
@@ -164,7 +166,14 @@ def load(model: str, revision: str | None = None, adapter: str | None = None,
         device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     tokenizer = AutoTokenizer.from_pretrained(root)
-    lm = AutoModelForCausalLM.from_pretrained(root, dtype=dtype)
+    processor = None
+    if vision or vision_tower:
+        from .vision import load_processor, load_vision_model
+
+        lm, processor_dir = load_vision_model(root, vision_tower, dtype)
+        processor = load_processor(processor_dir, tokenizer)
+    else:
+        lm = AutoModelForCausalLM.from_pretrained(root, dtype=dtype)
     if adapter:
         lm = merge_adapter_on_cpu(lm, adapter, adapter_revision)
     lm = lm.to(device).eval()
@@ -179,10 +188,10 @@ def load(model: str, revision: str | None = None, adapter: str | None = None,
     info = {
         "model": model, "revision": revision, "adapter": adapter, "weights_verified": verified,
         "hub_offline": hub_offline(), "device": str(device), "dtype": str(dtype).removeprefix("torch."),
-        "kernels": kernels,
+        "kernels": kernels, "accepts_images": processor is not None, "vision_tower": vision_tower,
     }
     log.info("loaded %s (%s, %s, %s)", model, device, info["dtype"], kernels)
-    return Loaded(lm, tokenizer, root, info)
+    return Loaded(lm, tokenizer, root, info, processor)
 
 
 def versions() -> dict:

@@ -13,6 +13,7 @@ one, else the generic label prompt inside the model's chat template with thinkin
 
 from __future__ import annotations
 
+import hashlib
 import string
 from itertools import product
 
@@ -21,7 +22,7 @@ from transformers.decision import DecisionConfig, label_token_ids, prepare_input
 from transformers.decision.template_utils import MARK, SPLIT
 
 from .errors import InvalidRequest
-from .executor import Prompt, Read, common_prefix_length
+from .executor import Image, Prompt, Read, common_prefix_length
 from .limits import Limits
 from .questions import Decision
 
@@ -62,9 +63,10 @@ def freeze_vocab(tokenizer) -> None:
 
 
 class PromptBuilder:
-    def __init__(self, tokenizer, config: DecisionConfig, limits: Limits):
+    def __init__(self, tokenizer, config: DecisionConfig, limits: Limits, processor=None):
         freeze_vocab(tokenizer)
         self.tokenizer = tokenizer
+        self.processor = processor
         self.config = config
         self.limits = limits
         self._label_ids: dict[tuple, list[int]] = {}
@@ -75,11 +77,14 @@ class PromptBuilder:
             self._label_ids[key] = label_token_ids(self.tokenizer, key)
         return self._label_ids[key]
 
-    def build(self, decision: Decision) -> list[Prompt]:
-        """Tokenized prompts for a decision, checked against the context limits (422, nothing truncated)."""
+    def build(self, decision: Decision, images: dict | None = None) -> list[Prompt]:
+        """Tokenized prompts for a decision, checked against the context limits (422, nothing truncated).
+        `images` maps placeholders to decoded images (vision models only)."""
         request = {"state": decision.state, "questions": decision.raw_questions}
-        prompts = []
-        for inputs, questions in prepare_inputs(self.config, request, self.tokenizer):
+        if images:
+            request["assets"] = images
+        prompts, shared = [], {}
+        for inputs, questions in prepare_inputs(self.config, request, self.processor or self.tokenizer):
             ids = inputs["input_ids"][0].tolist()
             marks = inputs["marks"].tolist()
             if len(ids) > self.limits.max_context_tokens:
@@ -91,7 +96,7 @@ class PromptBuilder:
                     "shorten the state.", loc=loc, kind="context_length_exceeded")
             reads = [Read(int(mark) - 1, self.label_ids(q.labels), float(self.config.temperature.get(q.type, 1.0)))
                      for q, mark in zip(questions, marks)]
-            prompts.append(Prompt(ids, reads))
+            prompts.append(Prompt(ids, reads, split_images(inputs, shared)))
         total = processed_tokens(prompts)
         if total > self.limits.max_request_tokens:
             raise InvalidRequest(
@@ -99,6 +104,20 @@ class PromptBuilder:
                 f"{self.limits.max_request_tokens} per request. Split the questions over several requests.",
                 loc=["body", "questions"], kind="context_length_exceeded")
         return prompts
+
+
+def split_images(inputs: dict, shared: dict) -> list[Image]:
+    """The prompt's images, one `Image` per occurrence, the same object for the same pixels across prompts."""
+    if "pixel_values" not in inputs:
+        return []
+    out, start = [], 0
+    for grid in inputs["image_grid_thw"].tolist():
+        patches = grid[0] * grid[1] * grid[2]
+        pixels = inputs["pixel_values"][start:start + patches].contiguous()
+        start += patches
+        key = hashlib.sha256(pixels.numpy().tobytes()).hexdigest()[:32] + "-" + "x".join(map(str, grid))
+        out.append(shared.setdefault(key, Image(key, pixels, grid)))
+    return out
 
 
 def processed_tokens(prompts: list[Prompt]) -> int:

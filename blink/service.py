@@ -39,6 +39,7 @@ class Decided:
     answers: dict
     input_tokens: int
     batch_size: int
+    image_usage: dict | None = None  # image_pixels, visual_tokens (image requests only)
 
 
 class DecisionService:
@@ -47,9 +48,9 @@ class DecisionService:
         self.engine = engine
         self.batcher = Batcher(decide or engine.score_many, window_ms / 1000.0, max_batch, max_queued)
 
-    async def decide(self, body, timing: Timing) -> Decided:
+    async def decide(self, body, timing: Timing, parts: dict | None = None) -> Decided:
         t = time.perf_counter()
-        prepared = await run_in_threadpool(self.engine.prepare, body)
+        prepared = await run_in_threadpool(self.engine.prepare, body, parts)
         timing.add("prepare", time.perf_counter() - t)
         job = self.batcher.submit(prepared.prompts)
         status, scores = await asyncio.wrap_future(job.future)
@@ -60,4 +61,4 @@ class DecisionService:
         t = time.perf_counter()
         answers = self.engine.answer(prepared, scores)
         timing.add("answer", time.perf_counter() - t)
-        return Decided(answers, prepared.input_tokens, job.batch_size)
+        return Decided(answers, prepared.input_tokens, job.batch_size, prepared.image_usage)

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field, fields
 
 from .auth import check_key
+from .images import ImageLimits
 from .limits import Limits
 
 
@@ -52,6 +53,23 @@ def names(value) -> tuple[str, ...]:
     return tuple(n.strip() for n in str(value or "").split(",") if n.strip())
 
 
+def flag(value) -> bool:
+    if isinstance(value, bool):
+        return value
+    text_value = str(value).strip().lower()
+    if text_value in ("1", "true", "on", "yes"):
+        return True
+    if text_value in ("", "0", "false", "off", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {value!r} (use 1/0, true/false)")
+
+
+def layout(value) -> str:
+    if value not in ("inline", "first"):
+        raise argparse.ArgumentTypeError("must be inline or first")
+    return value
+
+
 def text(value) -> str | None:
     return str(value) if value not in (None, "") else None
 
@@ -76,6 +94,15 @@ KNOBS = [
     ("max_request_tokens", int_range(64, 1048576), Limits.max_request_tokens,
      "tokens the model runs per request (shared state counted once)"),
     ("max_body_bytes", int_range(1024, 1 << 30), Limits.max_body_bytes, "request body size as sent; past it: 413"),
+    ("vision", flag, False, "accept images with the model's own vision tower (1/0)"),
+    ("vision_tower", text, None, "accept images with a matching base model's vision tower, repo@revision"),
+    ("image_layout", layout, "inline", "image tokens at their placeholders (inline) or before the state (first)"),
+    ("max_images", int_range(1, 16), ImageLimits.max_images, "images per request"),
+    ("max_image_bytes", int_range(1024, 32 * 1024 * 1024), ImageLimits.max_image_bytes, "bytes per image"),
+    ("max_image_pixels", int_range(65_536, 16_777_216), ImageLimits.max_image_pixels,
+     "pixels per image after resizing (larger images are scaled down)"),
+    ("max_image_source_pixels", int_range(65_536, 64_000_000), ImageLimits.max_image_source_pixels,
+     "declared pixels per image before decoding (larger is refused unread)"),
 ]
 
 
@@ -97,7 +124,18 @@ class Settings:
     max_context_tokens: int = Limits.max_context_tokens
     max_request_tokens: int = Limits.max_request_tokens
     max_body_bytes: int = Limits.max_body_bytes
+    vision: bool = False
+    vision_tower: str | None = None
+    image_layout: str = "inline"
+    max_images: int = ImageLimits.max_images
+    max_image_bytes: int = ImageLimits.max_image_bytes
+    max_image_pixels: int = ImageLimits.max_image_pixels
+    max_image_source_pixels: int = ImageLimits.max_image_source_pixels
     extra: dict = field(default_factory=dict)
+
+    @property
+    def image_limits(self) -> ImageLimits:
+        return ImageLimits(self.max_images, self.max_image_bytes, self.max_image_pixels, self.max_image_source_pixels)
 
     @property
     def limits(self) -> Limits:

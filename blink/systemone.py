@@ -36,13 +36,6 @@ def error_response(error: BlinkError, request_id: str, timing: Timing):
     return json_response(error_body(error), error.status, headers)
 
 
-def refuse_images(body, parts) -> None:
-    """This model reads text only: an image request gets a clear 422, not silence or a 5xx."""
-    if parts or (isinstance(body, dict) and (body.get("assets") or body.get("images"))):
-        raise InvalidRequest("this server's model reads text only: images (`assets`) are not accepted",
-                             loc=["body", "assets"], kind="images_unsupported")
-
-
 def routes(ctx: Context) -> list[Route]:
     async def systemone(request: Request):
         request_id, timing = new_request_id(), Timing()
@@ -50,8 +43,7 @@ def routes(ctx: Context) -> list[Route]:
             if not ctx.auth.allows(request.headers.get("authorization")):
                 raise Unauthorized(UNAUTHORIZED)
             body, parts = await read_request(request, ctx.limits)
-            refuse_images(body, parts)
-            decided = await ctx.service.decide(body, timing)
+            decided = await ctx.service.decide(body, timing, parts)
         except BlinkError as error:
             if isinstance(error, EngineFailure):
                 log.error("request %s failed: %s", request_id, error.message)
@@ -59,8 +51,10 @@ def routes(ctx: Context) -> list[Route]:
         except Exception as exc:  # noqa: BLE001 - our fault: say so, log it, keep serving
             log.exception("request %s failed", request_id)
             return error_response(EngineFailure(f"internal error: {type(exc).__name__}: {exc}"), request_id, timing)
-        body = {"model": ctx.served_name, "answers": decided.answers,
-                "usage": {"input_tokens": decided.input_tokens, "output_tokens": 0}}
+        usage = {"input_tokens": decided.input_tokens, "output_tokens": 0}
+        if decided.image_usage:  # image requests only: text-only responses stay exactly as before
+            usage.update(decided.image_usage)
+        body = {"model": ctx.served_name, "answers": decided.answers, "usage": usage}
         return json_response(body, 200, {"x-typesafe-request-id": request_id, "server-timing": timing.header()})
 
     return [Route("/v1/systemone", systemone, methods=["POST"])]

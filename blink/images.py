@@ -1,0 +1,231 @@
+"""Images in a decision request: intake, checks and limits, before anything is decoded.
+
+Accepted forms, all turned into one map {placeholder: image}:
+- TypeSafe `assets` {placeholder: {"type": "image", "format": "png"|"jpg"|"jpeg", "data_base64": ...}}, or with
+  `"part": "asset-0"` naming a multipart part (the Python SDK's wire); the placeholder may appear anywhere in a
+  string of the state, the instructions or the criteria;
+- data URIs (`data:image/png;base64,...`) as strings inside the state (a self-host extension);
+- a sibling `images` list of base64 strings or data URIs (a self-host extension): shown before the state.
+
+Every refusal is a 4xx that names the asset (or part) and the limit at fault. A decompression bomb is refused
+from its header (the declared width x height), before a single pixel is allocated.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import json
+import math
+import re
+from dataclasses import dataclass, field
+
+from .errors import InvalidRequest, PayloadTooLarge
+
+# our own limit (max_image_source_pixels, checked from the header) replaces PIL's looser bomb check, which
+# would raise from Image.open with a message that names no limit of ours
+from PIL import Image as _PIL  # noqa: E402
+
+_PIL.MAX_IMAGE_PIXELS = None
+
+DATA_URI = re.compile(r"^data:image/(png|jpe?g|webp|gif);base64,", re.IGNORECASE)
+FORMATS = {"PNG": "png", "JPEG": "jpeg"}
+
+
+@dataclass(frozen=True)
+class ImageLimits:
+    max_images: int = 2
+    max_image_bytes: int = 8 * 1024 * 1024
+    max_image_pixels: int = 1920 * 1088          # after resizing: larger images are scaled down to this
+    max_image_source_pixels: int = 20_000_000    # declared size before decoding: larger is refused
+
+
+@dataclass
+class RequestImages:
+    """The decoded images of a request, keyed by placeholder, and what they cost."""
+
+    images: dict = field(default_factory=dict)   # placeholder -> PIL.Image (RGB, resized)
+    pixels: int = 0                              # after resizing, summed
+
+    def __bool__(self) -> bool:
+        return bool(self.images)
+
+
+def _strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def has_images(body, parts: dict) -> bool:
+    if parts:
+        return True
+    if not isinstance(body, dict):
+        return False
+    if body.get("assets") or body.get("images"):
+        return True
+    return any(DATA_URI.match(s) for s in _strings(body.get("state")))
+
+
+def _decode_base64(name: str, data, loc: list) -> bytes:
+    if not isinstance(data, str):
+        raise InvalidRequest(f"asset {name!r}: `data_base64` must be a base64 string", loc=loc)
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidRequest(f"asset {name!r}: `data_base64` is not valid base64 ({exc})", loc=loc,
+                             kind="invalid_base64") from None
+
+
+def _lift_data_uris(state, found: list):
+    """Replace data-URI strings inside the state by placeholders; collect their bytes."""
+    if isinstance(state, str) and DATA_URI.match(state):
+        placeholder = f"<image:data-uri-{len(found)}>"
+        found.append((placeholder, state.split(",", 1)[1]))
+        return placeholder
+    if isinstance(state, dict):
+        return {k: _lift_data_uris(v, found) for k, v in state.items()}
+    if isinstance(state, list):
+        return [_lift_data_uris(v, found) for v in state]
+    return state
+
+
+def gather(body: dict, parts: dict, limits: ImageLimits) -> tuple[dict, dict[str, bytes], list[str]]:
+    """The request with every image as a placeholder, the raw bytes per placeholder, and the placeholders
+    that go first (the `images` list). Checks counts, bytes, parts and references; decodes nothing."""
+    body = dict(body)
+    raw: dict[str, bytes] = {}
+    first: list[str] = []
+    assets = body.pop("assets", None)
+    if assets is not None and not isinstance(assets, dict):
+        raise InvalidRequest("`assets` maps placeholders to assets", loc=["body", "assets"], kind="dict_type")
+    claimed = set()
+    for name, asset in (assets or {}).items():
+        loc = ["body", "assets", name]
+        if not isinstance(asset, dict) or asset.get("type", "image") != "image":
+            raise InvalidRequest(f"asset {name!r}: only image assets are supported "
+                                 '({"type": "image", "format": "png", "data_base64": ...})', loc=loc)
+        if asset.get("part") is not None:
+            part = asset["part"]
+            if part not in parts:
+                raise InvalidRequest(f"asset {name!r} names multipart part {part!r}, which the body doesn't have",
+                                     loc=loc, kind="missing_part")
+            if part in claimed:
+                raise InvalidRequest(f"multipart part {part!r} is claimed by two assets", loc=loc)
+            claimed.add(part)
+            raw[name] = parts[part][1]
+        else:
+            raw[name] = _decode_base64(name, asset.get("data_base64"), loc)
+    unclaimed = sorted(set(parts) - claimed)
+    if unclaimed:
+        raise InvalidRequest(f"multipart part {unclaimed[0]!r} is not claimed by any asset",
+                             loc=["body", unclaimed[0]], kind="unknown_part")
+    uris: list = []
+    body["state"] = _lift_data_uris(body.get("state"), uris)
+    for placeholder, data in uris:
+        raw[placeholder] = _decode_base64(placeholder, data, ["body", "state"])
+    listed = body.pop("images", None)
+    if listed is not None:
+        if not isinstance(listed, list):
+            raise InvalidRequest("`images` is a list of base64 strings or data URIs", loc=["body", "images"])
+        for i, item in enumerate(listed):
+            placeholder = f"<image:list-{i}>"
+            data = item.split(",", 1)[1] if isinstance(item, str) and DATA_URI.match(item) else item
+            raw[placeholder] = _decode_base64(f"images[{i}]", data, ["body", "images", i])
+            first.append(placeholder)
+    if len(raw) > limits.max_images:
+        raise InvalidRequest(f"{len(raw)} images; this server accepts at most {limits.max_images} per request "
+                             "(--max-images)", loc=["body", "assets"], kind="too_many_images")
+    for name, data in raw.items():
+        if len(data) > limits.max_image_bytes:
+            raise PayloadTooLarge(f"image {name!r} is {len(data)} bytes; this server accepts at most "
+                                  f"{limits.max_image_bytes} bytes per image (--max-image-bytes)",
+                                  loc=["body", "assets", name], kind="image_too_large")
+    # every asset must be used: an unreferenced image is a client mistake, not something to drop silently
+    texts = list(_strings(body.get("state")))
+    questions = body.get("questions")
+    if isinstance(questions, dict):
+        for question in questions.values():
+            if isinstance(question, dict):
+                texts += list(_strings(question.get("instructions"))) + list(_strings(question.get("criteria")))
+    for name in raw:
+        if name not in first and not any(name in text for text in texts):
+            raise InvalidRequest(f"asset {name!r} is not referenced: put its placeholder in the state, the "
+                                 "instructions or the criteria", loc=["body", "assets", name], kind="unreferenced_asset")
+    return body, raw, first
+
+
+def decode(name: str, data: bytes, limits: ImageLimits):
+    """A checked RGB image: PNG or JPEG, declared size within the source limit (checked from the header,
+    before decoding), resized to at most `max_image_pixels`."""
+    from PIL import Image
+
+    loc = ["body", "assets", name]
+    try:
+        image = Image.open(io.BytesIO(data))  # reads the header only
+    except Exception:  # noqa: BLE001 - not an image at all
+        raise InvalidRequest(f"asset {name!r} is not a PNG or JPEG image", loc=loc, kind="not_an_image") from None
+    if image.format not in FORMATS:
+        raise InvalidRequest(f"asset {name!r} is {image.format}; send PNG or JPEG", loc=loc, kind="unsupported_image")
+    width, height = image.size
+    if width * height > limits.max_image_source_pixels:
+        raise InvalidRequest(f"asset {name!r} declares {width}x{height} = {width * height} pixels; this server "
+                             f"decodes at most {limits.max_image_source_pixels} (--max-image-source-pixels)",
+                             loc=loc, kind="image_too_many_pixels")
+    try:
+        image.load()
+        image = image.convert("RGB")
+    except Exception as exc:  # noqa: BLE001 - truncated or corrupt data
+        raise InvalidRequest(f"asset {name!r} is a corrupt image: {exc}", loc=loc, kind="corrupt_image") from None
+    if width * height > limits.max_image_pixels:
+        scale = math.sqrt(limits.max_image_pixels / (width * height))
+        image = image.resize((max(1, int(width * scale)), max(1, int(height * scale))), Image.Resampling.BICUBIC)
+    return image
+
+
+def load_images(body: dict, parts: dict, limits: ImageLimits) -> tuple[dict, RequestImages, list[str]]:
+    body, raw, first = gather(body, parts, limits)
+    out = RequestImages()
+    for name, data in raw.items():
+        image = decode(name, data, limits)
+        out.images[name] = image
+        out.pixels += image.size[0] * image.size[1]
+    return body, out, first
+
+
+def place_images(body: dict, first: list[str], layout: str, placeholders: list[str]) -> dict:
+    """`inline`: images stay where their placeholders are. `first`: the state's images (and the `images`
+    list) go before the state text, each placeholder in the state replaced by a reference to it."""
+    state = body.get("state")
+    if layout == "first":
+        text = state if isinstance(state, str) else json.dumps(state, ensure_ascii=False)
+        moved = sorted((p for p in placeholders if p in text and p not in first), key=text.index)
+        for k, placeholder in enumerate(moved, start=len(first) + 1):
+            text = text.replace(placeholder, f"[image {k}]")
+        front = first + moved
+        return {**body, "state": "".join(front) + "\n" + text} if front else body
+    if first:
+        text = state if isinstance(state, str) else json.dumps(state, ensure_ascii=False)
+        return {**body, "state": "".join(first) + "\n" + text}
+    return body
+
+
+def image_usage(prompts, processor) -> dict:
+    """What the images cost: pixels the model saw (after resizing) and visual tokens, each image counted
+    once per request however many questions show it."""
+    merge = processor.image_processor.merge_size
+    patch = processor.image_processor.patch_size
+    seen = {}
+    for prompt in prompts:
+        for image in prompt.images:
+            seen[image.key] = image.grid_thw
+    pixels = sum(h * w for _, h, w in seen.values()) * patch * patch
+    tokens = sum(t * h * w for t, h, w in seen.values()) // (merge * merge)
+    return {"image_pixels": pixels, "visual_tokens": tokens}

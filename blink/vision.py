@@ -1,0 +1,82 @@
+"""Vision: the image processor of a Qwen3.5 vision-language model, and loading its vision tower (the model's
+own, or one borrowed from a matching base model at `repo@revision`).
+
+Why a processor class of our own: `transformers`' `Qwen3VLProcessor` also builds a video processor, which
+needs torchvision; we take images only, so this subclass keeps its image-token expansion and chat-template
+handling and skips the video half. Images are preprocessed by the PIL image processor (no torchvision).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from transformers import ProcessorMixin
+from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor
+
+log = logging.getLogger("blink")
+
+
+class ImageTextProcessor(Qwen3VLProcessor):
+    def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
+        ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
+        for name, token in (("image", "<|image_pad|>"), ("video", "<|video_pad|>"),
+                            ("vision_start", "<|vision_start|>"), ("vision_end", "<|vision_end|>")):
+            setattr(self, f"{name}_token", token)
+            setattr(self, f"{name}_token_id", tokenizer.convert_tokens_to_ids(token))
+
+
+def load_processor(folder: Path, tokenizer) -> ImageTextProcessor:
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    return ImageTextProcessor(Qwen2VLImageProcessorPil.from_pretrained(folder), tokenizer,
+                              chat_template=tokenizer.chat_template)
+
+
+def split_tower(spec: str) -> tuple[str, str | None]:
+    """`repo@revision` (or `folder@anything`, or a bare folder) -> (source, revision)."""
+    source, sep, revision = spec.rpartition("@")
+    if not sep:
+        return spec, None
+    if not source or not revision:
+        raise ValueError(f"--vision-tower must be repo@revision, got {spec!r}")
+    return source, revision
+
+
+def has_vision_tower(folder: Path) -> bool:
+    import json
+
+    config = json.loads((folder / "config.json").read_text())
+    return "vision_config" in config and (folder / "preprocessor_config.json").exists()
+
+
+def load_vision_model(root: Path, tower: str | None, dtype):
+    """The model as a vision-language model: its own tower, or the text model's weights put into the
+    vision-language model of `tower` (a matching base, e.g. Qwen3.5-4B for a Qwen3.5-4B fine-tune)."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    if tower is None:
+        if not has_vision_tower(root):
+            raise SystemExit(f"--vision: {root} has no vision tower (config.json vision_config and "
+                             "preprocessor_config.json); borrow one with --vision-tower repo@revision")
+        return AutoModelForImageTextToText.from_pretrained(root, dtype=dtype), root
+    source, revision = split_tower(tower)
+    folder = Path(source) if Path(source).is_dir() else Path(_download(source, revision))
+    if not has_vision_tower(folder):
+        raise SystemExit(f"--vision-tower {tower}: no vision tower there")
+    vl = AutoModelForImageTextToText.from_pretrained(folder, dtype=dtype)
+    text = AutoModelForCausalLM.from_pretrained(root, dtype=dtype)
+    language = {k.removeprefix("model."): v for k, v in text.state_dict().items() if k.startswith("model.")}
+    try:
+        vl.model.language_model.load_state_dict(language, strict=True)
+    except RuntimeError as exc:
+        raise SystemExit(f"--vision-tower {tower} does not match this model's language model: {exc}") from None
+    vl.lm_head.weight = text.lm_head.weight if not vl.config.tie_word_embeddings else vl.lm_head.weight
+    log.info("vision tower borrowed from %s", tower)
+    return vl, folder
+
+
+def _download(repo: str, revision: str | None) -> str:
+    from huggingface_hub import snapshot_download
+
+    return snapshot_download(repo, revision=revision)

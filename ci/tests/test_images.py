@@ -1,0 +1,183 @@
+"""Images: TypeSafe assets (multipart and JSON base64), data URIs, limits, and the vision demo model."""
+
+from __future__ import annotations
+
+import base64
+import io
+import random
+import struct
+import tracemalloc
+import zlib
+
+import httpx
+import pytest
+from PIL import Image as PILImage
+from typesafe_sdk import Choice, Image, Noul, TypeSafeClient
+
+from conftest import blink_serve, running
+
+
+def png(color=(200, 30, 30), size=(300, 200), noise=False) -> bytes:
+    image = PILImage.new("RGB", size, color)
+    if noise:  # incompressible, so the body is large
+        image = PILImage.frombytes("RGB", size, random.Random(0).randbytes(size[0] * size[1] * 3))
+    out = io.BytesIO()
+    image.save(out, "PNG")
+    return out.getvalue()
+
+
+def huge_png_header(width=50_000, height=50_000) -> bytes:
+    """A PNG that declares 50,000 x 50,000 pixels in a few hundred bytes (its data is a few rows)."""
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    idat = zlib.compress(b"\x00" * (width * 3 + 1) * 2, 9)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+
+
+QUESTIONS = {"red": {"type": "noul", "instructions": "Is the photo mostly red?"},
+             "kind": {"type": "choice", "instructions": "What is it?", "criteria": {"parcel": None, "letter": None}}}
+
+
+def vision_serve(*flags: str) -> list[str]:
+    argv = blink_serve("--vision", "1", *flags)
+    argv[argv.index("demo")] = "demo-vision"
+    return argv
+
+
+@pytest.fixture(scope="module")
+def vision_root(demo_root):
+    from blink.demo import demo_model_dir
+
+    demo_model_dir(vision=True)  # built once, before any server starts
+    return demo_root
+
+
+@pytest.fixture(scope="module")
+def vision_server(vision_root):
+    with running(vision_serve(), vision_root, name="serve-vision") as url:
+        yield url
+
+
+def probabilities(response) -> dict:
+    assert response.status_code == 200, response.text
+    answers = response.json()["answers"]
+    return {"red": answers["red"]["noul"], **answers["kind"]["probabilities"]}
+
+
+def close(a: dict, b: dict) -> bool:
+    return all(abs(a[k] - b[k]) < 1e-5 for k in a)
+
+
+def test_same_image_four_ways_same_probabilities(vision_server, monkeypatch):
+    data = png(noise=True)  # ~180 KB: the SDK sends multipart, zstd-compressed
+    monkeypatch.setenv("TYPESAFE_BASE_URL", vision_server)
+    monkeypatch.setenv("TYPESAFE_API_KEY", "k")
+    with TypeSafeClient() as client:
+        r = client.system_one(state={"photo": Image(data), "note": "What arrived today"},
+                              questions={"red": Noul(instructions="Is the photo mostly red?"),
+                                         "kind": Choice(instructions="What is it?",
+                                                        criteria={"parcel": None, "letter": None})})
+    via_sdk = {"red": r.nouls["red"].noul, **r.choices["kind"].probabilities}
+    assert r.usage.input_tokens > 0
+
+    b64 = base64.b64encode(data).decode()
+    as_asset = httpx.post(vision_server + "/v1/systemone", timeout=60, json={
+        "state": {"photo": "<image:p1>", "note": "What arrived today"}, "questions": QUESTIONS,
+        "assets": {"<image:p1>": {"type": "image", "format": "png", "data_base64": b64}}})
+    as_uri = httpx.post(vision_server + "/v1/systemone", timeout=60, json={
+        "state": {"photo": f"data:image/png;base64,{b64}", "note": "What arrived today"}, "questions": QUESTIONS})
+    assert close(via_sdk, probabilities(as_asset))
+    assert close(via_sdk, probabilities(as_uri))
+    usage = as_asset.json()["usage"]
+    assert usage["image_pixels"] > 0 and usage["visual_tokens"] > 0
+
+
+def test_text_only_response_shape_unchanged(vision_server):
+    r = httpx.post(vision_server + "/v1/systemone", json={"state": "no images here", "questions": QUESTIONS})
+    assert r.status_code == 200 and set(r.json()["usage"]) == {"input_tokens", "output_tokens"}
+    assert httpx.get(vision_server + "/healthz").json()["accepts_images"] is True
+
+
+@pytest.mark.parametrize("case, expect", [
+    ("unreferenced", "not referenced"),
+    ("not an image", "not a PNG or JPEG"),
+    ("corrupt", "corrupt"),
+    ("bad base64", "base64"),
+    ("gif", "send PNG or JPEG"),
+])
+def test_bad_assets_are_4xx_naming_the_asset(vision_server, case, expect):
+    good = base64.b64encode(png()).decode()
+    gif = io.BytesIO()
+    PILImage.new("RGB", (10, 10)).save(gif, "GIF")
+    data = {"unreferenced": good, "not an image": base64.b64encode(b"hello world").decode(),
+            "corrupt": base64.b64encode(png()[:80]).decode(), "bad base64": "!!!",
+            "gif": base64.b64encode(gif.getvalue()).decode()}[case]
+    state = "a photo" if case == "unreferenced" else "photo: <image:x>"
+    r = httpx.post(vision_server + "/v1/systemone", json={
+        "state": state, "questions": QUESTIONS,
+        "assets": {"<image:x>": {"type": "image", "format": "png", "data_base64": data}}})
+    assert 400 <= r.status_code < 500, r.text
+    assert "<image:x>" in r.json()["error"] and expect in r.json()["error"]
+
+
+def test_unclaimed_multipart_part_is_refused(vision_server):
+    import json
+
+    files = {"request": (None, json.dumps({"state": "s", "questions": QUESTIONS}), "application/json"),
+             "asset-0": ("asset-0", png(), "image/png")}
+    r = httpx.post(vision_server + "/v1/systemone", files=files)
+    assert r.status_code == 422 and "asset-0" in r.json()["error"]
+
+
+def test_decompression_bomb_refused_before_decoding(vision_server):
+    bomb = huge_png_header()
+    assert len(bomb) < 8 * 1024  # a few KB declaring 2.5 billion pixels
+    r = httpx.post(vision_server + "/v1/systemone", json={
+        "state": "photo: <image:b>", "questions": QUESTIONS,
+        "assets": {"<image:b>": {"type": "image", "format": "png", "data_base64": base64.b64encode(bomb).decode()}}})
+    assert r.status_code == 422 and "--max-image-source-pixels" in r.json()["error"]
+    # the same check in-process, with the peak allocation measured: the pixels are never allocated
+    from blink.images import ImageLimits, decode
+    from blink.errors import InvalidRequest
+
+    tracemalloc.start()
+    with pytest.raises(InvalidRequest):
+        decode("<image:b>", bomb, ImageLimits())
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 2 * 1024 * 1024, peak  # decoding would need 7.5 GB
+
+
+def test_limits_name_themselves(vision_root):
+    argv = vision_serve("--max-images", "1", "--max-image-bytes", "4096", "--max-image-pixels", "65536")
+    small = base64.b64encode(png(size=(40, 40))).decode()
+    with running(argv, vision_root, name="serve-vision-limits") as url:
+        two = httpx.post(url + "/v1/systemone", json={
+            "state": "<image:a> and <image:b>", "questions": QUESTIONS,
+            "assets": {n: {"type": "image", "format": "png", "data_base64": small} for n in ("<image:a>", "<image:b>")}})
+        assert two.status_code == 422 and "--max-images" in two.json()["error"]
+        big = httpx.post(url + "/v1/systemone", json={
+            "state": "<image:a>", "questions": QUESTIONS,
+            "assets": {"<image:a>": {"type": "image", "format": "png",
+                                     "data_base64": base64.b64encode(png(size=(200, 200), noise=True)).decode()}}})
+        assert big.status_code == 413 and "--max-image-bytes" in big.json()["error"]
+        wide = png(size=(1000, 500))  # compresses well: under 4 KB, but 500,000 pixels
+        assert len(wide) < 4096
+        resized = httpx.post(url + "/v1/systemone", json={
+            "state": "<image:a>", "questions": QUESTIONS,
+            "assets": {"<image:a>": {"type": "image", "format": "png", "data_base64": base64.b64encode(wide).decode()}}})
+        assert resized.status_code == 200 and resized.json()["usage"]["image_pixels"] <= 65536
+
+
+def test_images_list_and_first_layout(vision_root):
+    b64 = base64.b64encode(png()).decode()
+    with running(vision_serve("--image-layout", "first"), vision_root, name="serve-vision-first") as url:
+        listed = httpx.post(url + "/v1/systemone", json={"state": "What arrived today", "questions": QUESTIONS,
+                                                         "images": [b64]})
+        inline = httpx.post(url + "/v1/systemone", json={
+            "state": "<image:p>What arrived today", "questions": QUESTIONS,
+            "assets": {"<image:p>": {"type": "image", "format": "png", "data_base64": b64}}})
+        assert listed.status_code == 200 and inline.status_code == 200
+        assert listed.json()["usage"]["visual_tokens"] == inline.json()["usage"]["visual_tokens"] > 0
