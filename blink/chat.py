@@ -19,15 +19,12 @@ stop string that completes ends generation without being sent.
 from __future__ import annotations
 
 import json
-import logging
 import random
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 from .errors import InvalidRequest
 from .limits import Limits
-
-log = logging.getLogger("blink")
 
 DEFAULT_MAX_OUTPUT_TOKENS = 4096
 
@@ -53,6 +50,7 @@ class ChatEngine:
         eos = [self.tokenizer.eos_token_id, getattr(gen, "eos_token_id", None)]
         self.eos_ids = sorted({int(i) for e in eos for i in (e if isinstance(e, (list, tuple)) else [e])
                                if i is not None})
+        self.hidden_ids = hidden_token_ids(self.tokenizer)
         # sampling defaults when the request sends none: the model's generation_config, else OpenAI's (1, 1)
         sample = bool(getattr(gen, "do_sample", False))
         self.defaults = {
@@ -126,7 +124,7 @@ class ChatEngine:
         device = next(model.parameters()).device
         generator = torch.Generator(device=device)
         generator.manual_seed(seed % (1 << 63))
-        decoder = _Decoder(self.tokenizer)
+        decoder = _Decoder(self.tokenizer, self.hidden_ids)
         stopper = _StopStrings(stops)
         eos = set(self.eos_ids)
         produced = 0
@@ -177,17 +175,29 @@ def _sample(logits, temperature: float, top_p: float, top_k: int, generator) -> 
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
+def hidden_token_ids(tokenizer) -> frozenset[int]:
+    """Special tokens left out of the text: control tokens (`<|im_end|>`, `<|endoftext|>`, ...). Markup tokens
+    a model writes on purpose (`<tool_call>`, `<think>`) stay: tool calls are parsed from them."""
+    hidden = set()
+    for token, token_id in zip(tokenizer.all_special_tokens, tokenizer.all_special_ids):
+        if token.startswith("<|") or token_id in (tokenizer.eos_token_id, tokenizer.pad_token_id,
+                                                  tokenizer.bos_token_id):
+            hidden.add(int(token_id))
+    return frozenset(hidden)
+
+
 class _Decoder:
     """Incremental detokenization: text appears once its bytes are complete (no split UTF-8 sequences)."""
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, hidden: frozenset[int] = frozenset()):
         self.tokenizer = tokenizer
+        self.hidden = hidden
         self.tokens: list[int] = []
         self.prefix = 0
         self.read = 0
 
     def _decode(self, tokens: list[int]) -> str:
-        return self.tokenizer.decode(tokens, skip_special_tokens=True)
+        return self.tokenizer.decode([t for t in tokens if t not in self.hidden], skip_special_tokens=False)
 
     def push(self, token: int) -> str:
         self.tokens.append(token)

@@ -24,6 +24,8 @@ class Context:
     health: dict = field(default_factory=dict)
     # chat generation (OpenAI routes): a generator function, plain data in and out (see blink.chat)
     chat: Callable[..., Any] | None = None
+    # the main-process half of chat (render, token budget): a blink.chat.ChatEngine
+    chat_engine: Any = None
     # extra health figures computed on request (e.g. the Space's GPU-duration accounting)
     live_health: list[Callable[[], dict]] = field(default_factory=list)
     created: int = field(default_factory=lambda: int(time.time()))

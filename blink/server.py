@@ -19,14 +19,17 @@ log = logging.getLogger("blink")
 
 
 def build_context(settings: Settings, decide: Callable | None = None, chat: Callable | None = None,
-                  loaded=None) -> Context:
+                  loaded=None, warmup: bool = True, chat_engine=None) -> Context:
+    from .chat import ChatEngine
     from .engine import Engine
     from .loading import load, versions
     from .service import DecisionService
 
-    loaded = loaded or load(settings.model, settings.revision, settings.adapter, settings.adapter_revision)
-    engine = Engine(loaded, settings.limits)
-    repeat_identical = engine.warmup()
+    loaded = loaded or load(settings.model, settings.revision, settings.adapter, settings.adapter_revision,
+                            vision=settings.vision, vision_tower=settings.vision_tower)
+    engine = Engine(loaded, settings.limits, settings.image_limits, settings.image_layout)
+    # warmup=False: the Space on ZeroGPU, where the main process holds only emulated CUDA tensors
+    repeat_identical = engine.warmup() if warmup else None
     service = DecisionService(engine, decide, window_ms=settings.batch_window_ms,
                               max_batch=settings.max_batch_requests, max_queued=settings.max_queued_requests)
     info = loaded.info
@@ -34,11 +37,18 @@ def build_context(settings: Settings, decide: Callable | None = None, chat: Call
         "ok": True, "model": info["model"], "served_model_name": settings.served_name, "revision": info["revision"],
         "adapter": info["adapter"], "weights_verified": info["weights_verified"], "hub_offline": info["hub_offline"],
         "warmup": {"repeat_identical": repeat_identical}, "kernels": info["kernels"], "device": info["device"],
-        "dtype": info["dtype"], "versions": versions(), "accepts_images": False,
+        "dtype": info["dtype"], "versions": versions(), "accepts_images": engine.accepts_images,
         "limits": vars(settings.limits),
     }
+    if engine.accepts_images:
+        health.update(image_layout=engine.image_layout, image_limits=vars(settings.image_limits),
+                      vision_tower=settings.vision_tower)
+    chat_engine = chat_engine or ChatEngine(loaded, settings.limits,
+                                            system_prompt=getattr(settings, "system_prompt", None),
+                                            max_output_tokens=getattr(settings, "max_output_tokens", None) or 4096)
     return Context(service=service, served_name=settings.served_name, auth=ApiKey(settings.api_key),
-                   limits=settings.limits, aliases=settings.model_aliases, health=health, chat=chat)
+                   limits=settings.limits, aliases=settings.model_aliases, health=health,
+                   chat=chat or chat_engine.generate, chat_engine=chat_engine)
 
 
 def api_routes(ctx: Context) -> list:

@@ -1,0 +1,314 @@
+"""Tool calls, stop strings, keep-alives, mid-stream errors and client disconnects on /v1/chat/completions.
+
+The demo model can't decide to call a tool, so the model here is scripted: a module whose logits put all
+the mass on the next token of a fixed script, chosen by `script=<name>` in the last user message. Everything
+after the model is the real code: blink.chat.ChatEngine's decode loop (sampling, detokenization, stop
+strings), the real app (blink.server.build_context / create_app) on uvicorn on loopback, the real `openai`
+SDK and raw HTTP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import threading
+import time
+from types import SimpleNamespace
+
+import httpx
+import openai
+import pytest
+import torch
+
+from conftest import free_port
+
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+                                      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
+    {"type": "function", "function": {"name": "search", "description": "Web search",
+                                      "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}},
+]
+
+SCRIPTS = {
+    "tagged": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+    "tagged2": ('I will look both up.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n'
+                '</tool_call>\n<tool_call>\n{"name": "search", "arguments": {"q": "Oslo events"}}\n</tool_call>'),
+    "xml": ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
+            "</tool_call>"),
+    "namexml": '<function_call><name>get_weather</name><arguments>{"city": "Paris"}</arguments></function_call>',
+    "bare": '{"name": "get_weather", "arguments": {"city": "Paris"}}',
+    "fenced": '```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```',
+    "prose": 'A call looks like {"name": "get_weather", "arguments": {"city": "Paris"}} in JSON.',
+    "plain": "The weather in Paris is mild today, with light wind from the west.",
+    "stopper": "alpha beta STOP gamma delta",
+}
+FORMATS = ["tagged", "xml", "namexml", "bare", "fenced"]
+
+
+class ScriptedModel(torch.nn.Module):
+    """A stand-in for the network only: the next token comes from a script, not from weights.
+    Script `forever` never ends (for disconnects); `slow` waits before its first token (keep-alives);
+    `boom` fails after a few tokens (errors mid-stream)."""
+
+    def __init__(self, config, tokenizer, step_delay: float = 0.0):
+        super().__init__()
+        self.config = config
+        self.generation_config = SimpleNamespace(eos_token_id=tokenizer.eos_token_id, do_sample=False)
+        self.tokenizer = tokenizer
+        self.anchor = torch.nn.Parameter(torch.zeros(1))
+        self.vocab = len(tokenizer)
+        self.step_delay = step_delay
+        self.forwards = 0
+
+    def forward(self, input_ids, cache=None, **kwargs):
+        self.forwards += 1
+        state = getattr(cache, "_script", None)
+        if state is None:  # prefill: pick the script named in the prompt
+            prompt = self.tokenizer.decode(input_ids[0].tolist())
+            name = re.findall(r"script=(\w+)", prompt)[-1]
+            state = cache._script = {"name": name, "queue": [], "steps": 0}
+            if name == "slow":
+                time.sleep(1.2)
+                state["queue"] = self.tokenizer.encode("finally here")
+            elif name in SCRIPTS:
+                state["queue"] = self.tokenizer.encode(SCRIPTS[name])
+        state["steps"] += 1
+        if state["name"] == "forever":
+            time.sleep(0.02)
+            token = self.tokenizer.encode(" tick")[0]
+        elif state["name"] == "boom" and state["steps"] > 3:
+            raise RuntimeError("the accelerator caught fire")
+        elif state["name"] == "boom":
+            token = self.tokenizer.encode(" ok")[0]
+        else:
+            token = state["queue"].pop(0) if state["queue"] else self.tokenizer.eos_token_id
+        time.sleep(self.step_delay)
+        logits = torch.full((1, 1, self.vocab), -1e4)
+        logits[0, 0, token] = 1e4
+        return SimpleNamespace(logits=logits)
+
+
+class Served:
+    def __init__(self, app):
+        import uvicorn
+
+        self.port = free_port()
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.time() + 30
+        while not self.server.started:
+            assert time.time() < deadline, "uvicorn did not start"
+            time.sleep(0.05)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def stop(self):
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def scripted(demo_dir):
+    from blink.chat import ChatEngine
+    from blink.loading import Loaded, load
+    from blink.server import build_context, create_app
+    from blink.settings import Settings
+    from blink.auth import ApiKey
+
+    loaded = load(str(demo_dir))
+    model = ScriptedModel(loaded.model.config, loaded.tokenizer)
+    engine = ChatEngine(Loaded(model, loaded.tokenizer, loaded.root))
+    ctx = build_context(Settings(model=str(demo_dir), served_model_name="blink-scripted"), loaded=loaded,
+                        chat=engine.generate, chat_engine=engine)
+    open_server = Served(create_app(ctx))
+    keyed = Served(create_app(dataclasses.replace(ctx, auth=ApiKey("sekret-key-123"))))
+    yield SimpleNamespace(url=open_server.url, keyed_url=keyed.url, model=model, ctx=ctx, tokenizer=loaded.tokenizer)
+    open_server.stop()
+    keyed.stop()
+
+
+@pytest.fixture(scope="module")
+def client(scripted):
+    return openai.OpenAI(base_url=scripted.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def ask(name: str) -> list[dict]:
+    return [{"role": "user", "content": f"What's the weather in Paris? script={name}"}]
+
+
+def collect_stream(stream):
+    content, calls, finishes, chunks = "", {}, [], 0
+    for chunk in stream:
+        chunks += 1
+        for choice in chunk.choices:
+            delta = choice.delta
+            content += delta.content or ""
+            for call in delta.tool_calls or []:
+                assert call.index is not None  # Open WebUI drops calls without an index
+                slot = calls.setdefault(call.index, {"id": call.id, "name": "", "arguments": ""})
+                slot["name"] += call.function.name or ""
+                slot["arguments"] += call.function.arguments or ""
+            if choice.finish_reason:
+                finishes.append(choice.finish_reason)
+    return content, [calls[i] for i in sorted(calls)], finishes
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_tool_call_formats_non_streamed(client, name):
+    out = client.chat.completions.create(model="blink-scripted", messages=ask(name), tools=TOOLS)
+    choice = out.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content is None
+    [call] = choice.message.tool_calls
+    assert call.type == "function" and call.id.startswith("call_")
+    assert call.function.name == "get_weather"
+    assert json.loads(call.function.arguments) == {"city": "Paris"}
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_tool_call_formats_streamed(client, name):
+    stream = client.chat.completions.create(model="blink-scripted", messages=ask(name), tools=TOOLS, stream=True)
+    content, calls, finishes = collect_stream(stream)
+    assert finishes == ["tool_calls"]
+    assert content == ""  # no raw markup leaked as text
+    assert [c["name"] for c in calls] == ["get_weather"]
+    assert json.loads(calls[0]["arguments"]) == {"city": "Paris"}
+
+
+def test_text_then_two_calls_streamed_and_not(client):
+    out = client.chat.completions.create(model="blink-scripted", messages=ask("tagged2"), tools=TOOLS)
+    msg = out.choices[0].message
+    assert out.choices[0].finish_reason == "tool_calls"
+    assert msg.content == "I will look both up."
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in msg.tool_calls] == [
+        ("get_weather", {"city": "Oslo"}), ("search", {"q": "Oslo events"})]
+    stream = client.chat.completions.create(model="blink-scripted", messages=ask("tagged2"), tools=TOOLS, stream=True)
+    content, calls, finishes = collect_stream(stream)
+    assert content.strip() == "I will look both up." and finishes == ["tool_calls"]
+    assert [c["name"] for c in calls] == ["get_weather", "search"]
+
+
+def test_prose_mentioning_json_is_not_a_call(client):
+    out = client.chat.completions.create(model="blink-scripted", messages=ask("prose"), tools=TOOLS)
+    assert out.choices[0].finish_reason == "stop"
+    assert out.choices[0].message.tool_calls is None
+    assert out.choices[0].message.content == SCRIPTS["prose"]
+    content, calls, finishes = collect_stream(
+        client.chat.completions.create(model="blink-scripted", messages=ask("prose"), tools=TOOLS, stream=True))
+    assert content == SCRIPTS["prose"] and calls == [] and finishes == ["stop"]
+
+
+def test_without_tools_call_markup_is_plain_text(client):
+    out = client.chat.completions.create(model="blink-scripted", messages=ask("tagged"))
+    assert out.choices[0].finish_reason == "stop" and out.choices[0].message.content == SCRIPTS["tagged"]
+    out = client.chat.completions.create(model="blink-scripted", messages=ask("tagged"), tools=TOOLS,
+                                         tool_choice="none")
+    assert out.choices[0].message.tool_calls is None
+
+
+def test_plain_text_with_tools_streams_in_several_chunks(client):
+    stream = client.chat.completions.create(model="blink-scripted", messages=ask("plain"), tools=TOOLS, stream=True)
+    pieces = [c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content]
+    assert len(pieces) > 5 and "".join(pieces) == SCRIPTS["plain"]
+
+
+def test_tool_round_trip_history_is_accepted(client):
+    messages = ask("plain") + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "18C, sunny"},
+        {"role": "user", "content": "And so? script=plain"},
+    ]
+    out = client.chat.completions.create(model="blink-scripted", messages=messages, tools=TOOLS)
+    assert out.choices[0].message.content == SCRIPTS["plain"]
+
+
+def test_stop_strings_end_generation_and_are_not_sent(client):
+    out = client.chat.completions.create(model="blink-scripted", messages=ask("stopper"), stop=["STOP", "zzz"])
+    assert out.choices[0].message.content == "alpha beta " and out.choices[0].finish_reason == "stop"
+    stream = client.chat.completions.create(model="blink-scripted", messages=ask("stopper"), stop="P ga", stream=True)
+    content, _, finishes = collect_stream(stream)
+    assert content == "alpha beta STO"  # a stop string across token boundaries, held back then dropped
+    assert finishes == ["stop"]
+
+
+def test_keep_alive_comments_while_waiting_for_the_first_token(scripted, monkeypatch):
+    from blink import openai_routes
+
+    monkeypatch.setattr(openai_routes, "KEEPALIVE_S", 0.25)
+    body = {"model": "x", "messages": ask("slow"), "stream": True, "stream_options": {"include_usage": True}}
+    lines = []
+    with httpx.stream("POST", scripted.url + "/v1/chat/completions", json=body, timeout=30) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            if line:
+                lines.append(line)
+    first = json.loads(lines[0].removeprefix("data: "))
+    assert first["choices"][0]["delta"]["role"] == "assistant"
+    first_content = next(i for i, ln in enumerate(lines) if '"content":"' in ln and '"content":""' not in ln)
+    assert any(ln == ": keep-alive" for ln in lines[1:first_content])
+    assert lines[-1] == "data: [DONE]"
+    usage = json.loads(lines[-2].removeprefix("data: "))
+    assert usage["choices"] == []
+    assert usage["usage"]["completion_tokens"] == len(scripted.tokenizer.encode("finally here"))
+
+
+def test_error_mid_stream_is_an_sse_error_then_done(scripted, client):
+    with httpx.stream("POST", scripted.url + "/v1/chat/completions", timeout=30,
+                      json={"model": "x", "messages": ask("boom"), "stream": True}) as r:
+        lines = [ln for ln in r.iter_lines() if ln]
+    assert lines[-1] == "data: [DONE]"
+    error = json.loads(lines[-2].removeprefix("data: "))["error"]
+    assert "accelerator caught fire" in error["message"] and error["type"] == "internal_error"
+    with pytest.raises(openai.APIError) as info:
+        for _ in client.chat.completions.create(model="x", messages=ask("boom"), stream=True):
+            pass
+    assert "accelerator caught fire" in info.value.message
+    # and the server keeps serving
+    assert client.chat.completions.create(model="x", messages=ask("plain")).choices[0].message.content
+
+
+def test_disconnect_mid_stream_stops_generation(scripted):
+    """The client reads a few chunks of an endless generation and hangs up: generation must stop within a
+    few tokens (counted at the model)."""
+    model = scripted.model
+    body = {"model": "x", "messages": ask("forever"), "stream": True, "max_tokens": 3000}
+    with httpx.stream("POST", scripted.url + "/v1/chat/completions", json=body, timeout=30) as r:
+        seen = 0
+        for line in r.iter_lines():
+            if '"content":" tick' in line:
+                seen += 1
+                if seen == 10:
+                    break
+        at_disconnect = model.forwards
+    time.sleep(1.0)  # 50 tokens' worth of time at 20 ms a token
+    after = model.forwards
+    time.sleep(0.5)
+    assert model.forwards == after, "generation still running after the client left"
+    assert after - at_disconnect <= 5, f"{after - at_disconnect} tokens generated after the disconnect"
+
+
+def test_disconnect_non_streamed_stops_generation(scripted):
+    model = scripted.model
+    body = {"model": "x", "messages": ask("forever"), "max_tokens": 3000}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(scripted.url + "/v1/chat/completions", json=body, timeout=0.8)
+    at_disconnect = model.forwards
+    time.sleep(2.0)  # the route checks for a vanished client about once a second
+    after = model.forwards
+    time.sleep(0.5)
+    assert model.forwards == after, "generation still running after the client left"
+    assert after - at_disconnect <= 5, f"{after - at_disconnect} tokens generated after the disconnect"
+
+
+def test_api_key_on_openai_routes(scripted):
+    bad = openai.OpenAI(base_url=scripted.keyed_url + "/v1", api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as info:
+        bad.chat.completions.create(model="x", messages=ask("plain"))
+    assert "API key" in info.value.message and info.value.code == "invalid_api_key"
+    with pytest.raises(openai.AuthenticationError):
+        bad.decisions.create(model="x", input="hi", questions=[{"type": "predicate", "instructions": "Is it?"}])
+    good = openai.OpenAI(base_url=scripted.keyed_url + "/v1", api_key="sekret-key-123", max_retries=0)
+    assert good.chat.completions.create(model="x", messages=ask("plain")).choices[0].message.content
