@@ -44,6 +44,7 @@ GPU_REQUIREMENTS = ROOT / "requirements.txt"
 HARDWARE = {"zerogpu": "zero-a10g"}  # spaces.toml name -> Hub flavour (ZeroGPU is still "zero-a10g")
 GPU_SIZES = ("large", "xlarge")
 ZEROGPU_TORCH = ("2.8.0", "2.9.1", "2.10.0", "2.11.0")  # the torch versions ZeroGPU lists
+TORCHVISION_FOR = {"2.8.0": "0.23.0", "2.9.1": "0.24.1", "2.10.0": "0.25.0", "2.11.0": "0.26.0"}
 PYTHON_VERSIONS = ("3.10", "3.12", "3.10.13", "3.12.12")  # the Pythons ZeroGPU lists
 IMAGE_LAYOUTS = ("inline", "first")
 COLORS = ("red", "yellow", "green", "blue", "indigo", "purple", "pink", "gray")
@@ -220,10 +221,22 @@ def template_value(value):
     raise ValueError(f"must be a string, number or boolean, got {type(value).__name__}")
 
 
-def gpu_seconds(value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 300:
-        raise ValueError(f"must be whole seconds, 1-300; got {value!r}")
-    return value
+def int_in(lo: int, hi: int):
+    def check(value) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            raise ValueError(f"must be a whole number {lo}-{hi}; got {value!r}")
+        return value
+
+    return check
+
+
+def positive(hi: float):
+    def check(value) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value <= hi):
+            raise ValueError(f"must be a number above 0, at most {hi}; got {value!r}")
+        return value
+
+    return check
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -256,15 +269,27 @@ SPACE_KEYS = {
 VISION_KEYS = {
     "enabled": (boolean, False),
     "tower": (tower, None),
-    "image_layout": (choice(IMAGE_LAYOUTS), "inline"),
+    "image_layout": (choice(IMAGE_LAYOUTS), None),  # None: the engine's default
 }
+# GPU seconds each call requests: estimated from its token counts (blink/durations.py), clamped to bounds
 HARDWARE_KEYS = {
     "type": (choice(tuple(HARDWARE)), "zerogpu"),
     "size": (choice(GPU_SIZES), "large"),
-    "duration_min": (gpu_seconds, 5),
-    "duration_max": (gpu_seconds, 120),
+    "duration_min_s": (int_in(1, 600), 5),
+    "duration_max_s": (int_in(1, 600), 60),  # decisions
+    "chat_duration_max_s": (int_in(1, 600), 120),  # chat turns
+    "duration_overhead_s": (positive(600), 4.0),
+    "duration_headroom": (positive(100), 1.5),
+    "prefill_s_per_token": (positive(10), 1e-3),  # the prior, until the Space's own calls calibrate it
+    "decode_s_per_token": (positive(10), 0.08),
 }
 LIMIT_KEYS = {name: (knob(name), default) for name, (_, default) in LIMIT_KNOBS.items()}
+LIMIT_KEYS.update({
+    "max_output_tokens": (int_in(1, 262144), 1024),  # per chat turn (a request's max_tokens is clamped to it)
+    "ui_chat_max_tokens": (int_in(1, 262144), 512),  # the Chat tab's turns
+    "queue_max_size": (int_in(1, 10000), 64),  # Gradio's queue (UI events)
+    "queue_concurrency": (int_in(1, 64), 8),
+})
 SUBTABLES = {"vision": VISION_KEYS, "limits": LIMIT_KEYS, "hardware": HARDWARE_KEYS, "chat_template": None}
 FLEET_KEYS = {
     "owner": (repo_name, None),
@@ -350,9 +375,10 @@ def parse_space(name: str, table) -> Space:
     if parts["vision"]["tower"] and not parts["vision"]["enabled"]:
         raise ConfigError(where, "vision.tower", "a vision tower needs vision.enabled = true")
     hw = parts["hardware"]
-    if hw["duration_min"] > hw["duration_max"]:
-        raise ConfigError(where, "hardware.duration_min",
-                          f"{hw['duration_min']} is above hardware.duration_max ({hw['duration_max']})")
+    for cap in ("duration_max_s", "chat_duration_max_s"):
+        if hw["duration_min_s"] > hw[cap]:
+            raise ConfigError(where, "hardware.duration_min_s",
+                              f"{hw['duration_min_s']} is above hardware.{cap} ({hw[cap]})")
     values["served_model_name"] = values["served_model_name"] or name
     values["title"] = values["title"] or name
     if values["served_model_name"] in values["model_aliases"]:
@@ -391,6 +417,12 @@ def check_requirements() -> str:
     if gpu.get("torch") not in ZEROGPU_TORCH:
         raise ConfigError("requirements.txt", "torch",
                           f"=={gpu.get('torch')} is not a ZeroGPU torch ({', '.join(ZEROGPU_TORCH)})")
+    if "torchvision" in gpu and gpu["torchvision"] != TORCHVISION_FOR[gpu["torch"]]:
+        raise ConfigError("requirements.txt", "torchvision",
+                          f"=={gpu['torchvision']} does not match torch=={gpu['torch']} "
+                          f"(use =={TORCHVISION_FOR[gpu['torch']]})")
+    if "fla-core" in gpu and gpu["fla-core"] != gpu.get("flash-linear-attention"):
+        raise ConfigError("requirements.txt", "fla-core", "must equal the flash-linear-attention version")
     for name in ("spaces", "transformers", "flash-linear-attention", "peft", "safetensors", "huggingface-hub",
                  "fastapi", "uvicorn"):
         if name not in gpu:
@@ -455,14 +487,23 @@ def space_config(space: Space) -> str:
         ("TITLE", v["title"], None),
         ("DESCRIPTION", v["description"], None),
         ("CAVEAT", v["caveat"], "shown in the UI (None: no caveat)"),
-        ("SYSTEM_PROMPT", v["system_prompt"], "prepended to chats that bring no system message (None: none)"),
+        ("SYSTEM_PROMPT", v["system_prompt"], "prepended when a conversation has no system message"),
         ("CHAT_TEMPLATE_KWARGS", dict(space.chat_template), "keyword arguments for the chat template"),
+        ("MAX_OUTPUT_TOKENS", space.limits["max_output_tokens"], "per chat turn"),
+        ("UI_CHAT_MAX_TOKENS", space.limits["ui_chat_max_tokens"], "the Chat tab's turns"),
         ("VISION", vision["enabled"], "accept images"),
         ("VISION_TOWER", vision["tower"], "repo@revision of a vision tower for a text model (None: the model's own)"),
-        ("IMAGE_LAYOUT", vision["image_layout"], "image tokens at the state's placeholders (inline) or first"),
-        ("GPU_SIZE", hw["size"], "@spaces.GPU(size=...): large (half a GPU) or xlarge (a full one, 2x quota)"),
-        ("GPU_DURATION_MIN", hw["duration_min"], "seconds: the shortest and longest GPU call to request"),
-        ("GPU_DURATION_MAX", hw["duration_max"], None),
+        ("IMAGE_LAYOUT", vision["image_layout"], "inline | first (None: the engine's default)"),
+        ("GPU_SIZE", hw["size"], "large (half a GPU, 1x quota) or xlarge (a whole GPU, 2x quota)"),
+        ("DURATION_MIN_S", hw["duration_min_s"], "GPU seconds a call requests, clamped to these bounds"),
+        ("DURATION_MAX_S", hw["duration_max_s"], "decisions"),
+        ("CHAT_DURATION_MAX_S", hw["chat_duration_max_s"], "chat turns"),
+        ("DURATION_OVERHEAD_S", hw["duration_overhead_s"], None),
+        ("DURATION_HEADROOM", hw["duration_headroom"], None),
+        ("PREFILL_S_PER_TOKEN", hw["prefill_s_per_token"], "the prior until the Space's calls calibrate it"),
+        ("DECODE_S_PER_TOKEN", hw["decode_s_per_token"], None),
+        ("QUEUE_MAX_SIZE", space.limits["queue_max_size"], "Gradio's queue (UI events)"),
+        ("QUEUE_CONCURRENCY", space.limits["queue_concurrency"], None),
     ]
     lines = [
         f'"""What the Space `{space.name}` serves and its limits.',
@@ -649,8 +690,9 @@ def files_of(folder: Path) -> list[str]:
     return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
 
 
-def verify_space(space: Space, folder: Path) -> None:
-    """The built folder: shared files byte-identical to the source, nothing else but the generated ones."""
+def verify_space(space: Space, fleet: Fleet, folder: Path) -> None:
+    """The built folder: shared files byte-identical to the source, nothing else but the generated ones,
+    a space_config.py the app accepts, a README whose front matter parses back to what was meant."""
     expected = {rel for _, rel in shared_paths()} | set(GENERATED)
     present = set(files_of(folder))
     if present != expected:
@@ -659,13 +701,31 @@ def verify_space(space: Space, folder: Path) -> None:
     for src, rel in shared_paths():
         if (folder / rel).read_bytes() != src.read_bytes():
             raise ConfigError(f"dist/{space.name}", rel, "differs from the repository's copy")
+    # space_config.py: a module of constants the app's own settings parser accepts
+    namespace: dict = {}
+    exec(compile((folder / "space_config.py").read_text(encoding="utf-8"), "space_config.py", "exec"), namespace)
+    from blink.settings import Settings
+
+    try:
+        Settings.from_values({name: namespace[name.upper()] for name, *_ in KNOBS}, env={})
+    except SystemExit as exc:
+        raise ConfigError(f"[spaces.{space.name}]", None, f"the app would refuse this config: {exc}") from None
+    # README.md: the front matter reads back as written (when PyYAML, which the Hub's parser matches, is here)
+    try:
+        import yaml
+    except ImportError:
+        return
+    text = (folder / "README.md").read_text(encoding="utf-8")
+    head = text.split("---\n", 2)[1] if text.startswith("---\n") else ""
+    if yaml.safe_load(head) != front_matter(space, fleet):
+        raise ConfigError(f"dist/{space.name}", "README.md", "front matter does not read back as written")
 
 
 def build(fleet: Fleet, out: Path) -> dict[str, list[str]]:
     built = {}
     for space in fleet.spaces:
         built[space.name] = build_space(space, fleet, out / space.name)
-        verify_space(space, out / space.name)
+        verify_space(space, fleet, out / space.name)
     return built
 
 
@@ -682,6 +742,7 @@ def plan(space: Space, fleet: Fleet, files: list[str], env=None) -> list[str]:
         f"  url:      https://huggingface.co/spaces/{repo}  (app: https://{host(fleet.owner, space.name)})",
         f"  repo:     create or update {repo} (type space, sdk gradio, {'private' if space.private else 'public'})",
         f"  hardware: {space.flavor} (ZeroGPU, size {space.hardware['size']})",
+        f"  preload:  {', '.join(front_matter(space, fleet)['preload_from_hub'])} (at build, README preload_from_hub)",
         f"  secrets:  BLINK_API_KEY " + (f"<- ${secret} (set)" if has_key else
                                           f"(${secret} not set: the Space's existing secret is left as it is)"),
         f"  upload:   {len(files)} files; remote files not among them are deleted",

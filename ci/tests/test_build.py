@@ -105,7 +105,7 @@ def test_space_config_is_importable_and_complete(dist, name):
     table = TABLES[name]
     wanted = [knob.upper() for knob, *_ in KNOBS] + [
         "TITLE", "DESCRIPTION", "CAVEAT", "SYSTEM_PROMPT", "CHAT_TEMPLATE_KWARGS", "VISION", "VISION_TOWER",
-        "IMAGE_LAYOUT", "GPU_SIZE", "GPU_DURATION_MIN", "GPU_DURATION_MAX"]
+        "IMAGE_LAYOUT", "GPU_SIZE", "DURATION_MIN_S", "DURATION_MAX_S", "CHAT_DURATION_MAX_S", "MAX_OUTPUT_TOKENS"]
     missing = [n for n in wanted if not hasattr(config, n)]
     assert not missing, f"space_config.py lacks {missing}"
     assert config.MODEL == table["model"] and config.REVISION == table["revision"]
