@@ -544,8 +544,23 @@ class Mapped:
         return out
 
 
-def _parts_text(content: Any, *loc, allow_json: bool = True) -> Any:
-    """Decision input content: a string, or text/JSON parts (images refused). A lone JSON part stays JSON."""
+def _image_placeholder(part: dict, images: list, loc: tuple) -> str:
+    """An `input_image` / `image_url` part as a System One asset: the data URL's bytes under a placeholder
+    that stands where the image was (the engine refuses it if the model reads text only)."""
+    url = part.get("image_url")
+    url = url.get("url") if isinstance(url, dict) else url
+    if not isinstance(url, str) or not url.startswith("data:image/") or ";base64," not in url:
+        raise bad("an image part needs a data URL (data:image/png;base64,...): this server fetches nothing",
+                  *loc, "image_url", kind="invalid_image_url")
+    placeholder = f"<image:input-{len(images)}>"
+    fmt = url[len("data:image/"):url.index(";")]
+    images.append((placeholder, {"type": "image", "format": fmt, "data_base64": url.split(",", 1)[1]}))
+    return placeholder
+
+
+def _parts_text(content: Any, *loc, allow_json: bool = True, images: list | None = None) -> Any:
+    """Decision input content: a string, or text/JSON/image parts. A lone JSON part stays JSON; images
+    become placeholders (collected in `images`)."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -566,14 +581,14 @@ def _parts_text(content: Any, *loc, allow_json: bool = True) -> Any:
             texts.append(json.dumps(part.get("data"), ensure_ascii=False))
         elif kind == "refusal":
             texts.append(str(part.get("refusal", "")))
-        elif kind in IMAGE_PARTS:
-            raise bad(TEXT_ONLY + " (images are not supported yet)", *loc, i, kind="images_unsupported")
+        elif kind in IMAGE_PARTS and images is not None:
+            texts.append(_image_placeholder(part, images, (*loc, i)))
         else:
             raise bad(f"unsupported content part type {kind!r}", *loc, i, "type")
     return "\n".join(texts)
 
 
-def _input_state(value: Any) -> Any:
+def _input_state(value: Any, images: list) -> Any:
     if isinstance(value, str):
         return value
     if not isinstance(value, list) or not value:
@@ -588,7 +603,8 @@ def _input_state(value: Any) -> Any:
             role = item.get("role")
             if role not in ("user", "developer", "system", "assistant"):
                 raise bad(f"`role` must be user, developer, system or assistant; got {role!r}", "input", i, "role")
-            items.append((role, _parts_text(item.get("content"), "input", i, "content", allow_json=len(value) == 1)))
+            items.append((role, _parts_text(item.get("content"), "input", i, "content", allow_json=len(value) == 1,
+                                            images=images)))
         elif kind in ("function_call", "custom_tool_call"):
             args = item.get("arguments") if kind == "function_call" else item.get("input")
             items.append(("tool call", f"{item.get('name')}({args if isinstance(args, str) else json.dumps(args)})"))
@@ -608,7 +624,8 @@ def to_systemone(body: Any) -> Mapped:
         raise bad("`model` must be a string", "model")
     if "input" not in body:
         raise bad("`input` is required", "input", kind="missing")
-    state = _input_state(body["input"])
+    images: list = []
+    state = _input_state(body["input"], images)
     questions = body.get("questions")
     if questions is None:
         raise bad("`questions` is required", "questions", kind="missing")
@@ -671,6 +688,8 @@ def to_systemone(body: Any) -> Mapped:
         else:
             raise bad(f"`type` must be predicate, choice or score; got {kind!r}", qid, "type")
     mapped = {"state": state, "questions": out_questions}
+    if images:
+        mapped["assets"] = dict(images)
     if isinstance(body.get("model"), str):
         mapped["model"] = body["model"]
     return Mapped(mapped, plan)

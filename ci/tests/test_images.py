@@ -181,3 +181,29 @@ def test_images_list_and_first_layout(vision_root):
             "assets": {"<image:p>": {"type": "image", "format": "png", "data_base64": b64}}})
         assert listed.status_code == 200 and inline.status_code == 200
         assert listed.json()["usage"]["visual_tokens"] == inline.json()["usage"]["visual_tokens"] > 0
+
+
+def test_openai_decisions_input_image_matches_systemone(vision_server):
+    from openai import OpenAI
+
+    b64 = base64.b64encode(png()).decode()
+    client = OpenAI(base_url=vision_server + "/v1", api_key="unused")
+    d = client.decisions.create(model="demo-vision", input=[{"role": "user", "content": [
+        {"type": "input_image", "image_url": f"data:image/png;base64,{b64}"},
+        {"type": "input_text", "text": "What arrived today"}]}], questions=[
+        {"type": "predicate", "name": "red", "instructions": "Is the photo mostly red?"},
+        {"type": "choice", "name": "kind", "instructions": "What is it?",
+         "choices": [{"value": "parcel"}, {"value": "letter"}]}])
+    via_openai = {"red": d.answers[0].probability,
+                  **{p.value: p.probability for p in d.answers[1].probabilities}}
+    native = httpx.post(vision_server + "/v1/systemone", timeout=60, json={
+        "state": "<image:p>\nWhat arrived today", "questions": QUESTIONS,
+        "assets": {"<image:p>": {"type": "image", "format": "png", "data_base64": b64}}})
+    assert close(via_openai, probabilities(native))
+
+
+def test_text_model_refuses_openai_image_parts(server):
+    r = httpx.post(server + "/v1/decisions", json={"model": "demo", "input": [{"role": "user", "content": [
+        {"type": "input_image", "image_url": "data:image/png;base64," + base64.b64encode(png()).decode()}]}],
+        "questions": [{"type": "predicate", "instructions": "Red?"}]})
+    assert 400 <= r.status_code < 500 and "text only" in r.json()["error"]["message"]

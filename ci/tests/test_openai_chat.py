@@ -200,7 +200,7 @@ def test_decisions_images_are_refused(client, served_name):
     with pytest.raises(openai.BadRequestError) as info:
         client.decisions.create(model=served_name, questions=OPENAI_QUESTIONS[:1], input=[
             {"role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}]}])
-    assert "text only" in info.value.message and info.value.param == "input[0].content[0]"
+    assert "text only" in info.value.message
 
 
 def test_decisions_too_many_options_is_400_naming_the_question(server):
