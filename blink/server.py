@@ -43,9 +43,9 @@ def build_context(settings: Settings, decide: Callable | None = None, chat: Call
     if engine.accepts_images:
         health.update(image_layout=engine.image_layout, image_limits=vars(settings.image_limits),
                       vision_tower=settings.vision_tower)
-    chat_engine = chat_engine or ChatEngine(loaded, settings.limits,
-                                            system_prompt=getattr(settings, "system_prompt", None),
-                                            max_output_tokens=getattr(settings, "max_output_tokens", None) or 4096)
+    chat_engine = chat_engine or ChatEngine(loaded, settings.limits, system_prompt=settings.system_prompt,
+                                            max_output_tokens=settings.max_output_tokens,
+                                            enable_thinking=settings.enable_thinking)
     return Context(service=service, served_name=settings.served_name, auth=ApiKey(settings.api_key),
                    limits=settings.limits, aliases=settings.model_aliases, health=health,
                    chat=chat or chat_engine.generate, chat_engine=chat_engine)

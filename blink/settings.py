@@ -94,6 +94,9 @@ KNOBS = [
     ("max_request_tokens", int_range(64, 1048576), Limits.max_request_tokens,
      "tokens the model runs per request (shared state counted once)"),
     ("max_body_bytes", int_range(1024, 1 << 30), Limits.max_body_bytes, "request body size as sent; past it: 413"),
+    ("system_prompt", text, None, "chat: system message prepended when a conversation has none"),
+    ("max_output_tokens", int_range(1, 32768), 4096, "chat: most tokens per reply (a larger max_tokens is lowered)"),
+    ("enable_thinking", flag, False, "chat: let the model think (Qwen3.5's <think> block) before it answers"),
     ("vision", flag, False, "accept images with the model's own vision tower (1/0)"),
     ("vision_tower", text, None, "accept images with a matching base model's vision tower, repo@revision"),
     ("image_layout", layout, "inline", "image tokens at their placeholders (inline) or before the state (first)"),
@@ -124,6 +127,9 @@ class Settings:
     max_context_tokens: int = Limits.max_context_tokens
     max_request_tokens: int = Limits.max_request_tokens
     max_body_bytes: int = Limits.max_body_bytes
+    system_prompt: str | None = None
+    max_output_tokens: int = 4096
+    enable_thinking: bool = False
     vision: bool = False
     vision_tower: str | None = None
     image_layout: str = "inline"
