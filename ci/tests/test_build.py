@@ -24,7 +24,7 @@ import yaml
 
 from conftest import ROOT, running
 
-SHARED = ("app.py", "auth.py", "theme.py", "requirements.txt")
+from build import SHARED_FILES as SHARED  # the fleet's shared files, as build.py copies them
 MISSING = [name for name in SHARED if not (ROOT / name).is_file()]
 
 
