@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 
 from .answers import answer
-from .errors import EngineFailure, InvalidRequest
+from .errors import BlinkError, EngineFailure, InvalidRequest
 from .executor import Executor, Prompt
 from .images import ImageLimits, has_images, image_usage, load_images, place_images
 from .limits import Limits
@@ -110,13 +110,32 @@ class Engine:
                         results.append(("error", f"{type(one).__name__}: {one}"))
         return {"results": results, "compute_s": time.perf_counter() - start}
 
+    def decide_many(self, bodies: list) -> list[dict | BlinkError]:
+        """Many requests decided in ONE model call, in this thread: each gets its answers, or its own error
+        (a bad request doesn't stop the others)."""
+        prepared: list[Prepared | BlinkError] = []
+        for body in bodies:
+            try:
+                prepared.append(self.prepare(body))
+            except BlinkError as error:
+                prepared.append(error)
+        ready = [p for p in prepared if isinstance(p, Prepared)]
+        results = iter(self.score_many([p.prompts for p in ready])["results"] if ready else [])
+        out = []
+        for p in prepared:
+            if isinstance(p, BlinkError):
+                out.append(p)
+                continue
+            status, scores = next(results)
+            out.append(self.answer(p, scores) if status == "ok" else EngineFailure(scores))
+        return out
+
     def decide(self, body) -> dict:
         """Prepare, score and answer one request in this thread (warm-up, tests, tools)."""
-        prepared = self.prepare(body)
-        status, scores = self.score_many([prepared.prompts])["results"][0]
-        if status != "ok":
-            raise EngineFailure(scores)
-        return self.answer(prepared, scores)
+        (result,) = self.decide_many([body])
+        if isinstance(result, BlinkError):
+            raise result
+        return result
 
     def warmup(self) -> bool:
         """Run a fixed request twice; True when both answers are identical (determinism check)."""

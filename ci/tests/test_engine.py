@@ -78,3 +78,14 @@ def test_score_many_gives_each_request_its_own_outcome(engine):
     out = engine.score_many([good, broken, good])["results"]
     assert [status for status, _ in out] == ["ok", "error", "ok"]
     assert out[0][1] == out[2][1]
+
+
+def test_decide_many_each_request_its_own_answers_or_error(engine):
+    bad = {"state": "s", "questions": {"q": {"type": "boolean"}}}
+    other = {"state": "another state entirely", "questions": {"x": {"type": "noul", "instructions": "Yes?"}}}
+    out = engine.decide_many([REQUEST, bad, other])
+    alone = engine.decide(REQUEST)  # batched with others: equal within float tolerance, not bit for bit
+    assert abs(out[0]["refund"]["noul"] - alone["refund"]["noul"]) < 1e-5
+    assert out[0]["team"]["choice"] == alone["team"]["choice"]
+    assert isinstance(out[1], InvalidRequest) and out[1].loc == ["body", "questions", "q"]
+    assert abs(out[2]["x"]["noul"] - engine.decide(other)["x"]["noul"]) < 1e-5
