@@ -24,6 +24,17 @@ MAX_LEVELS = 10
 MAX_CONTEXT_TOKENS = 32768
 MAX_REQUEST_TOKENS = 65536
 MAX_BODY_BYTES = 16 * 1024 * 1024
+SYSTEM_PROMPT = None  # chat: prepended when a conversation has no system message
+MAX_OUTPUT_TOKENS = 1024  # chat: most tokens per reply (a request's max_tokens is clamped to this)
+MAX_CONCURRENT_CHATS = 4  # chat: generations at once; past it HTTP 529 + Retry-After
+ENABLE_THINKING = False  # chat: Qwen3.5's <think> block off
+VISION = False  # blink-4b reads text only
+VISION_TOWER = None  # "repo@revision" of a matching base model's vision tower, to accept images
+IMAGE_LAYOUT = "inline"  # image tokens at their placeholders ("inline") or before the state ("first")
+MAX_IMAGES = 2
+MAX_IMAGE_BYTES = 8 * 1024 * 1024
+MAX_IMAGE_PIXELS = 2_088_960
+MAX_IMAGE_SOURCE_PIXELS = 20_000_000
 
 # --- what users read ---------------------------------------------------------------------------------------
 TITLE = "blink-4b"
@@ -33,15 +44,8 @@ CAVEAT = ("blink-4b is a small model: its probabilities are calibrated guesses, 
           "Check important answers before acting on them.")
 
 # --- chat --------------------------------------------------------------------------------------------------
-SYSTEM_PROMPT = None  # prepended when a conversation has no system message
-CHAT_TEMPLATE_KWARGS = {"enable_thinking": False}
-MAX_OUTPUT_TOKENS = 1024  # per chat turn (the request's max_tokens is clamped to this)
+CHAT_TEMPLATE_KWARGS = {"enable_thinking": False}  # kept in step with ENABLE_THINKING (which wins)
 UI_CHAT_MAX_TOKENS = 512  # the Chat tab's turns
-
-# --- vision (blink-4b reads text only) ---------------------------------------------------------------------
-VISION = False
-VISION_TOWER = None
-IMAGE_LAYOUT = None
 
 # --- ZeroGPU -----------------------------------------------------------------------------------------------
 GPU_SIZE = "large"  # "large" (half a GPU, 1x quota) or "xlarge" (a whole GPU, 2x quota)

@@ -26,6 +26,7 @@ class Context:
     chat: Callable[..., Any] | None = None
     # the main-process half of chat (render, token budget): a blink.chat.ChatEngine
     chat_engine: Any = None
+    max_concurrent_chats: int = 4
     # extra health figures computed on request (e.g. the Space's GPU-duration accounting)
     live_health: list[Callable[[], dict]] = field(default_factory=list)
     created: int = field(default_factory=lambda: int(time.time()))

@@ -28,6 +28,7 @@ import json
 import logging
 import math
 import os
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
 from .context import Context
-from .errors import BlinkError, EngineFailure, InvalidRequest, PayloadTooLarge, Unauthorized
+from .errors import BlinkError, EngineFailure, InvalidRequest, Overloaded, PayloadTooLarge, Unauthorized
 from .http import json_response, new_request_id, read_request
 from .service import Timing
 
@@ -334,7 +335,36 @@ def _tool_names(tools: list[dict] | None) -> list[str] | None:
     return [t["function"]["name"] for t in tools] if tools else None
 
 
+class ChatSlots:
+    """At most `n` chat generations at once; past that a chat gets 529 + Retry-After (the SDKs retry it)
+    instead of slowing every running chat down and queueing without bound."""
+
+    def __init__(self, n: int):
+        self.free = n
+        self.lock = threading.Lock()
+
+    def take(self) -> None:
+        with self.lock:
+            if self.free <= 0:
+                raise Overloaded("blink is busy: every chat slot is generating. Retry after a short delay.")
+            self.free -= 1
+
+    def give(self) -> None:
+        with self.lock:
+            self.free += 1
+
+
+async def releasing(stream, slots: ChatSlots):
+    try:
+        async for item in stream:
+            yield item
+    finally:
+        slots.give()
+
+
 def routes(ctx: Context) -> list[Route]:
+    slots = ChatSlots(ctx.max_concurrent_chats)
+
     def check_auth(request: Request) -> None:
         if not ctx.auth.allows(request.headers.get("authorization")):
             raise Unauthorized(UNAUTHORIZED, kind="invalid_api_key")
@@ -361,8 +391,12 @@ def routes(ctx: Context) -> list[Route]:
         completion_id = "chatcmpl-" + uuid.uuid4().hex[:24]
         created = int(time.time())
         headers = {"x-request-id": request_id, "x-typesafe-request-id": request_id}
+        try:
+            slots.take()
+        except Overloaded as error:
+            return error_response(error, request_id)
         if req.stream:
-            stream = stream_chat(ctx, req, rendered.ids, params, completion_id, created)
+            stream = releasing(stream_chat(ctx, req, rendered.ids, params, completion_id, created), slots)
             return StreamingResponse(stream, media_type="text/event-stream",
                                      headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         try:
@@ -372,6 +406,8 @@ def routes(ctx: Context) -> list[Route]:
         except Exception as exc:  # noqa: BLE001
             log.exception("request %s failed", request_id)
             return error_response(as_blink_error(exc), request_id)
+        finally:
+            slots.give()
         if out is None:  # the client left
             return json_response({"error": {"message": "client disconnected", "type": "invalid_request_error",
                                             "param": None, "code": "client_disconnected"}}, 499, headers)

@@ -48,7 +48,8 @@ def build_context(settings: Settings, decide: Callable | None = None, chat: Call
                                             enable_thinking=settings.enable_thinking)
     return Context(service=service, served_name=settings.served_name, auth=ApiKey(settings.api_key),
                    limits=settings.limits, aliases=settings.model_aliases, health=health,
-                   chat=chat or chat_engine.generate, chat_engine=chat_engine)
+                   chat=chat or chat_engine.generate, chat_engine=chat_engine,
+                   max_concurrent_chats=settings.max_concurrent_chats)
 
 
 def api_routes(ctx: Context) -> list:

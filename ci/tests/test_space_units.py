@@ -1,0 +1,154 @@
+"""In-process checks of the Space's glue (no model): ZeroGPU errors -> HTTP, caller identity through the
+batcher (one caller per GPU call), and the key scrubbed from logs."""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+import time
+
+import gradio as gr
+import pytest
+
+import zerogpu
+from blink.batching import Batcher, batch_caller, request_caller
+from blink.errors import EngineFailure, GPUUnavailable, QuotaExceeded
+
+
+# the titles and messages `spaces` 0.51.3 raises (spaces/zero/client.py, wrappers.py)
+@pytest.mark.parametrize("title,message,cls,status,retry_after", [
+    ("ZeroGPU quota exceeded", "You have exceeded your free ZeroGPU quota (30s requested vs. 7s left). "
+                               "Try again in 1:02:03. ", QuotaExceeded, 429, "3723"),
+    ("ZeroGPU quota exceeded", "You have exceeded your ZeroGPU quota (30s requested vs. 0s left). "
+                               "Try again in 1 day, 0:00:05. ", QuotaExceeded, 429, "86405"),
+    ("ZeroGPU quota exceeded", "Space app has reached its GPU limit. Try re-running outside of examples",
+     QuotaExceeded, 429, "3600"),
+    ("ZeroGPU illegal duration", "The requested GPU duration (900s) is larger than the maximum allowed",
+     QuotaExceeded, 429, "60"),
+    ("ZeroGPU pending credits exceeded", "You have too many ZeroGPU credits allocated to running tasks.",
+     QuotaExceeded, 429, "60"),
+    ("ZeroGPU quota exceeded", "No GPU was available after 60s. Try re-running outside of examples",
+     GPUUnavailable, 503, "30"),
+    ("ZeroGPU queue timeout", "No GPU was available after 60s <a href='x'>Sign up</a>", GPUUnavailable, 503, "30"),
+    ("ZeroGPU client error", "No GPU was available", GPUUnavailable, 503, "10"),
+    ("ZeroGPU client error", "Expired ZeroGPU proxy token", GPUUnavailable, 503, "10"),
+    ("ZeroGPU worker error", "ValueError", EngineFailure, 500, None),
+    ("ZeroGPU worker error", "GPU task aborted", EngineFailure, 500, None),
+])
+def test_zerogpu_errors_map_to_http(title, message, cls, status, retry_after, caplog):
+    error = zerogpu.map_gpu_errors(gr.Error(message, title=title), zero_gpu=True)
+    assert type(error) is cls and error.status == status
+    assert error.headers.get("Retry-After") == retry_after
+    if status == 429:
+        assert error.headers["x-should-retry"] == "false"
+    assert "<a" not in error.message  # HTML toasts stripped
+    if cls is EngineFailure:
+        assert message in caplog.text  # the real reason is logged
+
+
+def test_scheduler_runtime_errors_are_503_only_on_zerogpu():
+    exc = RuntimeError("ZeroGPU API /schedule error: 502 (Bad Gateway)")
+    assert isinstance(zerogpu.map_gpu_errors(exc, zero_gpu=True), GPUUnavailable)
+    assert zerogpu.map_gpu_errors(exc, zero_gpu=False) is exc
+    other = ValueError("ours")
+    assert zerogpu.map_gpu_errors(other, zero_gpu=True) is other
+
+
+def test_caller_identity_becomes_a_gradio_request():
+    caller = zerogpu.caller_from_headers({"x-ip-token": "tok-1", "authorization": "Bearer k"})
+    assert caller == (("x-ip-token", "tok-1"),)  # only the identity header travels
+    assert zerogpu.caller_from_headers({"authorization": "Bearer k"}) is None
+    from gradio.context import LocalContext
+
+    with zerogpu.as_caller(caller):
+        request = LocalContext.request.get()
+        assert request.headers.get("x-ip-token") == "tok-1"  # what spaces reads (client._get_headers)
+    assert LocalContext.request.get(None) is None
+    with zerogpu.as_caller(None):
+        assert LocalContext.request.get() is None
+
+
+def test_a_batch_holds_one_callers_requests_and_runs_as_that_caller():
+    seen: list[tuple] = []
+
+    def run(plans):
+        seen.append((batch_caller.get(), list(plans)))
+        return {"results": [("ok", p) for p in plans], "compute_s": 0.0}
+
+    batcher = Batcher(run, window_s=0.3, max_batch=16, max_queued=64)
+    gate = threading.Event()
+
+    def blocker(plans):  # hold the thread until all jobs are queued, so the window sees them all
+        gate.wait(5)
+        return run(plans)
+
+    batcher.run = blocker
+    jobs = []
+    for caller, plan in [("A", "a0"), ("A", "a1"), ("B", "b0"), ("A", "a2"), (None, "n0"), ("B", "b1")]:
+        ctx = contextvars.copy_context()
+        ctx.run(request_caller.set, caller)
+        jobs.append(ctx.run(batcher.submit, plan))
+    time.sleep(0.05)
+    gate.set()
+    for job in jobs:
+        assert job.future.result(timeout=10)[0] == "ok"
+    by_caller = {}
+    for caller, plans in seen:
+        by_caller.setdefault(caller, []).append(plans)
+    # every GPU call ran as exactly one caller, with only that caller's requests
+    for caller, plans in seen:
+        assert all(p[0] == (caller or "n").lower() for p in plans)
+    assert sorted(p for batches in by_caller.values() for b in batches for p in b) == \
+        ["a0", "a1", "a2", "b0", "b1", "n0"]
+    assert len(seen) <= 4  # a0 alone (already taken), then A, B and None batches at most
+    assert batcher.stats()["queued"] == 0
+
+
+def test_callers_keep_arrival_order_without_a_window():
+    order = []
+    batcher = Batcher(lambda plans: (order.extend(plans), {"results": [("ok", 1)] * len(plans)})[1])
+    jobs = []
+    for i, caller in enumerate(["A", "B", "A", "C"]):
+        ctx = contextvars.copy_context()
+        ctx.run(request_caller.set, caller)
+        jobs.append(ctx.run(batcher.submit, i))
+    for job in jobs:
+        job.future.result(timeout=10)
+    assert order == [0, 1, 2, 3]
+
+
+def test_the_key_is_scrubbed_from_every_log_record(capsys):
+    import auth
+    from blink.settings import Settings
+
+    secret = "sk-unit-Wq93-never-logged"
+    settings = Settings.from_values({"api_key": secret}, env={})
+    key = auth.api_key(settings)
+    assert key.required and secret not in repr(key)
+    handler = logging.StreamHandler()
+    logger = logging.getLogger("blink.test-scrub")
+    logger.addHandler(handler)
+    try:
+        logger.error("oops, the key is %s", secret)
+        logger.error(f"inline {secret} too")
+    finally:
+        logger.removeHandler(handler)
+    err = capsys.readouterr().err
+    assert secret not in err and err.count(auth.REDACTED) == 2
+    assert secret not in auth.describe(key)
+
+
+def test_scheduler_urls_are_scrubbed_from_logs(capsys):
+    zerogpu.keep_tokens_out_of_logs()
+    handler = logging.StreamHandler()
+    logger = logging.getLogger("blink.test-url-scrub")
+    logger.addHandler(handler)
+    try:
+        logger.error('HTTP Request: POST http://x/schedule?taskId=1&durationSeconds=5&token=eyJ.secret.tok "200"')
+        logger.error("POST http://x/release?allowToken=abc123&fail=false")
+    finally:
+        logger.removeHandler(handler)
+    err = capsys.readouterr().err
+    assert "eyJ.secret.tok" not in err and "abc123" not in err and "durationSeconds=5" in err
+    assert logging.getLogger("httpx").level == logging.WARNING

@@ -1,0 +1,199 @@
+"""The Space's ZeroGPU code path, for real, against a fake scheduler on loopback.
+
+`python app.py` runs in ZeroGPU mode (SPACES_ZERO_GPU=true) with the real `spaces` package in a separate
+venv holding a CUDA build of torch (.venv-zerogpu, built by ci/zerogpu-venv.sh when missing: ZeroGPU mode
+cannot import with the CPU build). Only the worker's three device steps are a CPU stand-in
+(ci/tests/zerogpu_entry.py). Each GPU call is scheduled, forked, pickled and released by `spaces` itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import ROOT, running
+from fake_zerogpu import FakeScheduler
+
+VENV = ROOT / ".venv-zerogpu"
+PYTHON = VENV / "bin" / "python"
+
+DECISION = {"state": "I was charged twice for order #8812 and nobody answers my emails.",
+            "questions": {"team": {"type": "choice", "instructions": "Which team should handle this?",
+                                   "criteria": {"billing": "Charges", "shipping": "Parcels", "technical": None}},
+                          "urgent": {"type": "noul", "instructions": "Does this need a reply today?"}}}
+
+
+@pytest.fixture(scope="module")
+def zerogpu_python() -> Path:
+    if not (VENV / ".ready").exists():
+        # one-time: a CUDA build of torch (~5.6 GB) plus the Space's runtime pins
+        subprocess.run(["bash", str(ROOT / "ci" / "zerogpu-venv.sh")], check=True, timeout=1800)
+    return PYTHON
+
+
+@pytest.fixture(scope="module")
+def zspace(demo_root, zerogpu_python, tmp_path_factory):
+    with FakeScheduler() as fake:
+        env = {"SPACES_ZERO_GPU": "true", "SPACES_ZERO_DEVICE_API_URL": fake.url, "BLINK_MODEL": "demo",
+               "BLINK_BATCH_WINDOW_MS": "0", "BLINK_MAX_OUTPUT_TOKENS": "2000", "BLINK_CHAT_DURATION_MAX_S": "90",
+               "ZEROGPU_OFFLOAD_DIR": str(tmp_path_factory.mktemp("zerogpu-offload")),
+               "HOME": str(tmp_path_factory.mktemp("zerogpu-home")), "TOKENIZERS_PARALLELISM": "false"}
+        with running([str(zerogpu_python), str(ROOT / "ci" / "tests" / "zerogpu_entry.py")], demo_root, env=env,
+                     name="space-zerogpu") as url:
+            yield url, fake
+
+
+def health(url: str) -> dict:
+    return httpx.get(url + "/healthz", timeout=10).json()
+
+
+def test_starts_in_zerogpu_mode(zspace):
+    url, fake = zspace
+    h = health(url)
+    assert h["zero_gpu"] is True
+    assert h["warmup"]["repeat_identical"] is None  # no forward pass in the main process on ZeroGPU
+    assert fake.seen("/startup-report"), "spaces' launch hook must report startup to the scheduler"
+
+
+def test_decision_through_the_scheduler_as_the_caller(zspace):
+    from typesafe_sdk import Choice, Noul, TypeSafeClient
+
+    url, fake = zspace
+    mark = fake.mark()
+    with TypeSafeClient(base_url=url, api_key="unused", headers={"x-ip-token": "tok-alice"}) as client:
+        response = client.system_one(
+            state=DECISION["state"],
+            questions={"team": Choice(instructions="Which team should handle this?",
+                                      criteria={"billing": "Charges", "shipping": "Parcels", "technical": None}),
+                       "urgent": Noul(instructions="Does this need a reply today?")})
+    probs = response.answers["team"].probabilities
+    assert set(probs) == {"billing", "shipping", "technical"} and abs(sum(probs.values()) - 1) < 1e-6
+    schedules = fake.since(mark, "/schedule")
+    assert len(schedules) == 1
+    params = schedules[0]["params"]
+    assert params["token"] == "tok-alice"  # the caller's identity reached the scheduler (their own quota)
+    gpu = health(url)["gpu_seconds"]["decide"]
+    assert int(params["durationSeconds"]) == gpu["last_requested_s"]  # the estimate is what was sent
+    assert 1 <= gpu["last_requested_s"] <= 60
+    assert gpu["last_used_s"] > 0  # compute seconds measured in the worker came back
+    releases = fake.since(mark, "/release")
+    assert [r["params"]["allowToken"] for r in releases] == [schedules[0]["allowToken"]]
+    assert releases[0]["params"]["fail"] == "false"
+
+
+def test_streamed_chat_through_the_scheduler(zspace):
+    from openai import OpenAI
+
+    url, fake = zspace
+    mark = fake.mark()
+    client = OpenAI(base_url=url + "/v1", api_key="unused", default_headers={"x-ip-token": "tok-bob"}, max_retries=0)
+    stream = client.chat.completions.create(model="blink-4b", messages=[{"role": "user", "content": "Hello!"}],
+                                            max_tokens=6, stream=True, temperature=0)
+    text, finish = "", None
+    for chunk in stream:
+        if chunk.choices:
+            text += chunk.choices[0].delta.content or ""
+            finish = chunk.choices[0].finish_reason or finish
+    assert finish in ("stop", "length")
+    schedules = fake.since(mark, "/schedule")
+    assert len(schedules) == 1 and schedules[0]["params"]["token"] == "tok-bob"
+    gpu = health(url)["gpu_seconds"]["chat"]
+    assert int(schedules[0]["params"]["durationSeconds"]) == gpu["last_requested_s"]
+    assert fake.wait_for(lambda c: c["path"] == "/release"
+                         and c["params"]["allowToken"] == schedules[0]["allowToken"], timeout=10)
+
+
+def test_ui_decision_through_the_scheduler(zspace):
+    """The UI's Decide button (Gradio event, via gradio_client) takes the same batcher -> GPU path."""
+    from gradio_client import Client
+
+    url, fake = zspace
+    ui = Client(url, verbose=False)
+    example = ui.predict(api_name="/example_sentiment")
+    mark = fake.mark()
+    _, raw = ui.predict(*example, api_name="/decide")
+    assert len(raw["answers"]["sentiment"]["probabilities"]) == 5
+    schedules = fake.since(mark, "/schedule")
+    assert len(schedules) == 1
+    assert int(schedules[0]["params"]["durationSeconds"]) == health(url)["gpu_seconds"]["decide"]["last_requested_s"]
+
+
+REFUSALS = [
+    # scheduler answer, HTTP status, headers the response must carry
+    ("quota", 429, {"retry-after": "3723", "x-should-retry": "false"}),
+    ("illegal", 429, {"x-should-retry": "false"}),
+    ("no_gpu", 503, {"retry-after": "10"}),
+    ("queue_timeout", 503, {"retry-after": "30"}),
+    ("worker_fail", 500, {}),
+]
+
+
+@pytest.mark.parametrize("mode,status,headers", REFUSALS, ids=[r[0] for r in REFUSALS])
+def test_scheduler_refusals_become_http_statuses(zspace, mode, status, headers):
+    url, fake = zspace
+    fake.answer_next(mode)
+    r = httpx.post(url + "/v1/systemone", json=DECISION, headers={"x-ip-token": "tok-carol"}, timeout=120)
+    assert r.status_code == status, r.text
+    for name, value in headers.items():
+        assert r.headers.get(name) == value, (name, dict(r.headers))
+    body = r.json()
+    assert isinstance(body["error"], str) and body["detail"]["error_type"]  # System One's error shape
+    if mode == "worker_fail":
+        assert "worker" in body["error"].lower()
+    # and the Space keeps serving: the next decision goes through (a new worker if the old one failed)
+    ok = httpx.post(url + "/v1/systemone", json=DECISION, headers={"x-ip-token": "tok-carol"}, timeout=120)
+    assert ok.status_code == 200, ok.text
+
+
+def test_refusals_in_the_openai_shape(zspace):
+    from openai import OpenAI, RateLimitError
+
+    url, fake = zspace
+    client = OpenAI(base_url=url + "/v1", api_key="unused", default_headers={"x-ip-token": "tok-dan"}, max_retries=2)
+    fake.answer_next("quota")
+    mark = fake.mark()
+    with pytest.raises(RateLimitError) as info:
+        client.chat.completions.create(model="blink-4b", messages=[{"role": "user", "content": "Hi"}], max_tokens=4)
+    assert info.value.response.headers.get("x-should-retry") == "false"
+    assert isinstance(info.value.body, dict) and info.value.body.get("message")
+    assert len(fake.since(mark, "/schedule")) == 1  # x-should-retry: false: the SDK did not retry
+
+
+def test_streamed_chat_disconnect_releases_the_gpu(zspace):
+    url, fake = zspace
+    mark = fake.mark()
+    body = {"model": "blink-4b", "messages": [{"role": "user", "content": "Tell me a long story."}],
+            "max_tokens": 2000, "stream": True, "temperature": 1.0, "seed": 3}
+    with httpx.Client(timeout=60) as client:
+        with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
+            assert r.status_code == 200
+            for line in r.iter_lines():
+                if line.startswith("data:") and '"content"' in line and '"content":""' not in line:
+                    break
+        closed_at = time.time()
+    schedules = fake.since(mark, "/schedule")
+    assert len(schedules) == 1
+    release = fake.wait_for(lambda c: c["path"] == "/release"
+                            and c["params"]["allowToken"] == schedules[0]["allowToken"], timeout=20)
+    assert release is not None, "the GPU was never released after the client went away"
+    # 2000 tokens take far longer than this on the CPU stand-in: the worker stopped early
+    assert release["time"] - closed_at < 8.0
+    gpu = health(url)["gpu_seconds"]["chat"]
+    assert gpu["calls"] >= 2
+
+
+def test_caller_tokens_never_reach_the_log(zspace):
+    from conftest import ARTIFACTS
+
+    url, fake = zspace
+    assert fake.seen("/schedule")
+    log = (ARTIFACTS / f"space-zerogpu-{url.rsplit(':', 1)[1]}.log").read_text()
+    for token in ("tok-alice", "tok-bob", "tok-carol", "tok-dan"):
+        assert token not in log
+    assert "ZeroGPU worker error" in log  # ... while the real reasons of failures are there
