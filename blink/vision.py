@@ -26,11 +26,33 @@ class ImageTextProcessor(Qwen3VLProcessor):
             setattr(self, f"{name}_token_id", tokenizer.convert_tokens_to_ids(token))
 
 
+def renders_images(template: str | None, tokenizer) -> bool:
+    if not template:
+        return False
+    message = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "x"}]}]
+    try:
+        text = tokenizer.apply_chat_template(message, chat_template=template, tokenize=False,
+                                             add_generation_prompt=True)
+    except Exception:  # noqa: BLE001 - a template that can't take image parts
+        return False
+    return "<|image_pad|>" in text
+
+
 def load_processor(folder: Path, tokenizer) -> ImageTextProcessor:
+    """The image processor of `folder` (the model's, or the borrowed tower's) with the model's tokenizer.
+    The chat template must place image tokens: the model's own, else the tower's; neither refuses to start."""
+    from transformers import AutoTokenizer
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-    return ImageTextProcessor(Qwen2VLImageProcessorPil.from_pretrained(folder), tokenizer,
-                              chat_template=tokenizer.chat_template)
+    template = tokenizer.chat_template
+    if not renders_images(template, tokenizer):
+        template = AutoTokenizer.from_pretrained(folder).chat_template
+        if not renders_images(template, tokenizer):
+            raise SystemExit("images: neither the model's chat template nor the vision tower's places image tokens "
+                             "(<|vision_start|><|image_pad|><|vision_end|>) for image parts")
+        tokenizer.chat_template = template  # chat and decisions then render images the same way
+        log.info("using the vision tower's chat template, which places image tokens")
+    return ImageTextProcessor(Qwen2VLImageProcessorPil.from_pretrained(folder), tokenizer, chat_template=template)
 
 
 def split_tower(spec: str) -> tuple[str, str | None]:

@@ -207,3 +207,16 @@ def test_text_model_refuses_openai_image_parts(server):
         {"type": "input_image", "image_url": "data:image/png;base64," + base64.b64encode(png()).decode()}]}],
         "questions": [{"type": "predicate", "instructions": "Red?"}]})
     assert 400 <= r.status_code < 500 and "text only" in r.json()["error"]["message"]
+
+
+def test_borrowed_vision_tower_matches_the_model_that_owns_it(vision_root, vision_server):
+    """A text model + the vision tower of a matching base (`--vision-tower repo@revision`; a local folder
+    here). The text demo's language weights equal the vision demo's, so the answers must be the same."""
+    tower = f"{vision_root / 'demo-vision-model'}@local"
+    body = {"state": {"photo": "<image:p>"}, "questions": QUESTIONS,
+            "assets": {"<image:p>": {"type": "image", "format": "png", "data_base64": base64.b64encode(png()).decode()}}}
+    own = probabilities(httpx.post(vision_server + "/v1/systemone", json=body, timeout=60))
+    with running(blink_serve("--vision-tower", tower), vision_root, name="serve-borrowed-tower") as url:
+        assert httpx.get(url + "/healthz").json()["accepts_images"] is True
+        borrowed = probabilities(httpx.post(url + "/v1/systemone", json=body, timeout=60))
+    assert close(own, borrowed)
