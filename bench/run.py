@@ -73,20 +73,35 @@ class Server:
     """A server subprocess on a free loopback port, with its RSS (process tree) sampled while it runs."""
 
     def __init__(self, name: str, argv: list[str], health: str, logdir: Path):
-        self.name, self.health = name, health
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = logdir / f"{name}.log"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("BLINK_")}
-        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-        argv = [a.replace("{port}", str(self.port)) for a in argv]
-        with open(self.log, "w") as fh:
-            self.proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        self.name, self.health, self.argv, self.logdir = name, health, argv, logdir
         self.ready_rss = 0
         self.peak_rss = 0
+        self.restarts = []
+        self._launch()
         self._stop = threading.Event()
         self._sampler = threading.Thread(target=self._sample, daemon=True)
         self._sampler.start()
+
+    def _launch(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = self.logdir / f"{self.name}-{self.port}.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("BLINK_")}
+        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        argv = [a.replace("{port}", str(self.port)) for a in self.argv]
+        with open(self.log, "w") as fh:
+            self.proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+
+    def revive(self) -> bool:
+        """If the process died (something else on this shared machine may end it), start it again: True."""
+        if self.proc.poll() is None:
+            return False
+        why = f"{self.name} died with return code {self.proc.returncode}; log {self.log}"
+        log(why + "; restarting it")
+        self.restarts.append(why)
+        self._launch()
+        self.wait_ready()
+        return True
 
     def rss(self) -> int:
         try:
@@ -139,13 +154,25 @@ def parse_server_timing(header: str | None) -> dict:
 class Sides:
     def __init__(self, engine, ours: Server, ts: Server):
         self.engine = engine
-        self.ours_client = httpx.Client(base_url=ours.url, timeout=900)
-        self.ts_client = httpx.Client(base_url=ts.url, timeout=900)
+        self.servers = {"ours": ours, "ts": ts}
+        self.clients = {name: httpx.Client(base_url=s.url, timeout=900) for name, s in self.servers.items()}
+
+    def post(self, name: str, body: dict):
+        """POST to one server; time it. If the server process died, restart it and send the request again."""
+        for attempt in (1, 2):
+            try:
+                t = time.perf_counter()
+                r = self.clients[name].post("/v1/systemone", json=body)
+                return r, (time.perf_counter() - t) * 1000
+            except httpx.TransportError:
+                server = self.servers[name]
+                if attempt == 2 or not server.revive():
+                    raise
+                self.clients[name] = httpx.Client(base_url=server.url, timeout=900)
+                self.post(name, body)  # warm the new process before timing
 
     def ours(self, body: dict) -> dict:
-        t = time.perf_counter()
-        r = self.ours_client.post("/v1/systemone", json=body)
-        ms = (time.perf_counter() - t) * 1000
+        r, ms = self.post("ours", body)
         r.raise_for_status()
         data = r.json()
         timing = parse_server_timing(r.headers.get("server-timing"))
@@ -153,9 +180,7 @@ class Sides:
                 "input_tokens": data["usage"]["input_tokens"]}
 
     def ts(self, body: dict) -> dict:
-        t = time.perf_counter()
-        r = self.ts_client.post("/v1/systemone", json=body)
-        ms = (time.perf_counter() - t) * 1000
+        r, ms = self.post("ts", body)
         if r.status_code != 200:
             raise RuntimeError(f"transformers serve answered {r.status_code}: {r.text[:500]}")
         data = r.json()
@@ -244,7 +269,11 @@ async def closed_loop(url: str, bodies: list[list[dict]]) -> dict:
     async with httpx.AsyncClient(base_url=url, timeout=900, limits=limits) as client:
         async def one(mine: list[dict]) -> None:
             for b in mine:
-                r = await client.post("/v1/systemone", json=b)
+                try:
+                    r = await client.post("/v1/systemone", json=b)
+                except httpx.TransportError as exc:
+                    errors.append(type(exc).__name__)
+                    continue
                 if r.status_code != 200:
                     errors.append(r.status_code)
 
@@ -267,6 +296,7 @@ def measure_throughput(unbatched: Server, batched: Server, tokenizer, model_name
     for rep in range(reps):
         order = ["unbatched", "batched"] if rep % 2 == 0 else ["batched", "unbatched"]
         for name in order:
+            servers[name].revive()
             got[name].append(asyncio.run(closed_loop(servers[name].url, bodies)))
     after = batcher_stats(batched)
     batches = after.get("batches", 0) - before.get("batches", 0)
@@ -378,7 +408,8 @@ def bench_model(spec: str, quick: bool, window_ms: float, logdir: Path) -> dict:
     return {"model": label, "path": str(path), "params": params, "cells": cells, "throughput": throughput,
             "memory": {name: {"ready_rss": s.ready_rss, "peak_rss": s.peak_rss} for name, s in servers.items()}
             | {"bench_process_rss": bench_rss},
-            "durations": duration_honesty(calls), "batch_window_ms": window_ms}
+            "durations": duration_honesty(calls), "batch_window_ms": window_ms,
+            "restarts": [why for s in servers.values() for why in s.restarts]}
 
 
 # the table ------------------------------------------------------------------------------------------------
@@ -488,6 +519,9 @@ def main(argv=None) -> None:
     print("models: " + "; ".join(f"{r['model']} = {r['params'] / 1e6:.0f}M params ({r['path']})" for r in results)
           + f"; batched server: --batch-window-ms {args.batch_window_ms:g} --max-batch-requests 64")
     print(table(results, larger))
+    for r in results:
+        for why in r["restarts"]:
+            print(f"note: {r['model']}: {why} (restarted; the request was sent again)")
     if args.json:
         Path(args.json).write_text(json.dumps({"machine": info, "results": results}, indent=1, default=str))
 

@@ -76,7 +76,7 @@ def text(value) -> str | None:
 
 # name, type, default, help. The env var is BLINK_<NAME>; the flag --<name with dashes>.
 KNOBS = [
-    ("model", str, "demo", "Hub repo id, local folder, or `demo` (the offline random demo model)"),
+    ("model", str, "demo", "Hub repo id, local folder, `demo` or `demo-vision` (offline random demo models)"),
     ("revision", text, None, "Hub revision (tag, branch or commit) of --model"),
     ("adapter", text, None, "LoRA adapter (Hub repo or folder), merged into the model on CPU before it moves"),
     ("adapter_revision", text, None, "Hub revision of --adapter"),
