@@ -106,7 +106,8 @@ keep_tokens_out_of_logs()  # callers' ZeroGPU tokens ride in the scheduler's URL
 LOADED = load(SETTINGS.model, SETTINGS.revision, SETTINGS.adapter, SETTINGS.adapter_revision,
               vision=SETTINGS.vision, vision_tower=SETTINGS.vision_tower)
 CHAT_ENGINE = ChatEngine(LOADED, SETTINGS.limits, system_prompt=SETTINGS.system_prompt,
-                         max_output_tokens=SETTINGS.max_output_tokens, enable_thinking=SETTINGS.enable_thinking)
+                         max_output_tokens=SETTINGS.max_output_tokens, enable_thinking=SETTINGS.enable_thinking,
+                         image_limits=SETTINGS.image_limits)
 
 ESTIMATOR = DurationEstimator(
     prefill_s_per_token=space_value("PREFILL_S_PER_TOKEN", float) or 1e-3,

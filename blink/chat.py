@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from .errors import InvalidRequest
@@ -33,15 +33,23 @@ DEFAULT_MAX_OUTPUT_TOKENS = 4096
 class Rendered:
     ids: list[int]
     max_tokens: int  # the output budget after clamping to the cap and the room left in the context
+    images: list = field(default_factory=list)  # blink.executor.Image per image in `ids` (vision models)
 
 
 class ChatEngine:
     """Chat on one loaded model. `render` runs in the main process; `generate` is the GPU generator."""
 
     def __init__(self, loaded, limits: Limits | None = None, *, system_prompt: str | None = None,
-                 max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS, enable_thinking: bool = False):
+                 max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS, enable_thinking: bool = False,
+                 image_limits=None):
+        from .images import ImageLimits
+
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
+        self.processor = getattr(loaded, "processor", None)
+        self.image_limits = image_limits or ImageLimits()
+        # a vision-language model: positions are passed explicitly (Qwen's 3-D rotary positions for images)
+        self.vision = getattr(getattr(self.model, "model", None), "language_model", None) is not None
         self.limits = limits or Limits()
         self.system_prompt = system_prompt or None
         self.max_output_tokens = int(max_output_tokens)
@@ -64,24 +72,78 @@ class ChatEngine:
     def context_tokens(self) -> int:
         return self.limits.max_context_tokens
 
-    def render(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
-        """Token ids of the conversation, ready for the assistant's turn."""
+    def _decode_images(self, messages: list[dict]) -> list[dict]:
+        """Image blocks (base64 from the wire) decoded and checked against the image limits."""
+        from .images import decode
+
+        blocks = [b for m in messages if isinstance(m.get("content"), list) for b in m["content"]
+                  if b.get("type") == "image"]
+        if not blocks:
+            return messages
+        if self.processor is None:
+            raise InvalidRequest("this server's model reads text only: image parts are not accepted",
+                                 loc=["body", *blocks[0]["loc"]], kind="images_unsupported")
+        if len(blocks) > self.image_limits.max_images:
+            raise InvalidRequest(f"{len(blocks)} images; this server accepts at most {self.image_limits.max_images} "
+                                 "per request (--max-images)", loc=["body", "messages"], kind="too_many_images")
+        import base64
+        import binascii
+
+        out = []
+        for m in messages:
+            if not isinstance(m.get("content"), list):
+                out.append(m)
+                continue
+            content = []
+            for b in m["content"]:
+                if b["type"] != "image":
+                    content.append(b)
+                    continue
+                name, loc = image_name(b["loc"]), ["body", *b["loc"]]
+                try:
+                    data = base64.b64decode(b["data_base64"], validate=True)
+                except (binascii.Error, ValueError):
+                    raise InvalidRequest(f"image {name}: not valid base64", loc=loc, kind="invalid_base64") from None
+                if len(data) > self.image_limits.max_image_bytes:
+                    raise InvalidRequest(f"image {name} is {len(data)} bytes; this server accepts at most "
+                                         f"{self.image_limits.max_image_bytes} (--max-image-bytes)",
+                                         loc=loc, kind="image_too_large", status=413)
+                content.append({"type": "image", "image": decode(name, data, self.image_limits)})
+            out.append({**m, "content": content})
+        return out
+
+    def render(self, messages: list[dict], tools: list[dict] | None = None) -> Rendered:
+        """Token ids (and images) of the conversation, ready for the assistant's turn."""
         if self.system_prompt and not (messages and messages[0].get("role") == "system"):
             messages = [{"role": "system", "content": self.system_prompt}, *messages]
+        messages = self._decode_images(messages)
         kwargs: dict[str, Any] = {"add_generation_prompt": True, "enable_thinking": self.enable_thinking}
         if tools:
             kwargs["tools"] = tools
+        with_images = any(isinstance(m.get("content"), list) and any(b.get("type") == "image" for b in m["content"])
+                          for m in messages)
         try:
-            out = self.tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, **kwargs)
+            if with_images:
+                out = self.processor.apply_chat_template(messages, tokenize=True, return_dict=True,
+                                                         return_tensors="pt", **kwargs)
+            else:
+                out = self.tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, **kwargs)
         except InvalidRequest:
             raise
         except Exception as exc:  # noqa: BLE001 - the template refused this conversation (e.g. role order)
             raise InvalidRequest(f"the model's chat template cannot render these messages: {exc}",
                                  loc=["body", "messages"], kind="invalid_messages") from None
         ids = out["input_ids"]
+        if hasattr(ids, "tolist"):
+            ids = ids.tolist()
         if ids and isinstance(ids[0], list):
             ids = ids[0]
-        return [int(i) for i in ids]
+        images = []
+        if with_images:
+            from .prompts import split_images
+
+            images = split_images(dict(out), {})
+        return Rendered([int(i) for i in ids], 0, images)
 
     def budget(self, ids: list[int], max_tokens: int | None) -> int:
         """The output budget: the request's `max_tokens` (default: the cap), clamped to the server's cap and
@@ -96,8 +158,9 @@ class ChatEngine:
         return max(1, min(wanted, self.max_output_tokens, room))
 
     def prepare(self, messages: list[dict], tools: list[dict] | None, max_tokens: int | None) -> Rendered:
-        ids = self.render(messages, tools)
-        return Rendered(ids, self.budget(ids, max_tokens))
+        rendered = self.render(messages, tools)
+        rendered.max_tokens = self.budget(rendered.ids, max_tokens)
+        return rendered
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -129,11 +192,18 @@ class ChatEngine:
         eos = set(self.eos_ids)
         produced = 0
         finish = "length"
+        images = params.get("images") or []
         with torch.inference_mode():
             cache = DynamicCache(config=model.config)
             step_input = torch.tensor([ids], dtype=torch.long, device=device)
+            extra, delta = self._first_step(ids, images, device)
             while produced < max_tokens:
-                out = model(input_ids=step_input, cache=cache, use_cache=True, logits_to_keep=1)
+                if self.vision and not extra:  # explicit positions: never the model's stored rope deltas
+                    n = len(ids) + produced - 1
+                    extra = {"position_ids": torch.tensor([[[n]], [[n + delta]], [[n + delta]], [[n + delta]]],
+                                                          device=device)}
+                out = model(input_ids=step_input, cache=cache, use_cache=True, logits_to_keep=1, **extra)
+                extra = {}
                 logits = out.logits[0, -1].float()
                 token = _sample(logits, temperature, top_p, top_k, generator)
                 if token in eos:
@@ -152,6 +222,37 @@ class ChatEngine:
                 if tail:
                     yield tail
         yield {"finish_reason": finish, "prompt_tokens": len(ids), "completion_tokens": produced}
+
+    def _first_step(self, ids: list[int], images: list, device) -> tuple[dict, int]:
+        """The prompt step's extra inputs on a vision-language model (pixels, grids, Qwen's 3-D positions)
+        and the rotary offset the decode steps continue from. Text models need none."""
+        import torch
+
+        if not self.vision:
+            return {}, 0
+        input_ids = torch.tensor([ids])
+        n = len(ids)
+        if not images:
+            rope, delta = torch.arange(n).expand(3, 1, n), 0
+            extra = {}
+        else:
+            inner = self.model.model
+            types = (input_ids == self.model.config.image_token_id).int()
+            grid = torch.tensor([i.grid_thw for i in images])
+            rope, deltas = inner.get_rope_index(input_ids, types, image_grid_thw=grid)
+            delta = int(deltas.view(-1)[0])
+            extra = {"pixel_values": torch.cat([torch.as_tensor(i.pixel_values) for i in images]).to(device),
+                     "image_grid_thw": grid.to(device), "mm_token_type_ids": types.to(device)}
+        positions = torch.cat([torch.arange(n).view(1, 1, n), rope.view(3, 1, n)]).to(device)
+        return {**extra, "position_ids": positions}, delta
+
+
+def image_name(loc: list) -> str:
+    """["messages", 0, "content", 1] -> "messages[0].content[1]" (how OpenAI names a field)."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
 
 
 def _sample(logits, temperature: float, top_p: float, top_k: int, generator) -> int:

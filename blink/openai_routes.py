@@ -106,18 +106,21 @@ class ChatRequest:
     params: dict = field(default_factory=dict)
 
 
-def _text_of(content: Any, *loc) -> str:
-    """Message content as text: a string, or the text parts of a list joined by newlines."""
+def _text_of(content: Any, *loc) -> str | list:
+    """Message content as text: a string, or the text parts of a list joined by newlines. With image parts,
+    a list of `text` and `image` blocks instead (the chat engine decodes the images, or refuses them when
+    the model reads text only)."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         raise bad("`content` must be a string or a list of content parts", *loc)
-    texts = []
+    texts, blocks = [], []
     for i, part in enumerate(content):
         if isinstance(part, str):
             texts.append(part)
+            blocks.append({"type": "text", "text": part})
             continue
         if not isinstance(part, dict):
             raise bad("a content part must be an object with a `type`", *loc, i)
@@ -127,13 +130,20 @@ def _text_of(content: Any, *loc) -> str:
             if not isinstance(text, str):
                 raise bad("a text part needs a string `text`", *loc, i, "text")
             texts.append(text)
+            blocks.append({"type": "text", "text": text})
         elif kind in IMAGE_PARTS:
-            raise bad(TEXT_ONLY + " (images are not supported yet)", *loc, i, kind="images_unsupported")
+            url = part.get("image_url", part.get("url"))
+            url = url.get("url") if isinstance(url, dict) else url
+            if not isinstance(url, str) or not url.startswith("data:image/") or ";base64," not in url:
+                raise bad("an image part needs a data URL (data:image/png;base64,...): this server fetches nothing",
+                          *loc, i, "image_url", kind="invalid_image_url")
+            blocks.append({"type": "image", "data_base64": url.split(",", 1)[1], "loc": [*loc, i]})
         elif kind == "refusal":
             continue
         else:
-            raise bad(f"content part type {kind!r} is not supported: this server's model reads text only",
-                      *loc, i, "type", kind="unsupported_content")
+            raise bad(f"content part type {kind!r} is not supported", *loc, i, "type", kind="unsupported_content")
+    if any(block["type"] == "image" for block in blocks):
+        return blocks
     return "\n".join(texts)
 
 
@@ -388,6 +398,8 @@ def routes(ctx: Context) -> list[Route]:
             return error_response(EngineFailure(f"internal error: {type(exc).__name__}: {exc}"), request_id)
 
         params = {**req.params, "max_tokens": rendered.max_tokens}
+        if rendered.images:
+            params["images"] = rendered.images
         completion_id = "chatcmpl-" + uuid.uuid4().hex[:24]
         created = int(time.time())
         headers = {"x-request-id": request_id, "x-typesafe-request-id": request_id}

@@ -45,7 +45,8 @@ def build_context(settings: Settings, decide: Callable | None = None, chat: Call
                       vision_tower=settings.vision_tower)
     chat_engine = chat_engine or ChatEngine(loaded, settings.limits, system_prompt=settings.system_prompt,
                                             max_output_tokens=settings.max_output_tokens,
-                                            enable_thinking=settings.enable_thinking)
+                                            enable_thinking=settings.enable_thinking,
+                                            image_limits=settings.image_limits)
     return Context(service=service, served_name=settings.served_name, auth=ApiKey(settings.api_key),
                    limits=settings.limits, aliases=settings.model_aliases, health=health,
                    chat=chat or chat_engine.generate, chat_engine=chat_engine,

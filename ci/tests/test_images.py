@@ -220,3 +220,53 @@ def test_borrowed_vision_tower_matches_the_model_that_owns_it(vision_root, visio
         assert httpx.get(url + "/healthz").json()["accepts_images"] is True
         borrowed = probabilities(httpx.post(url + "/v1/systemone", json=body, timeout=60))
     assert close(own, borrowed)
+
+
+def test_chat_with_an_image_on_the_vision_model(vision_server):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=vision_server + "/v1", api_key="unused")
+    url = "data:image/png;base64," + base64.b64encode(png()).decode()
+    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                             {"type": "text", "text": "What is in the picture?"}]}]
+    out = client.chat.completions.create(model="demo-vision", messages=messages, max_tokens=6, temperature=0)
+    assert out.choices[0].finish_reason in ("length", "stop")
+    # the prompt holds the image tokens: far more prompt tokens than the text alone
+    text_only = client.chat.completions.create(model="demo-vision", max_tokens=1, temperature=0,
+                                               messages=[{"role": "user", "content": "What is in the picture?"}])
+    assert out.usage.prompt_tokens > text_only.usage.prompt_tokens
+    # streamed, the same greedy text
+    streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model="demo-vision", messages=messages, max_tokens=6, temperature=0, stream=True) if c.choices)
+    assert streamed == out.choices[0].message.content
+
+
+def test_chat_image_on_the_vision_model_equals_transformers_generate(vision_root):
+    """The hand-written decode loop with Qwen's 3-D positions equals transformers' own greedy generate."""
+    import torch
+
+    from blink.chat import ChatEngine
+    from blink.loading import load
+
+    loaded = load("demo-vision", vision=True)
+    engine = ChatEngine(loaded)
+    blocks = [{"type": "image", "data_base64": base64.b64encode(png()).decode(), "loc": ["messages", 0, "content", 0]},
+              {"type": "text", "text": "Describe it"}]
+    rendered = engine.prepare([{"role": "user", "content": blocks}], None, 8)
+    items = list(engine.generate(rendered.ids, {"max_tokens": 8, "temperature": 0, "images": rendered.images}))
+    ours = [i for i in items if isinstance(i, str)]
+    ids = torch.tensor([rendered.ids])
+    with torch.no_grad():
+        ref = loaded.model.generate(
+            input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False,
+            pixel_values=torch.cat([i.pixel_values for i in rendered.images]),
+            image_grid_thw=torch.tensor([i.grid_thw for i in rendered.images]),
+            mm_token_type_ids=(ids == loaded.model.config.image_token_id).int())
+    expected = loaded.tokenizer.decode(ref[0, ids.shape[1]:], skip_special_tokens=False)
+    assert "".join(ours) == expected.split("<|im_end|>")[0].replace("<|endoftext|>", "")
+
+
+def test_text_model_refuses_chat_images(server):
+    r = httpx.post(server + "/v1/chat/completions", json={"model": "demo", "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(png()).decode()}}]}]})
+    assert r.status_code == 400 and "text only" in r.json()["error"]["message"]

@@ -222,7 +222,7 @@ def test_greedy_decode_loop_equals_transformers_generate(engine):
     from blink.chat import ChatEngine
 
     chat = ChatEngine(engine.loaded)
-    ids = chat.render(MESSAGES)
+    ids = chat.render(MESSAGES).ids
     items = list(chat.generate(ids, {"max_tokens": 12, "temperature": 0}))
     final = items[-1]
     assert final == {"finish_reason": "length", "prompt_tokens": len(ids), "completion_tokens": 12}
