@@ -50,6 +50,9 @@ class Batcher:
         self.max_queued = max_queued
         self.queue: queue.Queue[Job] = queue.Queue(maxsize=max_queued)
         self.held: deque[Job] = deque()  # taken while collecting another caller's batch; served first, in order
+        # requests accepted but still being prepared (parsed, tokenized): the only ones worth waiting for
+        self.incoming = 0
+        self._incoming_lock = threading.Lock()
         self.batches = 0
         self.requests = 0
         self.thread = threading.Thread(target=self._loop, name="blink-batcher", daemon=True)
@@ -65,6 +68,11 @@ class Batcher:
             raise Overloaded() from None
         return job
 
+    def expect(self, delta: int) -> None:
+        """A request starts (+1) or ends (-1) its preparation: the window waits only while some are on the way."""
+        with self._incoming_lock:
+            self.incoming += delta
+
     def alive(self) -> bool:
         return self.thread.is_alive()
 
@@ -76,13 +84,18 @@ class Batcher:
             job = self.held.popleft()
             (jobs if job.caller == caller and len(jobs) < self.max_batch else others).append(job)
         self.held = others
+        # The window closes early when nothing more is on its way: a lone request doesn't wait for company
+        # that isn't coming, and a burst is decided as soon as its last request is prepared.
         deadline = time.perf_counter() + self.window_s
         while len(jobs) < self.max_batch:
             remaining = deadline - time.perf_counter()
             try:
-                job = self.queue.get(timeout=remaining) if remaining > 0 else self.queue.get_nowait()
+                if self.queue.qsize() or (remaining > 0 and self.incoming > 0):
+                    job = self.queue.get(timeout=max(0.0, min(remaining, 0.001)))
+                else:
+                    break
             except queue.Empty:
-                break
+                continue
             (jobs if job.caller == caller else self.held).append(job)
         return jobs
 

@@ -11,13 +11,15 @@ of prompts of one request. Per group the longest common token prefix is computed
    zeroed before the linear-attention layers and masked in the attention layers);
 2. fan-out: the hybrid cache (attention KV + DeltaNet conv and recurrent states) is copied to one row per
    prompt with `reorder_cache` (`crop`/`batch_repeat_interleave` don't work on linear-attention layers);
-3. suffixes: every prompt's remaining tokens in one batch, *right*-padded (left padding after a prefix
-   state is wrong: pads would decay the recurrent state), positions continuing each group's prefix;
+3. suffixes: every prompt's remaining tokens, *right*-padded (left padding after a prefix state is wrong:
+   pads would decay the recurrent state), positions continuing each group's prefix; rows of very different
+   lengths go in separate passes (length buckets), so padding stays under half of any row;
 4. readout: hidden states only where an answer is read, times only the label rows of the LM head.
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
 from dataclasses import dataclass, field
 
@@ -50,6 +52,18 @@ class Prompt:
     images: list[Image] = field(default_factory=list)  # in order of appearance in `ids`
 
 
+def length_buckets(rows: list, lengths: dict, max_rows: int) -> list[list]:
+    """Suffix rows grouped so that right-padding wastes little: longest first, a new bucket when a row is at
+    most half as long as its bucket's longest (it would be more than half padding), or when the bucket is
+    full (which also bounds the memory of one fan-out). Each bucket is one forward pass."""
+    buckets: list[list] = []
+    for row in sorted(rows, key=lambda r: -lengths[r]):
+        if not buckets or len(buckets[-1]) >= max_rows or 2 * lengths[row] <= lengths[buckets[-1][0]]:
+            buckets.append([])
+        buckets[-1].append(row)
+    return buckets
+
+
 def common_prefix_length(rows: list[list]) -> int:
     first, n = rows[0], min(len(r) for r in rows)
     for i in range(n):
@@ -62,8 +76,9 @@ def common_prefix_length(rows: list[list]) -> int:
 class Executor:
     """Scores groups of prompts on one model. Not thread-safe: one thread owns it (see batching)."""
 
-    def __init__(self, model, pad_token_id: int):
+    def __init__(self, model, pad_token_id: int, max_rows: int = 64):
         self.model = model
+        self.max_rows = max_rows  # suffix rows per forward pass (bounds a fan-out's memory)
         inner = model.model
         # a vision-language model keeps its language model inside; a text model is its own
         self.vision = inner if hasattr(inner, "language_model") else None
@@ -176,28 +191,33 @@ class Executor:
         cache = self.new_cache()
         prefix_hidden = self._forward(embeds, mask, text, rope, cache)  # [G, width, H]
 
-        # 2. fan out one cache row per prompt that has tokens past its group's prefix
+        # 2. fan out one cache row per prompt that has tokens past its group's prefix, in length buckets
         rows = [(g, p) for g, prompts in enumerate(groups) for p, prompt in enumerate(prompts)
                 if len(prompt.ids) > prefix_len[g]]
-        suffix_hidden = None
-        if rows:
-            cache.reorder_cache(torch.tensor([g for g, _ in rows], device=dev))
-            span = max(len(groups[g][p].ids) - prefix_len[g] for g, p in rows)
-            s_embeds = torch.zeros((len(rows), span, hidden_size), dtype=embeds.dtype, device=dev)
-            s_mask = torch.zeros((len(rows), span), dtype=torch.long)
-            s_text = torch.zeros((len(rows), span), dtype=torch.long)
-            s_rope = torch.zeros((3, len(rows), span), dtype=torch.long)
-            for r, (g, p) in enumerate(rows):
+        tails = {gp: len(groups[gp[0]][gp[1]].ids) - prefix_len[gp[0]] for gp in rows}
+        buckets = length_buckets(rows, tails, self.max_rows)
+        suffix_of = {}  # (g, p) -> (hidden states of its bucket, its row there)
+        for b, bucket in enumerate(buckets):
+            # every bucket but the last fans out a copy: reorder_cache works in place
+            bucket_cache = cache if b == len(buckets) - 1 else copy.deepcopy(cache)
+            bucket_cache.reorder_cache(torch.tensor([g for g, _ in bucket], device=dev))
+            span = max(tails[gp] for gp in bucket)
+            s_embeds = torch.zeros((len(bucket), span, hidden_size), dtype=embeds.dtype, device=dev)
+            s_mask = torch.zeros((len(bucket), span), dtype=torch.long)
+            s_text = torch.zeros((len(bucket), span), dtype=torch.long)
+            s_rope = torch.zeros((3, len(bucket), span), dtype=torch.long)
+            for r, (g, p) in enumerate(bucket):
                 prompt, n = groups[g][p], prefix_len[g]
-                tail = len(prompt.ids) - n
+                tail = tails[(g, p)]
                 s_embeds[r, :tail] = self._embeddings(prompt, n, len(prompt.ids), features)
                 s_mask[r, :tail] = 1
                 s_text[r] = torch.arange(n, n + span)
                 s_rope[:, r, :tail] = positions[id(prompt)][:, n:]
             # 3. right-padded suffixes, attending to their own group's (left-padded) prefix
-            full_mask = torch.cat([mask[[g for g, _ in rows]], s_mask], dim=1)
-            suffix_hidden = self._forward(s_embeds, full_mask, s_text, s_rope, cache)  # [R, span, H]
-        row_of = {gp: r for r, gp in enumerate(rows)}
+            full_mask = torch.cat([mask[[g for g, _ in bucket]], s_mask], dim=1)
+            hidden = self._forward(s_embeds, full_mask, s_text, s_rope, bucket_cache)  # [rows, span, H]
+            for r, gp in enumerate(bucket):
+                suffix_of[gp] = (hidden, r)
 
         # 4. gather the hidden state at every read position, then only the label rows of the LM head
         vectors, where = [], []
@@ -207,7 +227,8 @@ class Executor:
                     if read.position < prefix_len[g]:
                         vectors.append(prefix_hidden[g, width - prefix_len[g] + read.position])
                     else:
-                        vectors.append(suffix_hidden[row_of[(g, p)], read.position - prefix_len[g]])
+                        hidden, r = suffix_of[(g, p)]
+                        vectors.append(hidden[r, read.position - prefix_len[g]])
                     where.append(read)
         hidden = torch.stack(vectors).float()
         label_ids = sorted({i for read in where for i in read.label_ids})

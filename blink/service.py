@@ -50,9 +50,13 @@ class DecisionService:
 
     async def decide(self, body, timing: Timing, parts: dict | None = None) -> Decided:
         t = time.perf_counter()
-        prepared = await run_in_threadpool(self.engine.prepare, body, parts)
-        timing.add("prepare", time.perf_counter() - t)
-        job = self.batcher.submit(prepared.prompts)
+        self.batcher.expect(+1)
+        try:
+            prepared = await run_in_threadpool(self.engine.prepare, body, parts)
+            timing.add("prepare", time.perf_counter() - t)
+            job = self.batcher.submit(prepared.prompts)
+        finally:
+            self.batcher.expect(-1)
         status, scores = await asyncio.wrap_future(job.future)
         timing.add("queue", job.started_at - job.queued_at)
         timing.add("model", job.compute_s)

@@ -66,3 +66,22 @@ def test_the_prefix_is_shared(engine):
                                                                      for i in range(8)}})
     total = sum(len(p.ids) for p in prepared.prompts)
     assert prepared.input_tokens < total / 4
+
+
+def test_length_buckets_stay_exact_and_bound_padding(engine):
+    from blink.executor import length_buckets
+
+    lengths = {"a": 100, "b": 90, "c": 50, "d": 49, "e": 10, "f": 5}
+    buckets = length_buckets(list(lengths), lengths, max_rows=64)
+    assert buckets == [["a", "b"], ["c", "d"], ["e"], ["f"]]  # no row is half padding or more
+    assert length_buckets(list(lengths), lengths, max_rows=1) == [[k] for k in lengths]
+    rng = random.Random(3)
+    prepared = engine.prepare(random_request(rng, 12))
+    engine.executor.max_rows = 2  # many small fan-outs from one prefix cache
+    try:
+        scores = engine.executor.score([prepared.prompts])[0]
+    finally:
+        engine.executor.max_rows = 64
+    for prompt, prompt_scores in zip(prepared.prompts, scores):
+        for ours, ref in zip(prompt_scores, engine.executor.reference(prompt)):
+            assert max_diff(ours, ref) < 1e-5
