@@ -13,8 +13,11 @@ one, else the generic label prompt inside the model's chat template with thinkin
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import json
 import string
+import threading
 from itertools import product
 
 from transformers import AddedToken
@@ -60,6 +63,8 @@ def freeze_vocab(tokenizer) -> None:
         tokenizer.add_tokens([AddedToken(token, special=True, normalized=False) for token in (MARK, SPLIT)])
     vocab = tokenizer.get_vocab()
     tokenizer.get_vocab = lambda: vocab
+    if not isinstance(tokenizer.encode, PrefixReusingEncoder):
+        tokenizer.encode = PrefixReusingEncoder(tokenizer)
 
 
 class PromptBuilder:
@@ -126,3 +131,85 @@ def processed_tokens(prompts: list[Prompt]) -> int:
         return len(prompts[0].ids)
     prefix = common_prefix_length([p.ids for p in prompts])
     return prefix + sum(len(p.ids) - prefix for p in prompts)
+
+
+class PrefixReusingEncoder:
+    """`tokenizer.encode` that tokenizes a shared prefix once: the state, which every question's prompt repeats.
+
+    `transformers.decision.prepare_inputs` renders and encodes one full prompt per question, so a request with
+    Q questions tokenizes its state Q times (with a 2,200-token state and 16 questions, most of the time the
+    request spends outside the model). Here each encode remembers its text, ids and token end offsets (per
+    thread: requests are prepared in parallel), and the next text that starts the same way reuses the ids of
+    the common part up to a *safe cut* and encodes only the rest.
+
+    A safe cut is the end of a run of newlines followed by a non-space character: Qwen's pre-tokenizer always
+    splits there (a newline run is its own pre-token, or ends a punctuation pre-token), and byte-level BPE
+    never merges across pre-tokens, so encode(a + b) == encode(a) + encode(b). The template puts "\\n\\n"
+    between the state and each question, so the cut falls right after the state. Only tokenizers with that
+    pre-tokenizer get the shortcut (checked at start-up, with a self-test); others encode in full.
+    """
+
+    MAX_SCAN = 4096  # characters searched backwards from the divergence for a safe cut
+    MIN_CHARS = 64   # texts shorter than this are encoded in full and not remembered
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.full = tokenizer.encode
+        self.backend = getattr(tokenizer, "_tokenizer", None)
+        self.local = threading.local()
+        self.enabled = self._qwen_pretokenizer() and self._self_test()
+
+    def _qwen_pretokenizer(self) -> bool:
+        if self.backend is None:
+            return False
+        spec = json.loads(self.backend.to_str()).get("pre_tokenizer") or {}
+        parts = spec.get("pretokenizers", [spec])
+        split = [p for p in parts if p.get("type") == "Split"]
+        regex = (split[0].get("pattern") or {}).get("Regex", "") if len(split) == 1 else ""
+        return r"\s*[\r\n]+" in regex and any(p.get("type") == "ByteLevel" for p in parts)
+
+    def _self_test(self) -> bool:
+        texts = ["<|im_start|>user\nA state. It ends here\n\nWhich team?\nA. x<|im_end|>\n",
+                 "<|im_start|>user\nA state. It ends here\n\nWhat tone?\nA. calm<|im_end|>\n",
+                 "<|im_start|>user\n{\"a\": \"b\\n\"}\n\n\u0301accent, 12 34\n\nB. 5<|im_end|>"]
+        self.local.last = None
+        try:
+            return all(self._encode(t) == self.full(t, add_special_tokens=False) for t in texts + texts[::-1])
+        finally:
+            self.local.last = None
+
+    def __call__(self, text, *args, **kwargs):
+        if (self.enabled and isinstance(text, str) and not args and kwargs == {"add_special_tokens": False}):
+            return self._encode(text)
+        return self.full(text, *args, **kwargs)
+
+    def _encode(self, text: str) -> list[int]:
+        if len(text) < self.MIN_CHARS:  # short texts (e.g. the "\n" probes between pieces) don't displace the cache
+            return self.backend.encode(text, add_special_tokens=False).ids
+        last = getattr(self.local, "last", None)
+        cut = self._safe_cut(last[0], text) if last else 0
+        if cut:
+            _, ids, ends = last
+            k = bisect.bisect_right(ends, cut)
+            if k and ends[k - 1] == cut:
+                tail = self.backend.encode(text[cut:], add_special_tokens=False)
+                ids = ids[:k] + tail.ids
+                ends = ends[:k] + [cut + end for _, end in tail.offsets]
+                self.local.last = (text, ids, ends)
+                return list(ids)
+        encoding = self.backend.encode(text, add_special_tokens=False)
+        self.local.last = (text, encoding.ids, [end for _, end in encoding.offsets])
+        return list(encoding.ids)
+
+    def _safe_cut(self, previous: str, text: str) -> int:
+        n = min(len(previous), len(text))
+        same = 0
+        step = 1 << 12
+        while same < n and previous[same:same + step] == text[same:same + step]:
+            same = min(n, same + step)
+        while same < n and previous[same] == text[same]:
+            same += 1
+        for p in range(same - 1, max(0, same - self.MAX_SCAN), -1):  # text[p] is shared, so the cut is too
+            if text[p - 1] == "\n" and not text[p].isspace():
+                return p
+        return 0

@@ -85,3 +85,36 @@ def test_length_buckets_stay_exact_and_bound_padding(engine):
     for prompt, prompt_scores in zip(prepared.prompts, scores):
         for ours, ref in zip(prompt_scores, engine.executor.reference(prompt)):
             assert max_diff(ours, ref) < 1e-5
+
+
+TRICKY = ["line one\n\nline two", "ends with newlines\n\n\n", "  leading spaces", "tabs\tand\n \nspaces",
+          "unicode: café, 東京, 🎯, e\u0301", "control <|im_end|> tokens <|im_start|>user", "numbers 12345 and x1y2",
+          "trailing punctuation!!!\n\n", '{"json": "with \\n escapes"}', "\n\nstarts with newlines"]
+
+
+def test_prompt_tokens_equal_the_plain_tokenizer(engine, demo_dir):
+    """The prefix-reusing encoder (the state tokenized once per request) gives exactly the ids the library's
+    own rendering and tokenization give, on states and questions built to stress the cut."""
+    from transformers import AutoTokenizer
+    from transformers.decision import prepare_inputs
+
+    from blink.prompts import PrefixReusingEncoder
+
+    assert isinstance(engine.tokenizer.encode, PrefixReusingEncoder) and engine.tokenizer.encode.enabled
+    plain = AutoTokenizer.from_pretrained(demo_dir)
+    rng = random.Random(11)
+    for trial in range(40):
+        state = " ".join(rng.choice(TRICKY + WORDS) for _ in range(rng.randint(1, 60)))
+        if trial % 3 == 0:
+            state = {"ticket": state, "lines": [rng.choice(TRICKY) for _ in range(3)]}
+        questions = {}
+        for i in range(rng.randint(1, 6)):
+            instructions = rng.choice(TRICKY + ["Which team?", "Is it urgent?", "", "How angry?"])
+            questions[f"q{i}"] = rng.choice([
+                {"type": "noul", "instructions": instructions},
+                {"type": "choice", "instructions": instructions, "criteria": {rng.choice(TRICKY): None, "b": "x\n\ny"}},
+                {"type": "score", "instructions": instructions, "criteria": [rng.choice(TRICKY), "high"]}])
+        request = {"state": state, "questions": questions}
+        ours = [p.ids for p in engine.prepare(request).prompts]
+        theirs = [inputs["input_ids"][0].tolist() for inputs, _ in prepare_inputs(engine.config, request, plain)]
+        assert ours == theirs, (trial, request)
