@@ -155,9 +155,32 @@ class PrefixReusingEncoder:
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
         self.full = tokenizer.encode
-        self.backend = getattr(tokenizer, "_tokenizer", None)
+        self.backend = self._untrimmed(getattr(tokenizer, "_tokenizer", None))
         self.local = threading.local()
         self.enabled = self._qwen_pretokenizer() and self._self_test()
+
+    @staticmethod
+    def _untrimmed(backend):
+        """A copy of the backend whose offsets aren't trimmed of whitespace (the same ids), so a token's end
+        offset is where its text really ends, newlines included."""
+        if backend is None:
+            return None
+        from tokenizers import Tokenizer
+
+        spec = json.loads(backend.to_str())
+
+        def untrim(node):
+            if isinstance(node, dict):
+                if node.get("type") == "ByteLevel" and "trim_offsets" in node:
+                    node["trim_offsets"] = False
+                for value in node.values():
+                    untrim(value)
+            elif isinstance(node, list):
+                for value in node:
+                    untrim(value)
+
+        untrim(spec)
+        return Tokenizer.from_str(json.dumps(spec))
 
     def _qwen_pretokenizer(self) -> bool:
         if self.backend is None:
@@ -209,7 +232,8 @@ class PrefixReusingEncoder:
             same = min(n, same + step)
         while same < n and previous[same] == text[same]:
             same += 1
-        for p in range(same - 1, max(0, same - self.MAX_SCAN), -1):  # text[p] is shared, so the cut is too
+        # the cut p needs text[:p] shared (p <= same) and text[p] to start the tail with a non-space
+        for p in range(min(same, len(text) - 1), max(0, same - self.MAX_SCAN), -1):
             if text[p - 1] == "\n" and not text[p].isspace():
                 return p
         return 0
