@@ -74,7 +74,7 @@ class ChatEngine:
 
     def _decode_images(self, messages: list[dict]) -> list[dict]:
         """Image blocks (base64 from the wire) decoded and checked against the image limits."""
-        from .images import decode
+        from .images import check_count, check_size, decode, decode_base64
 
         blocks = [b for m in messages if isinstance(m.get("content"), list) for b in m["content"]
                   if b.get("type") == "image"]
@@ -83,12 +83,7 @@ class ChatEngine:
         if self.processor is None:
             raise InvalidRequest("this server's model reads text only: image parts are not accepted",
                                  loc=["body", *blocks[0]["loc"]], kind="images_unsupported")
-        if len(blocks) > self.image_limits.max_images:
-            raise InvalidRequest(f"{len(blocks)} images; this server accepts at most {self.image_limits.max_images} "
-                                 "per request (--max-images)", loc=["body", "messages"], kind="too_many_images")
-        import base64
-        import binascii
-
+        check_count(len(blocks), self.image_limits, ["body", "messages"])
         out = []
         for m in messages:
             if not isinstance(m.get("content"), list):
@@ -100,14 +95,8 @@ class ChatEngine:
                     content.append(b)
                     continue
                 name, loc = image_name(b["loc"]), ["body", *b["loc"]]
-                try:
-                    data = base64.b64decode(b["data_base64"], validate=True)
-                except (binascii.Error, ValueError):
-                    raise InvalidRequest(f"image {name}: not valid base64", loc=loc, kind="invalid_base64") from None
-                if len(data) > self.image_limits.max_image_bytes:
-                    raise InvalidRequest(f"image {name} is {len(data)} bytes; this server accepts at most "
-                                         f"{self.image_limits.max_image_bytes} (--max-image-bytes)",
-                                         loc=loc, kind="image_too_large", status=413)
+                data = decode_base64(name, b["data_base64"], loc)
+                check_size(name, data, self.image_limits, loc)
                 content.append({"type": "image", "image": decode(name, data, self.image_limits)})
             out.append({**m, "content": content})
         return out
@@ -193,34 +182,36 @@ class ChatEngine:
         produced = 0
         finish = "length"
         images = params.get("images") or []
+        # Inference mode is thread-local, and a consumer may resume this generator on another thread (Gradio
+        # and anyio do): so it is entered per step, never held across a `yield`.
+        cache = DynamicCache(config=model.config)
+        step_input = torch.tensor([ids], dtype=torch.long, device=device)
         with torch.inference_mode():
-            cache = DynamicCache(config=model.config)
-            step_input = torch.tensor([ids], dtype=torch.long, device=device)
             extra, delta = self._first_step(ids, images, device)
-            while produced < max_tokens:
+        while produced < max_tokens:
+            with torch.inference_mode():
                 if self.vision and not extra:  # explicit positions: never the model's stored rope deltas
                     n = len(ids) + produced - 1
                     extra = {"position_ids": torch.tensor([[[n]], [[n + delta]], [[n + delta]], [[n + delta]]],
                                                           device=device)}
                 out = model(input_ids=step_input, cache=cache, use_cache=True, logits_to_keep=1, **extra)
                 extra = {}
-                logits = out.logits[0, -1].float()
-                token = _sample(logits, temperature, top_p, top_k, generator)
-                if token in eos:
-                    finish = "stop"
-                    break
-                produced += 1
-                text, hit = stopper.push(decoder.push(token))
-                if text:
-                    yield text
-                if hit:
-                    finish = "stop"
-                    break
-                step_input = torch.tensor([[token]], dtype=torch.long, device=device)
-            if finish != "stop" or not stopper.hit:
-                tail, _ = stopper.push(decoder.flush(), final=True)
-                if tail:
-                    yield tail
+                token = _sample(out.logits[0, -1].float(), temperature, top_p, top_k, generator)
+            if token in eos:
+                finish = "stop"
+                break
+            produced += 1
+            text, hit = stopper.push(decoder.push(token))
+            if text:
+                yield text
+            if hit:
+                finish = "stop"
+                break
+            step_input = torch.tensor([[token]], dtype=torch.long, device=device)
+        if finish != "stop" or not stopper.hit:
+            tail, _ = stopper.push(decoder.flush(), final=True)
+            if tail:
+                yield tail
         yield {"finish_reason": finish, "prompt_tokens": len(ids), "completion_tokens": produced}
 
     def _first_step(self, ids: list[int], images: list, device) -> tuple[dict, int]:

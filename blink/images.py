@@ -74,7 +74,20 @@ def has_images(body, parts: dict) -> bool:
     return any(DATA_URI.match(s) for s in _strings(body.get("state")))
 
 
-def _decode_base64(name: str, data, loc: list) -> bytes:
+def check_count(count: int, limits: ImageLimits, loc: list) -> None:
+    if count > limits.max_images:
+        raise InvalidRequest(f"{count} images; this server accepts at most {limits.max_images} per request "
+                             "(--max-images)", loc=loc, kind="too_many_images")
+
+
+def check_size(label: str, data: bytes, limits: ImageLimits, loc: list) -> None:
+    if len(data) > limits.max_image_bytes:
+        raise PayloadTooLarge(f"image {label} is {len(data)} bytes; this server accepts at most "
+                              f"{limits.max_image_bytes} bytes per image (--max-image-bytes)", loc=loc,
+                              kind="image_too_large")
+
+
+def decode_base64(name: str, data, loc: list) -> bytes:
     if not isinstance(data, str):
         raise InvalidRequest(f"asset {name!r}: `data_base64` must be a base64 string", loc=loc)
     try:
@@ -122,7 +135,7 @@ def gather(body: dict, parts: dict, limits: ImageLimits) -> tuple[dict, dict[str
             claimed.add(part)
             raw[name] = parts[part][1]
         else:
-            raw[name] = _decode_base64(name, asset.get("data_base64"), loc)
+            raw[name] = decode_base64(name, asset.get("data_base64"), loc)
     unclaimed = sorted(set(parts) - claimed)
     if unclaimed:
         raise InvalidRequest(f"multipart part {unclaimed[0]!r} is not claimed by any asset",
@@ -130,7 +143,7 @@ def gather(body: dict, parts: dict, limits: ImageLimits) -> tuple[dict, dict[str
     uris: list = []
     body["state"] = _lift_data_uris(body.get("state"), uris)
     for placeholder, data in uris:
-        raw[placeholder] = _decode_base64(placeholder, data, ["body", "state"])
+        raw[placeholder] = decode_base64(placeholder, data, ["body", "state"])
     listed = body.pop("images", None)
     if listed is not None:
         if not isinstance(listed, list):
@@ -138,16 +151,11 @@ def gather(body: dict, parts: dict, limits: ImageLimits) -> tuple[dict, dict[str
         for i, item in enumerate(listed):
             placeholder = f"<image:list-{i}>"
             data = item.split(",", 1)[1] if isinstance(item, str) and DATA_URI.match(item) else item
-            raw[placeholder] = _decode_base64(f"images[{i}]", data, ["body", "images", i])
+            raw[placeholder] = decode_base64(f"images[{i}]", data, ["body", "images", i])
             first.append(placeholder)
-    if len(raw) > limits.max_images:
-        raise InvalidRequest(f"{len(raw)} images; this server accepts at most {limits.max_images} per request "
-                             "(--max-images)", loc=["body", "assets"], kind="too_many_images")
+    check_count(len(raw), limits, ["body", "assets"])
     for name, data in raw.items():
-        if len(data) > limits.max_image_bytes:
-            raise PayloadTooLarge(f"image {name!r} is {len(data)} bytes; this server accepts at most "
-                                  f"{limits.max_image_bytes} bytes per image (--max-image-bytes)",
-                                  loc=["body", "assets", name], kind="image_too_large")
+        check_size(repr(name), data, limits, ["body", "assets", name])
     # every asset must be used: an unreferenced image is a client mistake, not something to drop silently
     texts = list(_strings(body.get("state")))
     questions = body.get("questions")

@@ -106,6 +106,17 @@ class ChatRequest:
     params: dict = field(default_factory=dict)
 
 
+def data_url(part: dict, *loc) -> tuple[str, str]:
+    """The (format, base64) of an `image_url` / `input_image` part's data URL; anything else is a 400 (this
+    server fetches nothing)."""
+    url = part.get("image_url", part.get("url"))
+    url = url.get("url") if isinstance(url, dict) else url
+    if not isinstance(url, str) or not url.startswith("data:image/") or ";base64," not in url:
+        raise bad("an image part needs a data URL (data:image/png;base64,...): this server fetches nothing",
+                  *loc, "image_url", kind="invalid_image_url")
+    return url[len("data:image/"):url.index(";")], url.split(",", 1)[1]
+
+
 def _text_of(content: Any, *loc) -> str | list:
     """Message content as text: a string, or the text parts of a list joined by newlines. With image parts,
     a list of `text` and `image` blocks instead (the chat engine decodes the images, or refuses them when
@@ -132,12 +143,7 @@ def _text_of(content: Any, *loc) -> str | list:
             texts.append(text)
             blocks.append({"type": "text", "text": text})
         elif kind in IMAGE_PARTS:
-            url = part.get("image_url", part.get("url"))
-            url = url.get("url") if isinstance(url, dict) else url
-            if not isinstance(url, str) or not url.startswith("data:image/") or ";base64," not in url:
-                raise bad("an image part needs a data URL (data:image/png;base64,...): this server fetches nothing",
-                          *loc, i, "image_url", kind="invalid_image_url")
-            blocks.append({"type": "image", "data_base64": url.split(",", 1)[1], "loc": [*loc, i]})
+            blocks.append({"type": "image", "data_base64": data_url(part, *loc, i)[1], "loc": [*loc, i]})
         elif kind == "refusal":
             continue
         else:
@@ -595,14 +601,9 @@ class Mapped:
 def _image_placeholder(part: dict, images: list, loc: tuple) -> str:
     """An `input_image` / `image_url` part as a System One asset: the data URL's bytes under a placeholder
     that stands where the image was (the engine refuses it if the model reads text only)."""
-    url = part.get("image_url")
-    url = url.get("url") if isinstance(url, dict) else url
-    if not isinstance(url, str) or not url.startswith("data:image/") or ";base64," not in url:
-        raise bad("an image part needs a data URL (data:image/png;base64,...): this server fetches nothing",
-                  *loc, "image_url", kind="invalid_image_url")
+    fmt, data = data_url(part, *loc)
     placeholder = f"<image:input-{len(images)}>"
-    fmt = url[len("data:image/"):url.index(";")]
-    images.append((placeholder, {"type": "image", "format": fmt, "data_base64": url.split(",", 1)[1]}))
+    images.append((placeholder, {"type": "image", "format": fmt, "data_base64": data}))
     return placeholder
 
 

@@ -231,3 +231,24 @@ def test_greedy_decode_loop_equals_transformers_generate(engine):
                                            pad_token_id=chat.tokenizer.pad_token_id)
     new = [t for t in out[0, len(ids):].tolist() if t not in chat.hidden_ids]
     assert "".join(items[:-1]) == chat.tokenizer.decode(new)
+
+
+def test_generation_resumed_on_other_threads(engine):
+    """Servers resume the chat generator from whichever worker thread is free (anyio, Gradio): every step
+    on a different thread must work and give the same text as one thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from blink.chat import ChatEngine
+
+    chat = ChatEngine(engine.loaded)
+    ids = chat.render(MESSAGES).ids
+    same_thread = list(chat.generate(ids, {"max_tokens": 10, "temperature": 0}))
+    gen = chat.generate(ids, {"max_tokens": 10, "temperature": 0})
+    hopping = []
+    for i in range(40):
+        with ThreadPoolExecutor(1) as pool:  # a fresh thread for every step
+            item = pool.submit(next, gen, None).result()
+        if item is None:
+            break
+        hopping.append(item)
+    assert hopping == same_thread
