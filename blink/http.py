@@ -24,14 +24,15 @@ def new_request_id() -> str:
     return "req_" + uuid.uuid4().hex
 
 
+class CompactJSONResponse(JSONResponse):
+    """Compact UTF-8 JSON (as the live API sends), keys in the order given, never NaN."""
+
+    def render(self, content) -> bytes:
+        return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+
+
 def json_response(body, status: int = 200, headers: dict | None = None) -> JSONResponse:
-    """Compact UTF-8 JSON (as the live API sends), keys in the order given."""
-
-    class Compact(JSONResponse):
-        def render(self, content) -> bytes:
-            return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
-
-    return Compact(body, status_code=status, headers=headers)
+    return CompactJSONResponse(body, status_code=status, headers=headers)
 
 
 async def read_body(request: Request, limits: Limits) -> bytes:
