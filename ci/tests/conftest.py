@@ -6,6 +6,7 @@ Servers are real processes (`python -m blink serve ...`), reached over HTTP by r
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -69,6 +70,23 @@ def wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout: float = 1
     raise RuntimeError(f"server not healthy after {timeout}s:\n{log.read_text()[-4000:]}")
 
 
+def stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the server's whole process group, then SIGKILL whatever is left of it."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # forked children that outlived their parent
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=15)
+
+
 @contextmanager
 def running(argv: list[str], demo_root: Path, env: dict | None = None, port: int | None = None, cwd=None,
             name: str = "server"):
@@ -80,17 +98,15 @@ def running(argv: list[str], demo_root: Path, env: dict | None = None, port: int
     full_env.setdefault("GRADIO_SERVER_PORT", str(port))
     argv = [a.replace("{port}", str(port)) for a in argv]
     with open(log, "w") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=full_env, cwd=cwd or ROOT)
+        # its own session: stopping it stops what it forked too (ZeroGPU's worker processes)
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=full_env, cwd=cwd or ROOT,
+                                start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc, log)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_group(proc)
 
 
 def blink_serve(*flags: str) -> list[str]:
