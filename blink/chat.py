@@ -25,6 +25,7 @@ from typing import Any, Iterator
 
 from .errors import InvalidRequest
 from .limits import Limits
+from .toolcalls import partial_marker_length
 
 DEFAULT_MAX_OUTPUT_TOKENS = 4096
 
@@ -330,12 +331,7 @@ class _StopStrings:
         if final:
             out, self.pending = self.pending, ""
             return out, False
-        keep = 0
-        for s in self.stops:
-            for n in range(min(len(s) - 1, len(self.pending)), keep, -1):
-                if self.pending.endswith(s[:n]):
-                    keep = n
-                    break
+        keep = partial_marker_length(self.pending, self.stops)
         out = self.pending[:len(self.pending) - keep]
         self.pending = self.pending[len(self.pending) - keep:]
         return out, False

@@ -38,6 +38,18 @@ _EMPTY_FENCE = re.compile(r"```[A-Za-z0-9_+-]*\s*```")
 START_MARKERS = tuple(f"<{w}>" for w in WRAPPERS) + ("<function=",)
 
 
+def partial_marker_length(text: str, markers) -> int:
+    """How many trailing characters of `text` could be the start of one of `markers`: text a stream must
+    hold back until the next piece says whether a marker (a tool-call tag, a stop string) is coming."""
+    keep = 0
+    for marker in markers:
+        for n in range(min(len(marker) - 1, len(text)), keep, -1):
+            if text.endswith(marker[:n]):
+                keep = n
+                break
+    return keep
+
+
 @dataclass
 class Parsed:
     calls: list[dict] = field(default_factory=list)  # OpenAI `tool_calls` entries, each with `index`
@@ -197,12 +209,7 @@ class ToolStream:
             out, self.pending = self.pending[:cut], self.pending[cut:]
             self.buffering = True
             return self._sent(out)
-        keep = 0
-        for marker in START_MARKERS:
-            for n in range(min(len(marker) - 1, len(self.pending)), keep, -1):
-                if self.pending.endswith(marker[:n]):
-                    keep = n
-                    break
+        keep = partial_marker_length(self.pending, START_MARKERS)
         out = self.pending[:len(self.pending) - keep]
         self.pending = self.pending[len(self.pending) - keep:]
         return self._sent(out)
