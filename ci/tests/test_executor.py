@@ -118,3 +118,18 @@ def test_prompt_tokens_equal_the_plain_tokenizer(engine, demo_dir):
         ours = [p.ids for p in engine.prepare(request).prompts]
         theirs = [inputs["input_ids"][0].tolist() for inputs, _ in prepare_inputs(engine.config, request, plain)]
         assert ours == theirs, (trial, request)
+
+
+def test_common_prefix_length_matches_a_token_by_token_scan():
+    from blink.executor import common_prefix_length
+
+    def scan(rows):
+        n = min(map(len, rows))
+        return next((i for i in range(n) if any(r[i] != rows[0][i] for r in rows)), n)
+
+    rng = random.Random(0)
+    for _ in range(2000):
+        base = [rng.randint(0, 3) for _ in range(rng.randint(0, 30))]
+        rows = [base[:rng.randint(0, len(base))] + [rng.randint(0, 3) for _ in range(rng.randint(0, 5))]
+                for _ in range(rng.randint(1, 5))]
+        assert common_prefix_length(rows) == scan(rows), rows
