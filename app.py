@@ -93,7 +93,7 @@ from zerogpu import as_caller, caller_from_headers, keep_tokens_out_of_logs, map
 from blink.batching import batch_caller, request_caller  # noqa: E402
 from blink.chat import ChatEngine  # noqa: E402
 from blink.durations import DurationEstimator  # noqa: E402
-from blink.errors import BlinkError  # noqa: E402
+from blink.errors import BlinkError, GPUUnavailable, QuotaExceeded  # noqa: E402
 from blink.loading import load  # noqa: E402
 from blink.prompts import processed_tokens  # noqa: E402
 from blink.server import api_routes, build_context  # noqa: E402
@@ -113,8 +113,9 @@ ESTIMATOR = DurationEstimator(
     prefill_s_per_token=space_value("PREFILL_S_PER_TOKEN", float) or 1e-3,
     decode_s_per_token=space_value("DECODE_S_PER_TOKEN", float) or 0.08,
     overhead_s=space_value("DURATION_OVERHEAD_S", float) or 0.0,
-    headroom=space_value("DURATION_HEADROOM", float) or 1.5,
-    min_s=space_value("DURATION_MIN_S", int) or 5,
+    cold_s=space_value("DURATION_COLD_S", float) or 0.0,
+    headroom=space_value("DURATION_HEADROOM", float) or 1.3,
+    min_s=space_value("DURATION_MIN_S", int) or 2,
     max_s=max(DURATION_MAX_S or 60, CHAT_DURATION_MAX_S or 120),
 )
 
@@ -155,6 +156,15 @@ def gpu_chat(ids, params):
 
 
 # --- what blink calls (main process) -----------------------------------------------------------------------
+def gpu_failure(exc: BaseException) -> BaseException:
+    """A GPU call's exception as the wire error; a failure in the worker (not a refusal by the scheduler)
+    makes the next call cold again: ZeroGPU does not reuse a failed worker."""
+    mapped = map_gpu_errors(exc, ZERO_GPU)
+    if not isinstance(mapped, (QuotaExceeded, GPUUnavailable)):
+        ESTIMATOR.failed()
+    return mapped
+
+
 def decide(plans) -> dict:
     """The batcher's GPU step: one call for a batch of one caller's requests, as that caller."""
     if not ZERO_GPU:
@@ -164,7 +174,7 @@ def decide(plans) -> dict:
         with as_caller(batch_caller.get()):
             out = gpu_decide(plans)
     except Exception as exc:  # noqa: BLE001 - mapped to the wire's status; the batcher hands it to each request
-        raise map_gpu_errors(exc, ZERO_GPU) from None
+        raise gpu_failure(exc) from None
     compute = float(out.get("compute_s", 0.0))
     ESTIMATOR.observe(plan_tokens(plans), 0, compute)
     ESTIMATOR.used("decide", compute, time.perf_counter() - start)
@@ -196,14 +206,14 @@ def _chat_stream(ids, params, caller):
             except StopIteration:
                 break
             except Exception as exc:  # noqa: BLE001
-                raise map_gpu_errors(exc, ZERO_GPU) from None
+                raise gpu_failure(exc) from None
             if isinstance(item, dict):  # the last item: let the GPU generator finish, so the worker ends cleanly
                 try:
                     next(gen)
                 except StopIteration:
                     pass
                 except Exception as exc:  # noqa: BLE001
-                    raise map_gpu_errors(exc, ZERO_GPU) from None
+                    raise gpu_failure(exc) from None
                 item = dict(item)
                 compute = float(item.pop("compute_s", 0.0))
                 ESTIMATOR.observe(item.get("prompt_tokens", len(ids)), item.get("completion_tokens", 0), compute)

@@ -230,6 +230,15 @@ def int_in(lo: int, hi: int):
     return check
 
 
+def non_negative(hi: float):
+    def check(value) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value <= hi):
+            raise ValueError(f"must be a number from 0 to {hi}; got {value!r}")
+        return value
+
+    return check
+
+
 def positive(hi: float):
     def check(value) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value <= hi):
@@ -275,11 +284,12 @@ VISION_KEYS = {
 HARDWARE_KEYS = {
     "type": (choice(tuple(HARDWARE)), "zerogpu"),
     "size": (choice(GPU_SIZES), "large"),
-    "duration_min_s": (int_in(1, 600), 5),
+    "duration_min_s": (int_in(1, 600), 2),
     "duration_max_s": (int_in(1, 600), 60),  # decisions
     "chat_duration_max_s": (int_in(1, 600), 120),  # chat turns
-    "duration_overhead_s": (positive(600), 4.0),
-    "duration_headroom": (positive(100), 1.5),
+    "duration_cold_s": (non_negative(600), 30.0),  # the first call, and the one after a failed call
+    "duration_overhead_s": (non_negative(600), 0.0),
+    "duration_headroom": (positive(100), 1.3),
     "prefill_s_per_token": (positive(10), 1e-3),  # the prior, until the Space's own calls calibrate it
     "decode_s_per_token": (positive(10), 0.08),
 }
@@ -498,6 +508,7 @@ def space_config(space: Space) -> str:
         ("DURATION_MIN_S", hw["duration_min_s"], "GPU seconds a call requests, clamped to these bounds"),
         ("DURATION_MAX_S", hw["duration_max_s"], "decisions"),
         ("CHAT_DURATION_MAX_S", hw["chat_duration_max_s"], "chat turns"),
+        ("DURATION_COLD_S", hw["duration_cold_s"], "a fresh worker moves the weights and compiles kernels first"),
         ("DURATION_OVERHEAD_S", hw["duration_overhead_s"], None),
         ("DURATION_HEADROOM", hw["duration_headroom"], None),
         ("PREFILL_S_PER_TOKEN", hw["prefill_s_per_token"], "the prior until the Space's calls calibrate it"),

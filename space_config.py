@@ -50,11 +50,13 @@ UI_CHAT_MAX_TOKENS = 512  # the Chat tab's turns
 # --- ZeroGPU -----------------------------------------------------------------------------------------------
 GPU_SIZE = "large"  # "large" (half a GPU, 1x quota) or "xlarge" (a whole GPU, 2x quota)
 # the seconds each GPU call requests: estimated from its token counts, clamped to these bounds
-DURATION_MIN_S = 5
+DURATION_MIN_S = 2
 DURATION_MAX_S = 60  # decisions
 CHAT_DURATION_MAX_S = 120  # chat turns
-DURATION_OVERHEAD_S = 4.0  # worker start and weight transfer on a cold worker
-DURATION_HEADROOM = 1.5  # times the calibrated compute estimate
+DURATION_COLD_S = 30.0  # added to the first call and after a failed one: a fresh worker moves the weights to
+                        # the GPU and compiles its kernels before our function runs
+DURATION_OVERHEAD_S = 0.0  # added to every call
+DURATION_HEADROOM = 1.3  # times the calibrated compute estimate (an upper envelope already: see blink/durations.py)
 # the conservative prior a fresh Space starts from, until its own calls calibrate it (seconds per token)
 PREFILL_S_PER_TOKEN = 1e-3
 DECODE_S_PER_TOKEN = 0.08

@@ -1,19 +1,23 @@
 """How many GPU seconds a call asks ZeroGPU for, learned from the compute times the calls report.
 
-ZeroGPU admits a call against the caller's remaining quota by the duration it *requests*, and shorter
-requests queue ahead of longer ones; a call that runs past its request may be aborted. So each call asks
-for what its work plausibly needs:
+ZeroGPU admits a call against the caller's remaining quota by the duration it *requests* (quota is then
+charged for actual use), and shorter requests queue ahead of longer ones; a call that runs past its request
+may be aborted. So each call asks for what its work plausibly needs, and no more:
 
-    seconds = ceil(overhead + headroom * (prefill_tokens * prefill_rate + decode_tokens * decode_rate))
+    seconds = ceil(cold + overhead + headroom * (prefill(prompt tokens) + decode_tokens * decode_rate))
 
-clamped to [min_s, max_s] and always a whole number >= 1 (`spaces` floors floats and wraps negatives).
+clamped to [min_s, max_s], a whole number >= 1 (`spaces` floors floats and wraps negatives).
 
-The two rates (seconds per token) start from a conservative prior and follow the compute times the GPU
-calls report: decisions (prefill only) calibrate `prefill_rate`; chat turns calibrate `decode_rate` from
-what is left after their prefill. The running mean weighs the prior like `prior_weight` observations, then
-becomes an exponential average (`alpha`); a slower-than-expected call moves the rate up at once (an
-aborted call costs more than a slightly long request). After any observation the estimate for that same
-work is never below the compute time it measured (unless that is past `max_s`).
+- `prefill(tokens) = fixed + per_token * tokens`, a least-squares line through the recent calls (weights
+  fading by `1 - alpha` per call). A line, not a mean of seconds-per-token: on a GPU a small call is mostly
+  fixed cost (kernel launches), and a per-token mean learned from many small calls would ask a rare large
+  call for several times its work.
+- `decode_rate` (chat) is a running mean of what a turn took past its predicted prefill, per new token.
+- Both start from a conservative prior that fades as calls report; a call slower than predicted weighs more
+  (an aborted call costs more than a long request), and after any call the estimate for that same work is
+  never below the time it measured (unless that is past `max_s`).
+- `cold_s` is added until a call has succeeded, and again after a failed one: ZeroGPU forks a fresh worker
+  then, which moves the weights to the GPU and compiles its kernels before our function runs.
 
 Pure Python on purpose: the Space's duration callables run in the main process before every GPU call.
 """
@@ -43,6 +47,59 @@ class Rate:
         self.observations += 1
 
 
+class CostLine:
+    """Seconds ~ fixed + per_token * tokens: weighted least squares over the calls seen, older calls fading.
+
+    Two pseudo-calls shape it: the prior, one call of 1,000 tokens at `per_token` (weight `prior_weight`,
+    fading like the data), and an anchor at (0 tokens, 0 s) that never fades (weight 1, against ~10 for the
+    recent calls), so a line seen from calls of one size only still goes through the origin instead of
+    swinging about stale points. Both coefficients stay >= 0. `lift` (seconds per token) is the extra that
+    keeps the prediction at or above a just-measured call; it fades like the data."""
+
+    ANCHOR_WEIGHT = 1.0
+
+    def __init__(self, per_token: float, prior_weight: float = 2.0, alpha: float = 0.1, up_weight: float = 5.0):
+        self.keep, self.up_weight = 1.0 - alpha, up_weight
+        self.sums = [0.0] * 5  # weight, x, y, x*x, x*y
+        self._add(1_000.0, per_token * 1_000.0, prior_weight)
+        self.fixed, self.per_token, self.lift = 0.0, per_token, 0.0
+        self.observations = 0
+        self._solve()
+
+    def predict(self, tokens: int) -> float:
+        return self.fixed + (self.per_token + self.lift) * tokens
+
+    def update(self, tokens: int, seconds: float, floor: float) -> None:
+        """One call's measurement; afterwards `predict(tokens) >= floor` (the caller's measured need)."""
+        weight = self.up_weight if seconds > self.predict(tokens) else 1.0
+        self.sums = [s * self.keep for s in self.sums]
+        self._add(float(tokens), seconds, weight)
+        self.lift *= self.keep
+        self._solve()
+        if tokens and self.predict(tokens) < floor:
+            self.lift += (floor - self.predict(tokens)) / tokens * (1 + 1e-9)
+        self.observations += 1
+
+    def _add(self, x: float, y: float, w: float) -> None:
+        for i, v in enumerate((1.0, x, y, x * x, x * y)):
+            self.sums[i] += w * v
+
+    def _solve(self) -> None:
+        w, sx, sy, sxx, sxy = self.sums
+        w += self.ANCHOR_WEIGHT  # the (0, 0) anchor adds weight only
+        det = w * sxx - sx * sx
+        if det > 1e-9 * w * sxx:
+            per_token = (w * sxy - sx * sy) / det
+            fixed = (sy - per_token * sx) / w
+        else:  # every call the same size: no slope to fit
+            fixed, per_token = -1.0, 0.0
+        if fixed < 0:  # through the origin
+            fixed, per_token = 0.0, sxy / sxx
+        if per_token < 0:  # bigger calls measured faster (noise): a flat line at the mean
+            fixed, per_token = sy / w, 0.0
+        self.fixed, self.per_token = fixed, per_token
+
+
 @dataclass
 class Ledger:
     """Requested vs used GPU seconds for one kind of call (for /healthz)."""
@@ -64,25 +121,31 @@ class Ledger:
 
 class DurationEstimator:
     def __init__(self, *, prefill_s_per_token: float = 1e-3, decode_s_per_token: float = 0.08,
-                 overhead_s: float = 4.0, headroom: float = 1.5, min_s: int = 5, max_s: int = 120,
-                 prior_weight: float = 2.0, alpha: float = 0.1):
+                 overhead_s: float = 0.0, headroom: float = 1.5, min_s: int = 1, max_s: int = 120,
+                 cold_s: float = 0.0, prior_weight: float = 2.0, alpha: float = 0.1):
         if not (1 <= int(min_s) <= int(max_s)):
             raise ValueError(f"duration bounds must satisfy 1 <= min_s <= max_s, got {min_s}, {max_s}")
-        if headroom < 1.0 or overhead_s < 0 or prefill_s_per_token <= 0 or decode_s_per_token <= 0:
-            raise ValueError("headroom must be >= 1, the overhead >= 0 and the prior rates > 0")
+        if headroom < 1.0 or overhead_s < 0 or cold_s < 0 or prefill_s_per_token <= 0 or decode_s_per_token <= 0:
+            raise ValueError("headroom must be >= 1, the overhead and cold allowance >= 0 and the prior rates > 0")
         self.min_s, self.max_s = int(min_s), int(max_s)
-        self.overhead_s = float(overhead_s)
+        self.overhead_s, self.cold_s = float(overhead_s), float(cold_s)
         self.headroom = float(headroom)
-        self.prefill = Rate(float(prefill_s_per_token), prior_weight, alpha)
+        self.prefill = CostLine(float(prefill_s_per_token), prior_weight, alpha)
         self.decode = Rate(float(decode_s_per_token), prior_weight, alpha)
+        self.warm = False  # a call has succeeded since start-up or the last failure
         self.ledgers: dict[str, Ledger] = {}
         self._lock = threading.Lock()
 
     # the estimate ----------------------------------------------------------------------------------------
+    def work_s(self, prefill_tokens: int, decode_tokens: int = 0) -> float:
+        """Seconds of GPU work predicted for these token counts."""
+        p, d = max(0, int(prefill_tokens)), max(0, int(decode_tokens))
+        return self.prefill.predict(p) + d * self.decode.value
+
     def need_s(self, prefill_tokens: int, decode_tokens: int = 0) -> float:
-        """Unclamped seconds the work plausibly needs (overhead and headroom included)."""
-        work = max(0, int(prefill_tokens)) * self.prefill.value + max(0, int(decode_tokens)) * self.decode.value
-        return self.overhead_s + self.headroom * work
+        """Unclamped seconds the work plausibly needs (cold allowance, overhead and headroom included)."""
+        cold = 0.0 if self.warm else self.cold_s
+        return cold + self.overhead_s + self.headroom * self.work_s(prefill_tokens, decode_tokens)
 
     def seconds(self, prefill_tokens: int, decode_tokens: int = 0, max_s: int | None = None) -> int:
         """The whole seconds to request: ceil, clamped to [min_s, max_s], an int >= 1."""
@@ -94,22 +157,25 @@ class DurationEstimator:
 
     # calibration -----------------------------------------------------------------------------------------
     def observe(self, prefill_tokens: int, decode_tokens: int, compute_s: float) -> None:
-        """Learn from one call's measured compute time (seconds the GPU work took, excluding queueing)."""
+        """Learn from one successful call's measured compute time (GPU work, excluding queueing)."""
         p, d = max(0, int(prefill_tokens)), max(0, int(decode_tokens))
         if not (isinstance(compute_s, (int, float)) and math.isfinite(compute_s)) or compute_s < 0 or p + d == 0:
             return
         with self._lock:
+            self.warm = True
+            floor = compute_s / self.headroom  # the work estimate that makes need_s >= compute_s
             if d == 0:
-                self.prefill.update(compute_s / p)
-            else:
-                decode_time = compute_s - p * self.prefill.value
-                self.decode.update(max(decode_time, 0.0) / d)
-            # never below what this work measured: raise the rate that carries it if needed
-            shortfall = compute_s - self.need_s(p, d)
-            if shortfall > 0:
-                rate, tokens = (self.decode, d) if d else (self.prefill, p)
-                rate.value += shortfall / (self.headroom * tokens) * (1 + 1e-9)
+                self.prefill.update(p, compute_s, floor)
+                return
+            self.decode.update(max(compute_s - self.prefill.predict(p), 0.0) / d)
+            shortfall = floor - self.work_s(p, d)
+            if shortfall > 0:  # never below what this turn measured
+                self.decode.value += shortfall / d * (1 + 1e-9)
 
+    def failed(self) -> None:
+        """A call failed: the next one starts a fresh worker (ZeroGPU does not reuse a failed one)."""
+        with self._lock:
+            self.warm = False
     # accounting ------------------------------------------------------------------------------------------
     def ledger(self, kind: str) -> Ledger:
         with self._lock:
@@ -136,7 +202,29 @@ class DurationEstimator:
         with self._lock:
             return {
                 "bounds_s": [self.min_s, self.max_s], "overhead_s": self.overhead_s, "headroom": self.headroom,
-                "prefill_s_per_token": self.prefill.value, "decode_s_per_token": self.decode.value,
+                "cold_s": self.cold_s, "warm": self.warm,
+                "prefill_fixed_s": self.prefill.fixed, "prefill_s_per_token": self.prefill.per_token + self.prefill.lift,
+                "decode_s_per_token": self.decode.value,
                 "calibrated_from": {"prefill": self.prefill.observations, "decode": self.decode.observations},
                 **{kind: ledger.as_dict() for kind, ledger in self.ledgers.items()},
             }
+
+
+def replay(calls: list[tuple[int, float]], estimator: DurationEstimator, long_s: float = 1.0) -> dict:
+    """Duration honesty over recorded decision calls `(prefill tokens, compute seconds)`, in order: what each
+    would have requested before it ran, against what it used. `long` sums the calls over `long_s` of work
+    (the issue's target: requested <= 2x used there); `cut_off` counts calls that used more than they asked."""
+    asked_all = used_all = asked_long = used_long = 0.0
+    worst_long, cut, n_long = 0.0, 0, 0
+    for tokens, compute_s in calls:
+        asked = estimator.seconds(tokens)
+        asked_all, used_all, cut = asked_all + asked, used_all + compute_s, cut + (compute_s > asked)
+        if compute_s > long_s:
+            n_long += 1
+            asked_long, used_long = asked_long + asked, used_long + compute_s
+            worst_long = max(worst_long, asked / compute_s)
+        estimator.observe(tokens, 0, compute_s)
+    ratio = lambda a, u: a / u if u else math.nan  # noqa: E731
+    return {"calls": len(calls), "requested_s": asked_all, "used_s": used_all, "ratio": ratio(asked_all, used_all),
+            "cut_off": cut, "long_s": long_s, "long_calls": n_long, "long_requested_s": asked_long,
+            "long_used_s": used_long, "long_ratio": ratio(asked_long, used_long), "long_worst": worst_long}

@@ -225,15 +225,13 @@ class PrefixReusingEncoder:
         return list(encoding.ids)
 
     def _safe_cut(self, previous: str, text: str) -> int:
-        n = min(len(previous), len(text))
-        same = 0
-        step = 1 << 12
-        while same < n and previous[same:same + step] == text[same:same + step]:
-            same = min(n, same + step)
-        while same < n and previous[same] == text[same]:
-            same += 1
-        # the cut p needs text[:p] shared (p <= same) and text[p] to start the tail with a non-space
-        for p in range(min(same, len(text) - 1), max(0, same - self.MAX_SCAN), -1):
-            if text[p - 1] == "\n" and not text[p].isspace():
-                return p
+        """The last safe cut in `text` at or before where it stops matching `previous` (0: none). String
+        search and comparison run in C: a character loop over a 10,000-character state costs ~0.4 ms per prompt."""
+        same = common_prefix_length([previous, text])
+        floor, hi = max(0, same - self.MAX_SCAN), min(same, len(text) - 1)
+        # a cut p needs text[p - 1] == "\n" and a non-space text[p] (the tail then starts a new pre-token)
+        while (newline := text.rfind("\n", floor, hi)) >= 0:
+            if not text[newline + 1].isspace():
+                return newline + 1
+            hi = newline
         return 0

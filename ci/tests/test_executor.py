@@ -133,3 +133,27 @@ def test_common_prefix_length_matches_a_token_by_token_scan():
         rows = [base[:rng.randint(0, len(base))] + [rng.randint(0, 3) for _ in range(rng.randint(0, 5))]
                 for _ in range(rng.randint(1, 5))]
         assert common_prefix_length(rows) == scan(rows), rows
+
+
+def test_safe_cut_matches_a_character_scan():
+    """The prefix-reusing encoder's cut (C-speed search) equals the plain definition: the last p at or before
+    the first difference, within MAX_SCAN of it, where text[p - 1] is a newline and text[p] is not a space."""
+    from blink.prompts import PrefixReusingEncoder
+
+    def scan(previous, text, max_scan):
+        n = min(len(previous), len(text))
+        same = next((i for i in range(n) if previous[i] != text[i]), n)
+        for p in range(min(same, len(text) - 1), max(0, same - max_scan), -1):
+            if text[p - 1] == "\n" and not text[p].isspace():
+                return p
+        return 0
+
+    cutter = PrefixReusingEncoder.__new__(PrefixReusingEncoder)  # only the pure string method is exercised
+    rng = random.Random(5)
+    alphabet = ["\n", "\n", " ", "\t", "a", "b", "é", "\r"]
+    for _ in range(3000):
+        base = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        previous = base[:rng.randint(0, len(base))] + "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6)))
+        text = base[:rng.randint(0, len(base))] + "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6)))
+        cutter.MAX_SCAN = rng.choice([3, 10, 4096])
+        assert cutter._safe_cut(previous, text) == scan(previous, text, cutter.MAX_SCAN), (previous, text)

@@ -137,6 +137,8 @@ REFUSALS = [
 @pytest.mark.parametrize("mode,status,headers", REFUSALS, ids=[r[0] for r in REFUSALS])
 def test_scheduler_refusals_become_http_statuses(zspace, mode, status, headers):
     url, fake = zspace
+    warmup = httpx.post(url + "/v1/systemone", json=DECISION, timeout=120)  # a worker has succeeded: warm
+    assert warmup.status_code == 200 and health(url)["gpu_seconds"]["warm"] is True
     fake.answer_next(mode)
     r = httpx.post(url + "/v1/systemone", json=DECISION, headers={"x-ip-token": "tok-carol"}, timeout=120)
     assert r.status_code == status, r.text
@@ -146,9 +148,15 @@ def test_scheduler_refusals_become_http_statuses(zspace, mode, status, headers):
     assert isinstance(body["error"], str) and body["detail"]["error_type"]  # System One's error shape
     if mode == "worker_fail":
         assert "worker" in body["error"].lower()
+    # a failed worker is not reused: the next call asks for the cold allowance again; a refusal changes nothing
+    gpu = health(url)["gpu_seconds"]
+    assert gpu["warm"] is (mode != "worker_fail"), gpu
+    mark = fake.mark()
     # and the Space keeps serving: the next decision goes through (a new worker if the old one failed)
     ok = httpx.post(url + "/v1/systemone", json=DECISION, headers={"x-ip-token": "tok-carol"}, timeout=120)
     assert ok.status_code == 200, ok.text
+    asked = int(fake.since(mark, "/schedule")[0]["params"]["durationSeconds"])
+    assert (asked > gpu["cold_s"]) is (mode == "worker_fail"), (asked, gpu)
 
 
 def test_refusals_in_the_openai_shape(zspace):
