@@ -122,12 +122,6 @@ def timed(fn, device: str, reps: int) -> list[float]:
     return out
 
 
-def argmax(answer: dict) -> str:
-    if answer["type"] == "noul":
-        return str(answer["noul"] >= 0.5)
-    return max(answer["probabilities"], key=answer["probabilities"].get)
-
-
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", choices=sorted(SHAPES), default="4b")
@@ -186,7 +180,7 @@ def main(argv=None) -> None:
         a = engine.answer(p, ours([p])["results"][0][1])
         r = engine.answer(p, plain(engine, p, args.device))
         worst = max(worst, workload.max_abs_diff(a, r))
-        agree += sum(argmax(a[q]) == argmax(r[q]) for q in a)
+        agree += sum(workload.argmax(a[q]) == workload.argmax(r[q]) for q in a)
         total += len(a)
     batched_scores = ours(prepared_clients[:8])["results"]
     for p, (_, scores) in zip(prepared_clients[:8], batched_scores):  # cross-request batch vs alone

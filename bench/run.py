@@ -57,6 +57,7 @@ TARGET_TS_16 = 4.0        # ours >= 4x faster than transformers serve at 16 ques
 TARGET_TS_1 = 1.0         # never slower at 1 question
 TARGET_BATCHING_16 = 2.0  # batched >= 2x unbatched throughput at 16 clients
 TARGET_OUTSIDE = 0.10     # < 10% of a 16-question request's time outside the model (larger model)
+BF16_BOUND = 5e-2           # the bf16 drift we state: |p_bf16 - p_fp32| per probability
 TARGET_DURATION_RATIO = 2.0  # GPU seconds requested <= 2x used, over calls of more than 1 s of work
 
 
@@ -205,6 +206,29 @@ class Sides:
                 tokens += len(prompt.ids)
         ms = (time.perf_counter() - t) * 1000
         return {"ms": ms, "answers": self.engine.answer(prepared, scores), "input_tokens": tokens}
+
+
+def bf16_drift(sides: Sides, model_name: str, quick: bool) -> dict:
+    """Our executor on a bf16 copy of the model against the fp32 plain forward, on the benchmark's own bodies:
+    the drift bf16 brings (what the GPU path runs in), measured on this CPU's bf16 kernels."""
+    import copy
+    import dataclasses
+
+    import torch
+
+    from blink.engine import Engine
+
+    loaded = sides.engine.loaded
+    half = Engine(dataclasses.replace(loaded, model=copy.deepcopy(loaded.model).to(torch.bfloat16)))
+    worst, agree, total = 0.0, 0, 0
+    cells = [(64, 6), (512, 16)] if quick else [(64, 6), (64, 16), (512, 16), (2200, 6), (2200, 16)]
+    for i, (state, n_q) in enumerate(cells):
+        body = workload.body(sides.engine.tokenizer, model_name, state, n_q, seed=700 + i)
+        ours16, ref = half.decide(body), sides.plain(body)["answers"]
+        worst = max(worst, workload.max_abs_diff(ours16, ref))
+        agree += sum(workload.argmax(ours16[q]) == workload.argmax(ref[q]) for q in ref)
+        total += len(ref)
+    return {"max_abs_diff": worst, "argmax_agree": agree, "answers": total, "cells": cells}
 
 
 def median(xs):
@@ -385,10 +409,12 @@ def bench_model(spec: str, quick: bool, window_ms: float, logdir: Path) -> dict:
     finally:
         for s in servers.values():
             s.stop()
+    log(f"{label}: bf16 drift against the fp32 plain forward")
+    drift = bf16_drift(sides, model_name, quick)
     return {"model": label, "path": str(path), "params": params, "cells": cells, "throughput": throughput,
             "memory": {name: {"ready_rss": s.ready_rss, "peak_rss": s.peak_rss} for name, s in servers.items()}
             | {"bench_process_rss": bench_rss},
-            "durations": duration_honesty(calls), "batch_window_ms": window_ms,
+            "durations": duration_honesty(calls), "bf16": drift, "batch_window_ms": window_ms,
             "restarts": [why for s in servers.values() for why in s.restarts]}
 
 
@@ -436,6 +462,10 @@ def table(results: list[dict], larger: str | None) -> str:
         worst_ts = max(c["max_abs_diff"]["ts_vs_plain"] for c in res["cells"])
         rows.append([m, "max |Δ probability| vs plain forward", f"{worst:.1e}", f"{worst_ts:.1e}", "0 (reference)",
                      "", "", "", "", "fp32: ≤ 1e-5 " + mark(worst <= 1e-5)])
+        b = res["bf16"]
+        rows.append([m, "bf16 drift: max |Δ probability|, ours in bf16 vs plain fp32", f"{b['max_abs_diff']:.1e}", "",
+                     "0 (reference)", "", "", "", f"{b['answers']} answers, argmax {b['argmax_agree']}/{b['answers']}",
+                     f"bound {BF16_BOUND:g} " + mark(b["max_abs_diff"] <= BF16_BOUND)])
         d = res["durations"]
         rows.append([m, "duration honesty: requested vs used s (CPU compute)",
                      f"{d['requested_s']:.0f} s asked / {d['used_s']:.1f} s used = {d['ratio']:.1f}×",

@@ -83,3 +83,10 @@ def max_abs_diff(a: dict, b: dict) -> float:
             return float("inf")
         worst = max([worst] + [abs(x - y) for x, y in zip(pa, pb)])
     return worst
+
+
+def argmax(answer: dict) -> str:
+    """The answer's most likely option (noul: whether P(true) >= 0.5)."""
+    if answer["type"] == "noul":
+        return str(answer["noul"] >= 0.5)
+    return max(answer["probabilities"], key=answer["probabilities"].get)
