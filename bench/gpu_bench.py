@@ -207,6 +207,20 @@ def main(argv=None) -> None:
         log(f"{name}: ours {rows[-1]['ours_ms']:.1f} ms (with prepare {rows[-1]['ours_e2e_ms']:.1f}), "
             f"plain {rows[-1]['plain_ms']:.1f} ms")
 
+    # 3b. the pass cost of length bucketing (blink/executor.py: its CUDA value is an estimate): model time of
+    # Kev's cells and the 64-client batch at a few values, so the next run can set it from a measurement
+    default_cost = engine.executor.pass_cost_tokens
+    sweep = {}
+    for cost in (0.0, 64.0, 256.0, 1024.0, 1e9):
+        engine.executor.pass_cost_tokens = cost
+        sweep[cost] = []
+        for plans in [[engine.prepare(b)] for _, b, _ in cells] + [prepared_clients]:
+            ours(plans)  # warm this bucketing's shapes
+            sweep[cost].append(statistics.median(timed(lambda: ours(plans), args.device, max(3, args.reps // 4))))
+    engine.executor.pass_cost_tokens = default_cost
+    log("pass cost sweep (model ms: " + ", ".join(name for name, _, _ in cells) + ", batch): "
+        + "; ".join(f"{c:g}: " + " / ".join(f"{ms:.1f}" for ms in v) for c, v in sweep.items()))
+
     # 4. throughput: N clients' requests in one batched call vs one call per request
     n = len(prepared_clients)
     tokens_all = sum(p.input_tokens for p in prepared_clients)
@@ -250,6 +264,9 @@ def main(argv=None) -> None:
           f"{thr['batched_rps'] / thr['unbatched_rps']:.2f}× | {KEV_THROUGHPUT} |")
     if peak is not None:
         print(f"| peak GPU memory allocated | | {peak / 2**30:.1f} GiB | | | | |")
+    for cost, times in sweep.items():
+        print(f"| bucketing pass cost {cost:g} tokens{' (default)' if cost == default_cost else ''} | | "
+              + " / ".join(f"{ms:.1f}" for ms in times) + " ms (Kev cells / batch) | | | | |")
     print(f"| duration honesty ({honesty['calls']} calls, Space settings) | | {honesty['requested_s']:.0f} s "
           f"requested / {honesty['used_s']:.2f} s used = {honesty['ratio']:.1f}× | cut off: {honesty['cut_off']} | "
           f"calls over 1 s: {honesty['long_calls']}, {honesty['long_ratio']:.2f}× | | |")
@@ -258,6 +275,7 @@ def main(argv=None) -> None:
         Path(args.json).write_text(json.dumps({"gpu": gpu, "shape": args.shape, "params": params, "kernels": kernels,
                                                "check": {"max_abs_diff": worst, "argmax_agree": [agree, total]},
                                                "cells": rows, "throughput": thr, "peak_bytes": peak,
+                                               "pass_cost_sweep": sweep,
                                                "durations": honesty}, indent=1))
 
 

@@ -52,16 +52,36 @@ class Prompt:
     images: list[Image] = field(default_factory=list)  # in order of appearance in `ids`
 
 
-def length_buckets(rows: list, lengths: dict, max_rows: int) -> list[list]:
-    """Suffix rows grouped so that right-padding wastes little: longest first, a new bucket when a row is at
-    most half as long as its bucket's longest (it would be more than half padding), or when the bucket is
-    full (which also bounds the memory of one fan-out). Each bucket is one forward pass."""
-    buckets: list[list] = []
-    for row in sorted(rows, key=lambda r: -lengths[r]):
-        if not buckets or len(buckets[-1]) >= max_rows or 2 * lengths[row] <= lengths[buckets[-1][0]]:
-            buckets.append([])
-        buckets[-1].append(row)
-    return buckets
+def length_buckets(rows: list, lengths: dict, max_rows: int, pass_cost: float = 0.0) -> list[list]:
+    """Suffix rows grouped into forward passes at the least estimated cost, where a pass costs `pass_cost`
+    (its fixed cost, in tokens) plus rows x its longest row (right-padding is paid for). With a small pass cost
+    (a CPU) nearly every distinct length gets its own pass; with a large one (a GPU's kernel launches and
+    weight reads per pass) lengths share passes and padding.
+
+    Exact on the runs of equal lengths (sorted longest first): a pass never splits a run except where it is
+    full (`max_rows`, which also bounds the memory of one fan-out); a group of runs with more rows than that
+    is cut into full passes, costed as if each were as long as the group's longest row."""
+    ordered = sorted(rows, key=lambda r: -lengths[r])
+    runs: list[list] = []  # rows of equal length, longest first
+    for row in ordered:
+        if runs and lengths[runs[-1][0]] == lengths[row]:
+            runs[-1].append(row)
+        else:
+            runs.append([row])
+    # best[i]: the cheapest cost of the first i runs; cut[i]: where its last group starts
+    best, cut = [0.0] + [float("inf")] * len(runs), [0] * (len(runs) + 1)
+    for i in range(1, len(runs) + 1):
+        count = 0
+        for j in range(i - 1, -1, -1):  # the last group is runs[j:i], padded to runs[j]'s length
+            count += len(runs[j])
+            cost = best[j] + -(-count // max_rows) * pass_cost + count * lengths[runs[j][0]]
+            if cost < best[i]:
+                best[i], cut[i] = cost, j
+    groups, i = [], len(runs)
+    while i:
+        groups.append([row for run in runs[cut[i]:i] for row in run])
+        i = cut[i]
+    return [group[k:k + max_rows] for group in reversed(groups) for k in range(0, len(group), max_rows)]
 
 
 def common_prefix_length(rows: list[list]) -> int:
@@ -85,7 +105,12 @@ def common_prefix_length(rows: list[list]) -> int:
 class Executor:
     """Scores groups of prompts on one model. Not thread-safe: one thread owns it (see batching)."""
 
-    def __init__(self, model, pad_token_id: int, max_rows: int = 64):
+    # the fixed cost of one more forward pass, in tokens (see length_buckets). CPU (1 thread): measured, the
+    # optimum is flat from 8 to 32 on the 141M benchmark model and 32-128 on the 16M demo. CUDA: an estimate
+    # (a pass reads every weight and launches every kernel), not yet measured: bench/gpu.sh sweeps it
+    PASS_COST_TOKENS = {"cpu": 32.0, "cuda": 256.0}
+
+    def __init__(self, model, pad_token_id: int, max_rows: int = 64, pass_cost_tokens: float | None = None):
         self.model = model
         self.max_rows = max_rows  # suffix rows per forward pass (bounds a fan-out's memory)
         inner = model.model
@@ -99,6 +124,9 @@ class Executor:
         # transformers >= 5.24 names the cache argument `cache`; older 5.x `past_key_values`
         params = inspect.signature(self.base.forward).parameters
         self.cache_arg = "cache" if "cache" in params else "past_key_values"
+        if pass_cost_tokens is None:
+            pass_cost_tokens = self.PASS_COST_TOKENS.get(self.device.type, self.PASS_COST_TOKENS["cuda"])
+        self.pass_cost_tokens = float(pass_cost_tokens)
 
     @property
     def device(self):
@@ -204,7 +232,7 @@ class Executor:
         rows = [(g, p) for g, prompts in enumerate(groups) for p, prompt in enumerate(prompts)
                 if len(prompt.ids) > prefix_len[g]]
         tails = {gp: len(groups[gp[0]][gp[1]].ids) - prefix_len[gp[0]] for gp in rows}
-        buckets = length_buckets(rows, tails, self.max_rows)
+        buckets = length_buckets(rows, tails, self.max_rows, self.pass_cost_tokens)
         suffix_of = {}  # (g, p) -> (hidden states of its bucket, its row there)
         for b, bucket in enumerate(buckets):
             # every bucket but the last fans out a copy: reorder_cache works in place

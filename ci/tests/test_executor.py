@@ -68,13 +68,40 @@ def test_the_prefix_is_shared(engine):
     assert prepared.input_tokens < total / 4
 
 
-def test_length_buckets_stay_exact_and_bound_padding(engine):
+def test_length_buckets_cost_model(engine):
+    """Passes are chosen at the least cost (pass cost + rows x longest row): a free pass gives every length its
+    own; a dear one puts everything in full passes; in between, the optimum over every contiguous grouping of
+    the runs of equal length (brute force) is found."""
+    from itertools import combinations
+
     from blink.executor import length_buckets
 
-    lengths = {"a": 100, "b": 90, "c": 50, "d": 49, "e": 10, "f": 5}
-    buckets = length_buckets(list(lengths), lengths, max_rows=64)
-    assert buckets == [["a", "b"], ["c", "d"], ["e"], ["f"]]  # no row is half padding or more
-    assert length_buckets(list(lengths), lengths, max_rows=1) == [[k] for k in lengths]
+    lengths = {"a": 100, "b": 90, "c": 50, "d": 49, "e": 10, "f": 5, "g": 5}
+    assert length_buckets(list(lengths), lengths, max_rows=64, pass_cost=0) == [
+        ["a"], ["b"], ["c"], ["d"], ["e"], ["f", "g"]]
+    assert length_buckets(list(lengths), lengths, max_rows=64, pass_cost=10_000) == [list(lengths)]
+    # three passes either way: the cheapest padding among them
+    assert length_buckets(list(lengths), lengths, max_rows=3, pass_cost=10_000) == [["a", "b"], ["c", "d"],
+                                                                                   ["e", "f", "g"]]
+    assert length_buckets(list(lengths), lengths, max_rows=1, pass_cost=50) == [[k] for k in lengths]
+
+    def cost(buckets, pass_cost):
+        return sum(pass_cost + len(b) * max(lens[r] for r in b) for b in buckets)
+
+    rng = random.Random(8)
+    for _ in range(300):
+        lens = {i: rng.choice([3, 5, 8, 20, 21, 40, 77]) for i in range(rng.randint(1, 12))}
+        pass_cost = rng.choice([0, 4, 30, 200])
+        got = length_buckets(list(lens), lens, max_rows=64, pass_cost=pass_cost)
+        assert sorted(r for b in got for r in b) == sorted(lens)
+        runs = sorted(set(lens.values()), reverse=True)
+        best = min(cost([[r for r in lens if lens[r] in runs[a:b]] for a, b in zip((0,) + cuts, cuts + (len(runs),))],
+                        pass_cost)
+                   for k in range(len(runs)) for cuts in combinations(range(1, len(runs)), k))
+        assert cost(got, pass_cost) == best
+
+
+def test_length_buckets_stay_exact(engine):
     rng = random.Random(3)
     prepared = engine.prepare(random_request(rng, 12))
     engine.executor.max_rows = 2  # many small fan-outs from one prefix cache
