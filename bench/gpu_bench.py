@@ -141,8 +141,8 @@ def main(argv=None) -> None:
     if not args.device.startswith("cuda"):
         block_fla_without_cuda()
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
-    log(f"building {args.shape} on {args.device} ({args.dtype})")
-    model, tokenizer = build(args.shape, args.device, dtype)
+    log(f"building {args.shape} on {args.device} (fp32{', then ' + args.dtype if dtype != torch.float32 else ''})")
+    model, tokenizer = build(args.shape, args.device, torch.float32)  # fp32 first: the reference for bf16's drift
     params = sum(p.numel() for p in model.parameters())
     root = Path(tempfile.mkdtemp(prefix="blink-gpu-tok-"))
     tokenizer.save_pretrained(root)  # the engine reads the (absent) decision config from the model's folder
@@ -166,7 +166,16 @@ def main(argv=None) -> None:
              for i, (name, state, n_q, kev) in enumerate(KEV)]
     clients = [workload.body(tokenizer, "blink-4b-random", 128, 6, seed=9000 + c) for c in range(args.clients)]
 
-    # 2. warm-up (kernel autotuning for every shape we time), then the check: ours vs the plain path
+    # 2. the fp32 plain path's answers (bf16's drift is measured against them), then the model in its dtype;
+    # warm-up (kernel autotuning for every shape we time), then the check: ours vs the plain path, same dtype
+    check_bodies = [b for _, b, _ in cells] + clients[:8]
+    fp32_answers = []
+    if dtype != torch.float32:
+        for b in check_bodies:
+            p = engine.prepare(b)
+            fp32_answers.append(engine.answer(p, plain(engine, p, args.device)))
+        model.to(dtype)  # in place: the executor's references to the embedding and head stay valid
+        sync(args.device)
     log("warm-up")
     for _, b, _ in cells:
         p = engine.prepare(b)
@@ -175,18 +184,24 @@ def main(argv=None) -> None:
     prepared_clients = [engine.prepare(b) for b in clients]
     ours(prepared_clients), ours(prepared_clients[:1])
     worst, agree, total = 0.0, 0, 0
-    for b in [b for _, b, _ in cells] + clients[:8]:
+    drift, drift_agree = 0.0, 0
+    for i, b in enumerate(check_bodies):
         p = engine.prepare(b)
         a = engine.answer(p, ours([p])["results"][0][1])
         r = engine.answer(p, plain(engine, p, args.device))
         worst = max(worst, workload.max_abs_diff(a, r))
         agree += sum(workload.argmax(a[q]) == workload.argmax(r[q]) for q in a)
         total += len(a)
+        if fp32_answers:
+            drift = max(drift, workload.max_abs_diff(a, fp32_answers[i]))
+            drift_agree += sum(workload.argmax(a[q]) == workload.argmax(fp32_answers[i][q]) for q in a)
     batched_scores = ours(prepared_clients[:8])["results"]
     for p, (_, scores) in zip(prepared_clients[:8], batched_scores):  # cross-request batch vs alone
         worst = max(worst, workload.max_abs_diff(engine.answer(p, scores), engine.answer(p, plain(engine, p, args.device))))
     bound = 1e-5 if dtype == torch.float32 else 5e-2
     log(f"check: max |p_ours - p_plain| = {worst:.2e} (bound {bound:g}), argmax {agree}/{total}")
+    if fp32_answers:
+        log(f"{args.dtype} drift: max |p_ours - p_plain_fp32| = {drift:.2e}, argmax {drift_agree}/{total}")
 
     # 3. Kev's cells: model time (the engine's GPU call) and prepare+model+answer, vs the plain path
     if args.device.startswith("cuda"):
@@ -253,6 +268,9 @@ def main(argv=None) -> None:
           f"shape, random weights), {params / 1e9:.2f}B params, {args.dtype}, {kernels} — versions {versions()}")
     print(f"check vs plain per-question forward: max |Δp| = {worst:.2e} ({'≤' if worst <= bound else '>'} "
           f"bound {bound:g}), argmax agree {agree}/{total}")
+    if fp32_answers:
+        print(f"{args.dtype} drift: ours in {args.dtype} vs the plain path in fp32 (same weights): max |Δp| = {drift:.2e} "
+              f"({'≤' if drift <= 5e-2 else '>'} stated bound 5e-2), argmax agree {drift_agree}/{total}")
     print("| cell | tokens run | ours: model | ours: prepare+model+answer | plain per-question | plain ÷ ours | "
           "Kev-4B H100 new / cached |")
     print("|---|---|---|---|---|---|---|")
@@ -274,6 +292,8 @@ def main(argv=None) -> None:
     if args.json:
         Path(args.json).write_text(json.dumps({"gpu": gpu, "shape": args.shape, "params": params, "kernels": kernels,
                                                "check": {"max_abs_diff": worst, "argmax_agree": [agree, total]},
+                                               "drift_vs_fp32": {"max_abs_diff": drift if fp32_answers else None,
+                                                                 "argmax_agree": [drift_agree, total]},
                                                "cells": rows, "throughput": thr, "peak_bytes": peak,
                                                "pass_cost_sweep": sweep,
                                                "durations": honesty}, indent=1))
