@@ -171,9 +171,13 @@ def main(argv=None) -> None:
     check_bodies = [b for _, b, _ in cells] + clients[:8]
     fp32_answers = []
     if dtype != torch.float32:
-        for b in check_bodies:
-            p = engine.prepare(b)
-            fp32_answers.append(engine.answer(p, plain(engine, p, args.device)))
+        try:
+            for b in check_bodies:
+                p = engine.prepare(b)
+                fp32_answers.append(engine.answer(p, plain(engine, p, args.device)))
+        except Exception as exc:  # noqa: BLE001 - the drift is a side measurement: never lose the run to it
+            log(f"fp32 reference failed, no drift measured: {type(exc).__name__}: {exc}")
+            fp32_answers = []
         model.to(dtype)  # in place: the executor's references to the embedding and head stay valid
         sync(args.device)
     log("warm-up")
