@@ -231,6 +231,26 @@ def bf16_drift(sides: Sides, model_name: str, quick: bool) -> dict:
     return {"max_abs_diff": worst, "argmax_agree": agree, "answers": total, "cells": cells}
 
 
+def mixed_batch(engine, model_name: str) -> dict:
+    """One model call for a batch of requests about texts of very different lengths (1 of 2,200 tokens, 15 of
+    64, one question each) vs one call per request, in this process: what cross-request batching costs when
+    the batch is lopsided (its prefixes are not all padded to the longest)."""
+    bodies = [workload.body(engine.tokenizer, model_name, 2200, 1, seed=31)]
+    bodies += [workload.body(engine.tokenizer, model_name, 64, 1, seed=32 + i) for i in range(15)]
+    plans = [engine.prepare(b).prompts for b in bodies]
+    engine.score_many(plans)  # warm
+    one, each = [], []
+    for _ in range(3):
+        t = time.perf_counter()
+        engine.score_many(plans)
+        one.append((time.perf_counter() - t) * 1000)
+        t = time.perf_counter()
+        for plan in plans:
+            engine.score_many([plan])
+        each.append((time.perf_counter() - t) * 1000)
+    return {"one_call_ms": median(one), "each_ms": median(each), "x": median(each) / median(one)}
+
+
 def median(xs):
     xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
     return statistics.median(xs) if xs else math.nan
@@ -409,12 +429,14 @@ def bench_model(spec: str, quick: bool, window_ms: float, logdir: Path) -> dict:
     finally:
         for s in servers.values():
             s.stop()
-    log(f"{label}: bf16 drift against the fp32 plain forward")
+    log(f"{label}: bf16 drift against the fp32 plain forward; a lopsided batch")
     drift = bf16_drift(sides, model_name, quick)
+    lopsided = mixed_batch(sides.engine, model_name)
     return {"model": label, "path": str(path), "params": params, "cells": cells, "throughput": throughput,
             "memory": {name: {"ready_rss": s.ready_rss, "peak_rss": s.peak_rss} for name, s in servers.items()}
             | {"bench_process_rss": bench_rss},
-            "durations": duration_honesty(calls), "bf16": drift, "batch_window_ms": window_ms,
+            "durations": duration_honesty(calls), "bf16": drift, "mixed_batch": lopsided,
+            "batch_window_ms": window_ms,
             "restarts": [why for s in servers.values() for why in s.restarts]}
 
 
@@ -452,6 +474,10 @@ def table(results: list[dict], larger: str | None) -> str:
                             + (f", {errs} errors" if errs else ""),
                          f"{t['batched_rps']:.1f} req/s batched (mean batch {t['mean_batch']:.1f})", "—", f"{t['unbatched_rps']:.1f} req/s", "—",
                          f"{t['x_batching']:.2f}×", "", f"{t['reps']}×{t['clients'] * t['requests_each']} req", target])
+        mb_ = res["mixed_batch"]
+        rows.append([m, "lopsided batch: 1 × 2,200 tok + 15 × 64 tok, 1 q each", f"{fmt_ms(mb_['one_call_ms'])} in one call",
+                     "—", f"{fmt_ms(mb_['each_ms'])} one call each", "—", f"{mb_['x']:.2f}×", "", "3 reps (in-process)",
+                     f"≥1× {mark(mb_['x'] >= 1)}"])
         mem = res["memory"]
         mb = lambda b: f"{b / 2**20:.0f} MB"  # noqa: E731
         rows.append([m, "peak RSS (server process)", f"{mb(mem['ours']['peak_rss'])} (batched server "

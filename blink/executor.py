@@ -7,13 +7,14 @@ Why this is written by hand: `transformers`' DecisionPipeline runs one full prom
 cache, so a request with Q questions about one state pays for the state Q times. Here a *group* is the set
 of prompts of one request. Per group the longest common token prefix is computed once:
 
-1. prefill: every group's prefix in one batch, left-padded (exact from an empty state: padded inputs are
-   zeroed before the linear-attention layers and masked in the attention layers);
+1. prefill: the groups' prefixes, left-padded, in passes of similar lengths (exact from an empty state:
+   padded inputs are zeroed before the linear-attention layers and masked in the attention layers);
 2. fan-out: the hybrid cache (attention KV + DeltaNet conv and recurrent states) is copied to one row per
    prompt with `reorder_cache` (`crop`/`batch_repeat_interleave` don't work on linear-attention layers);
 3. suffixes: every prompt's remaining tokens, *right*-padded (left padding after a prefix state is wrong:
-   pads would decay the recurrent state), positions continuing each group's prefix; rows of very different
-   lengths go in separate passes (length buckets), so padding stays under half of any row;
+   pads would decay the recurrent state), positions continuing each group's prefix;
+   which rows share a pass (prefixes and suffixes alike) is chosen by a cost model (`length_buckets`): one
+   more pass against the padding it saves;
 4. readout: hidden states only where an answer is read, times only the label rows of the LM head.
 """
 
@@ -205,69 +206,25 @@ class Executor:
     @torch.inference_mode()
     def score(self, groups: list[list[Prompt]]) -> list[list[list[list[float]]]]:
         """Label logits (after temperature) per group, per prompt, per read: plain Python floats."""
-        dev, hidden_size = self.device, self.embed.weight.shape[1]
+        dev = self.device
         everything = [p for prompts in groups for p in prompts]
         features = self._encode_images(everything)
         positions = {id(p): self._positions(p) for p in everything}
 
-        # 1. prefixes: the common prefix of a group's prompts; a lone prompt is all prefix
-        prefix_len = []
-        for prompts in groups:
-            n = len(prompts[0].ids) if len(prompts) == 1 else common_prefix_length([self._keys(p) for p in prompts])
-            prefix_len.append(n)
-        width = max(prefix_len)
-        embeds = torch.zeros((len(groups), width, hidden_size), dtype=self.embed.weight.dtype, device=dev)
-        mask = torch.zeros((len(groups), width), dtype=torch.long)
-        rope = torch.zeros((3, len(groups), width), dtype=torch.long)
-        for g, prompts in enumerate(groups):
-            n, first = prefix_len[g], prompts[0]
-            embeds[g, width - n:] = self._embeddings(first, 0, n, features)
-            mask[g, width - n:] = 1
-            rope[:, g, width - n:] = positions[id(first)][:, :n]
-        text = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = self.new_cache()
-        prefix_hidden = self._forward(embeds, mask, text, rope, cache)  # [G, width, H]
+        # 1. prefixes: the common prefix of a group's prompts; a lone prompt is all prefix. Groups of very
+        # different prefix lengths (a batch of requests about texts of 100 and 2,000 tokens) run in separate
+        # passes, chosen like the suffix passes: left-padding them all to the longest would multiply the work
+        prefix_len = [len(prompts[0].ids) if len(prompts) == 1 else common_prefix_length([self._keys(p) for p in prompts])
+                      for prompts in groups]
+        at = {}  # (g, p, read index) -> hidden state at that read position
+        for bucket in length_buckets(list(range(len(groups))), dict(enumerate(prefix_len)), self.max_rows,
+                                     self.pass_cost_tokens):
+            self._prefix_pass(bucket, groups, prefix_len, features, positions, at)
 
-        # 2. fan out one cache row per prompt that has tokens past its group's prefix, in length buckets
-        rows = [(g, p) for g, prompts in enumerate(groups) for p, prompt in enumerate(prompts)
-                if len(prompt.ids) > prefix_len[g]]
-        tails = {gp: len(groups[gp[0]][gp[1]].ids) - prefix_len[gp[0]] for gp in rows}
-        buckets = length_buckets(rows, tails, self.max_rows, self.pass_cost_tokens)
-        suffix_of = {}  # (g, p) -> (hidden states of its bucket, its row there)
-        for b, bucket in enumerate(buckets):
-            # every bucket but the last fans out a copy: reorder_cache works in place
-            bucket_cache = cache if b == len(buckets) - 1 else copy.deepcopy(cache)
-            bucket_cache.reorder_cache(torch.tensor([g for g, _ in bucket], device=dev))
-            span = max(tails[gp] for gp in bucket)
-            s_embeds = torch.zeros((len(bucket), span, hidden_size), dtype=embeds.dtype, device=dev)
-            s_mask = torch.zeros((len(bucket), span), dtype=torch.long)
-            s_text = torch.zeros((len(bucket), span), dtype=torch.long)
-            s_rope = torch.zeros((3, len(bucket), span), dtype=torch.long)
-            for r, (g, p) in enumerate(bucket):
-                prompt, n = groups[g][p], prefix_len[g]
-                tail = tails[(g, p)]
-                s_embeds[r, :tail] = self._embeddings(prompt, n, len(prompt.ids), features)
-                s_mask[r, :tail] = 1
-                s_text[r] = torch.arange(n, n + span)
-                s_rope[:, r, :tail] = positions[id(prompt)][:, n:]
-            # 3. right-padded suffixes, attending to their own group's (left-padded) prefix
-            full_mask = torch.cat([mask[[g for g, _ in bucket]], s_mask], dim=1)
-            hidden = self._forward(s_embeds, full_mask, s_text, s_rope, bucket_cache)  # [rows, span, H]
-            for r, gp in enumerate(bucket):
-                suffix_of[gp] = (hidden, r)
-
-        # 4. gather the hidden state at every read position, then only the label rows of the LM head
-        vectors, where = [], []
-        for g, prompts in enumerate(groups):
-            for p, prompt in enumerate(prompts):
-                for read in prompt.reads:
-                    if read.position < prefix_len[g]:
-                        vectors.append(prefix_hidden[g, width - prefix_len[g] + read.position])
-                    else:
-                        hidden, r = suffix_of[(g, p)]
-                        vectors.append(hidden[r, read.position - prefix_len[g]])
-                    where.append(read)
-        hidden = torch.stack(vectors).float()
+        # 4. the hidden state at every read position, then only the label rows of the LM head
+        where = [read for prompts in groups for prompt in prompts for read in prompt.reads]
+        hidden = torch.stack([at[(g, p, k)] for g, prompts in enumerate(groups) for p, prompt in enumerate(prompts)
+                              for k in range(len(prompt.reads))]).float()
         label_ids = sorted({i for read in where for i in read.label_ids})
         column = {token: c for c, token in enumerate(label_ids)}
         logits = hidden @ self.head[torch.tensor(label_ids, device=dev)].float().T  # [reads, labels]
@@ -284,6 +241,61 @@ class Executor:
                 per_group.append(per_prompt)
             results.append(per_group)
         return results
+
+    def _prefix_pass(self, bucket: list[int], groups, prefix_len, features, positions, at: dict) -> None:
+        """One prefix pass over the groups in `bucket` (left-padded to their longest prefix), then their suffix
+        passes from its cache; stores the hidden state of every read of these groups in `at`."""
+        dev, hidden_size = self.device, self.embed.weight.shape[1]
+        width = max(prefix_len[g] for g in bucket)
+        embeds = torch.zeros((len(bucket), width, hidden_size), dtype=self.embed.weight.dtype, device=dev)
+        mask = torch.zeros((len(bucket), width), dtype=torch.long)
+        rope = torch.zeros((3, len(bucket), width), dtype=torch.long)
+        for row, g in enumerate(bucket):
+            n, first = prefix_len[g], groups[g][0]
+            embeds[row, width - n:] = self._embeddings(first, 0, n, features)
+            mask[row, width - n:] = 1
+            rope[:, row, width - n:] = positions[id(first)][:, :n]
+        text = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = self.new_cache()
+        prefix_hidden = self._forward(embeds, mask, text, rope, cache)  # [rows, width, H]
+
+        # 2. fan out one cache row per prompt that has tokens past its group's prefix, in length buckets
+        row_of = {g: row for row, g in enumerate(bucket)}
+        rows = [(g, p) for g in bucket for p, prompt in enumerate(groups[g]) if len(prompt.ids) > prefix_len[g]]
+        tails = {gp: len(groups[gp[0]][gp[1]].ids) - prefix_len[gp[0]] for gp in rows}
+        suffixes = length_buckets(rows, tails, self.max_rows, self.pass_cost_tokens)
+        suffix_of = {}  # (g, p) -> (hidden states of its suffix pass, its row there)
+        for b, suffix_rows in enumerate(suffixes):
+            # every pass but the last fans out a copy: reorder_cache works in place
+            pass_cache = cache if b == len(suffixes) - 1 else copy.deepcopy(cache)
+            pass_cache.reorder_cache(torch.tensor([row_of[g] for g, _ in suffix_rows], device=dev))
+            span = max(tails[gp] for gp in suffix_rows)
+            s_embeds = torch.zeros((len(suffix_rows), span, hidden_size), dtype=embeds.dtype, device=dev)
+            s_mask = torch.zeros((len(suffix_rows), span), dtype=torch.long)
+            s_text = torch.zeros((len(suffix_rows), span), dtype=torch.long)
+            s_rope = torch.zeros((3, len(suffix_rows), span), dtype=torch.long)
+            for r, (g, p) in enumerate(suffix_rows):
+                prompt, n = groups[g][p], prefix_len[g]
+                tail = tails[(g, p)]
+                s_embeds[r, :tail] = self._embeddings(prompt, n, len(prompt.ids), features)
+                s_mask[r, :tail] = 1
+                s_text[r] = torch.arange(n, n + span)
+                s_rope[:, r, :tail] = positions[id(prompt)][:, n:]
+            # 3. right-padded suffixes, attending to their own group's (left-padded) prefix
+            full_mask = torch.cat([mask[[row_of[g] for g, _ in suffix_rows]], s_mask], dim=1)
+            hidden = self._forward(s_embeds, full_mask, s_text, s_rope, pass_cache)  # [rows, span, H]
+            for r, gp in enumerate(suffix_rows):
+                suffix_of[gp] = (hidden, r)
+
+        for g in bucket:
+            n = prefix_len[g]
+            for p, prompt in enumerate(groups[g]):
+                for k, read in enumerate(prompt.reads):
+                    if read.position < n:
+                        at[(g, p, k)] = prefix_hidden[row_of[g], width - n + read.position]
+                    else:
+                        hidden, r = suffix_of[(g, p)]
+                        at[(g, p, k)] = hidden[r, read.position - n]
 
     @torch.inference_mode()
     def reference(self, prompt: Prompt) -> list[list[float]]:

@@ -47,11 +47,18 @@ def test_shared_prefix_equals_fresh_forward(engine, n_questions):
     assert worst < 1e-5, worst
 
 
-def test_many_requests_in_one_call_equal_each_alone(engine):
-    """Cross-request batching: groups of different prefix lengths (left-padded) and suffixes (right-padded)."""
+@pytest.mark.parametrize("pass_cost", [0.0, 32.0, 1e9])
+def test_many_requests_in_one_call_equal_each_alone(engine, pass_cost):
+    """Cross-request batching: groups of different prefix lengths (left-padded) and suffixes (right-padded),
+    in one prefix pass (a huge pass cost), in one pass per distinct length (no pass cost) and in between."""
     rng = random.Random(7)
-    prepared = [engine.prepare(random_request(rng, rng.randint(1, 6))) for _ in range(5)]
-    together = engine.executor.score([p.prompts for p in prepared])
+    prepared = [engine.prepare(random_request(rng, rng.randint(1, 6))) for _ in range(6)]
+    saved = engine.executor.pass_cost_tokens
+    engine.executor.pass_cost_tokens = pass_cost
+    try:
+        together = engine.executor.score([p.prompts for p in prepared])
+    finally:
+        engine.executor.pass_cost_tokens = saved
     for p, batched in zip(prepared, together):
         alone = engine.executor.score([p.prompts])[0]
         for b_prompt, a_prompt in zip(batched, alone):
