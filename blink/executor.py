@@ -53,15 +53,24 @@ class Prompt:
     images: list[Image] = field(default_factory=list)  # in order of appearance in `ids`
 
 
-def length_buckets(rows: list, lengths: dict, max_rows: int, pass_cost: float = 0.0) -> list[list]:
+def length_buckets(rows: list, lengths: dict, max_rows: int, pass_cost: float = 0.0, max_cells: int | None = None,
+                   carried: int = 0) -> list[list]:
     """Suffix rows grouped into forward passes at the least estimated cost, where a pass costs `pass_cost`
     (its fixed cost, in tokens) plus rows x its longest row (right-padding is paid for). With a small pass cost
     (a CPU) nearly every distinct length gets its own pass; with a large one (a GPU's kernel launches and
     weight reads per pass) lengths share passes and padding.
 
+    Memory: a pass of r rows padded to L holds r x (carried + L) cache cells (`carried`: the prefix every
+    suffix row carries in its cache); a pass takes at most `max_rows` rows and at most `max_cells` cells.
+
     Exact on the runs of equal lengths (sorted longest first): a pass never splits a run except where it is
-    full (`max_rows`, which also bounds the memory of one fan-out); a group of runs with more rows than that
-    is cut into full passes, costed as if each were as long as the group's longest row."""
+    full; a group of runs with more rows than a pass holds is cut into full passes, costed (and sized) as if
+    each were as long as the group's longest row."""
+
+    def per_pass(length: int) -> int:
+        fits = max_rows if max_cells is None else max_cells // (carried + length)
+        return max(1, min(max_rows, fits))
+
     ordered = sorted(rows, key=lambda r: -lengths[r])
     runs: list[list] = []  # rows of equal length, longest first
     for row in ordered:
@@ -75,14 +84,19 @@ def length_buckets(rows: list, lengths: dict, max_rows: int, pass_cost: float = 
         count = 0
         for j in range(i - 1, -1, -1):  # the last group is runs[j:i], padded to runs[j]'s length
             count += len(runs[j])
-            cost = best[j] + -(-count // max_rows) * pass_cost + count * lengths[runs[j][0]]
+            head = lengths[runs[j][0]]
+            cost = best[j] + -(-count // per_pass(head)) * pass_cost + count * head
             if cost < best[i]:
                 best[i], cut[i] = cost, j
     groups, i = [], len(runs)
     while i:
         groups.append([row for run in runs[cut[i]:i] for row in run])
         i = cut[i]
-    return [group[k:k + max_rows] for group in reversed(groups) for k in range(0, len(group), max_rows)]
+    passes = []
+    for group in reversed(groups):
+        size = per_pass(lengths[group[0]])
+        passes += [group[k:k + size] for k in range(0, len(group), size)]
+    return passes
 
 
 def common_prefix_length(rows: list[list]) -> int:
@@ -110,10 +124,15 @@ class Executor:
     # optimum is flat from 8 to 32 on the 141M benchmark model and 32-128 on the 16M demo. CUDA: an estimate
     # (a pass reads every weight and launches every kernel), not yet measured: bench/gpu.sh sweeps it
     PASS_COST_TOKENS = {"cpu": 32.0, "cuda": 256.0}
+    # the attention cache one pass may hold: a fan-out copies the prefix's KV into every suffix row (64
+    # questions about a 30,000-token text on a 4B model would be 64 GB at once), and a prefix pass holds
+    # every row it runs. Passes are cut to fit (see length_buckets)
+    FANOUT_BYTES = {"cpu": 2 << 30, "cuda": 4 << 30}
 
-    def __init__(self, model, pad_token_id: int, max_rows: int = 64, pass_cost_tokens: float | None = None):
+    def __init__(self, model, pad_token_id: int, max_rows: int = 64, pass_cost_tokens: float | None = None,
+                 fanout_bytes: int | None = None):
         self.model = model
-        self.max_rows = max_rows  # suffix rows per forward pass (bounds a fan-out's memory)
+        self.max_rows = max_rows  # rows per forward pass
         inner = model.model
         # a vision-language model keeps its language model inside; a text model is its own
         self.vision = inner if hasattr(inner, "language_model") else None
@@ -128,10 +147,22 @@ class Executor:
         if pass_cost_tokens is None:
             pass_cost_tokens = self.PASS_COST_TOKENS.get(self.device.type, self.PASS_COST_TOKENS["cuda"])
         self.pass_cost_tokens = float(pass_cost_tokens)
+        if fanout_bytes is None:
+            fanout_bytes = self.FANOUT_BYTES.get(self.device.type, self.FANOUT_BYTES["cuda"])
+        self.max_cells = max(1, int(fanout_bytes) // self.kv_bytes_per_token())
 
     @property
     def device(self):
         return self.head.device
+
+    def kv_bytes_per_token(self) -> int:
+        """Attention-cache bytes one token of one row takes (keys and values of the full-attention layers)."""
+        config = self.base.config
+        layers = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
+        heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        attention = sum(kind != "linear_attention" for kind in layers)
+        return max(1, attention * 2 * heads * head_dim * self.embed.weight.element_size())
 
     def new_cache(self):
         from transformers import DynamicCache
@@ -218,7 +249,7 @@ class Executor:
                       for prompts in groups]
         at = {}  # (g, p, read index) -> hidden state at that read position
         for bucket in length_buckets(list(range(len(groups))), dict(enumerate(prefix_len)), self.max_rows,
-                                     self.pass_cost_tokens):
+                                     self.pass_cost_tokens, self.max_cells):
             self._prefix_pass(bucket, groups, prefix_len, features, positions, at)
 
         # 4. the hidden state at every read position, then only the label rows of the LM head
@@ -263,7 +294,7 @@ class Executor:
         row_of = {g: row for row, g in enumerate(bucket)}
         rows = [(g, p) for g in bucket for p, prompt in enumerate(groups[g]) if len(prompt.ids) > prefix_len[g]]
         tails = {gp: len(groups[gp[0]][gp[1]].ids) - prefix_len[gp[0]] for gp in rows}
-        suffixes = length_buckets(rows, tails, self.max_rows, self.pass_cost_tokens)
+        suffixes = length_buckets(rows, tails, self.max_rows, self.pass_cost_tokens, self.max_cells, carried=width)
         suffix_of = {}  # (g, p) -> (hidden states of its suffix pass, its row there)
         for b, suffix_rows in enumerate(suffixes):
             # every pass but the last fans out a copy: reorder_cache works in place

@@ -47,18 +47,20 @@ def test_shared_prefix_equals_fresh_forward(engine, n_questions):
     assert worst < 1e-5, worst
 
 
-@pytest.mark.parametrize("pass_cost", [0.0, 32.0, 1e9])
-def test_many_requests_in_one_call_equal_each_alone(engine, pass_cost):
+@pytest.mark.parametrize("pass_cost,max_cells", [(0.0, None), (32.0, None), (1e9, None), (1e9, 300)])
+def test_many_requests_in_one_call_equal_each_alone(engine, pass_cost, max_cells):
     """Cross-request batching: groups of different prefix lengths (left-padded) and suffixes (right-padded),
-    in one prefix pass (a huge pass cost), in one pass per distinct length (no pass cost) and in between."""
+    in one prefix pass (a huge pass cost), in one pass per distinct length (no pass cost), in between, and cut
+    into passes of a row or two by a tiny cache budget."""
     rng = random.Random(7)
     prepared = [engine.prepare(random_request(rng, rng.randint(1, 6))) for _ in range(6)]
-    saved = engine.executor.pass_cost_tokens
+    saved = engine.executor.pass_cost_tokens, engine.executor.max_cells
     engine.executor.pass_cost_tokens = pass_cost
+    engine.executor.max_cells = max_cells or saved[1]
     try:
         together = engine.executor.score([p.prompts for p in prepared])
     finally:
-        engine.executor.pass_cost_tokens = saved
+        engine.executor.pass_cost_tokens, engine.executor.max_cells = saved
     for p, batched in zip(prepared, together):
         alone = engine.executor.score([p.prompts])[0]
         for b_prompt, a_prompt in zip(batched, alone):
@@ -91,6 +93,11 @@ def test_length_buckets_cost_model(engine):
     assert length_buckets(list(lengths), lengths, max_rows=3, pass_cost=10_000) == [["a", "b"], ["c", "d"],
                                                                                    ["e", "f", "g"]]
     assert length_buckets(list(lengths), lengths, max_rows=1, pass_cost=50) == [[k] for k in lengths]
+    # a cache budget: rows x (carried prefix + longest row) <= max_cells, at least one row per pass
+    for carried, cells in [(0, 250), (100, 500), (1000, 10)]:
+        passes = length_buckets(list(lengths), lengths, max_rows=64, pass_cost=10_000, max_cells=cells, carried=carried)
+        assert sorted(r for p in passes for r in p) == sorted(lengths)
+        assert all(len(p) == 1 or len(p) * (carried + max(lengths[r] for r in p)) <= cells for p in passes), passes
 
     def cost(buckets, pass_cost):
         return sum(pass_cost + len(b) * max(lens[r] for r in b) for b in buckets)
