@@ -48,7 +48,8 @@ class Prepared:
 
 class Engine:
     def __init__(self, loaded: Loaded, limits: Limits | None = None, image_limits: ImageLimits | None = None,
-                 image_layout: str = "inline"):
+                 image_layout: str = "inline", pass_cost_tokens: float | None = None,
+                 pass_cache_bytes: int | None = None):
         self.loaded = loaded
         self.limits = limits or Limits()
         self.image_limits = image_limits or ImageLimits()
@@ -62,7 +63,8 @@ class Engine:
             size["longest_edge"] = min(size["longest_edge"], self.image_limits.max_image_pixels)
         self.config = decision_config_for(str(loaded.root), loaded.tokenizer)
         self.prompts = PromptBuilder(loaded.tokenizer, self.config, self.limits, loaded.processor)
-        self.executor = Executor(loaded.model, loaded.tokenizer.pad_token_id)
+        self.executor = Executor(loaded.model, loaded.tokenizer.pad_token_id, pass_cost_tokens=pass_cost_tokens,
+                                 pass_cache_bytes=pass_cache_bytes)
 
     @property
     def accepts_images(self) -> bool:

@@ -127,10 +127,10 @@ class Executor:
     # the attention cache one pass may hold: a fan-out copies the prefix's KV into every suffix row (64
     # questions about a 30,000-token text on a 4B model would be 64 GB at once), and a prefix pass holds
     # every row it runs. Passes are cut to fit (see length_buckets)
-    FANOUT_BYTES = {"cpu": 2 << 30, "cuda": 4 << 30}
+    PASS_CACHE_BYTES = {"cpu": 2 << 30, "cuda": 4 << 30}
 
     def __init__(self, model, pad_token_id: int, max_rows: int = 64, pass_cost_tokens: float | None = None,
-                 fanout_bytes: int | None = None):
+                 pass_cache_bytes: int | None = None):
         self.model = model
         self.max_rows = max_rows  # rows per forward pass
         inner = model.model
@@ -147,9 +147,9 @@ class Executor:
         if pass_cost_tokens is None:
             pass_cost_tokens = self.PASS_COST_TOKENS.get(self.device.type, self.PASS_COST_TOKENS["cuda"])
         self.pass_cost_tokens = float(pass_cost_tokens)
-        if fanout_bytes is None:
-            fanout_bytes = self.FANOUT_BYTES.get(self.device.type, self.FANOUT_BYTES["cuda"])
-        self.max_cells = max(1, int(fanout_bytes) // self.kv_bytes_per_token())
+        if pass_cache_bytes is None:
+            pass_cache_bytes = self.PASS_CACHE_BYTES.get(self.device.type, self.PASS_CACHE_BYTES["cuda"])
+        self.max_cells = max(1, int(pass_cache_bytes) // self.kv_bytes_per_token())
 
     @property
     def device(self):

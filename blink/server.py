@@ -27,7 +27,9 @@ def build_context(settings: Settings, decide: Callable | None = None, chat: Call
 
     loaded = loaded or load(settings.model, settings.revision, settings.adapter, settings.adapter_revision,
                             vision=settings.vision, vision_tower=settings.vision_tower)
-    engine = Engine(loaded, settings.limits, settings.image_limits, settings.image_layout)
+    cache_bytes = None if settings.pass_cache_mib is None else int(settings.pass_cache_mib * 2**20)
+    engine = Engine(loaded, settings.limits, settings.image_limits, settings.image_layout,
+                    pass_cost_tokens=settings.pass_cost_tokens, pass_cache_bytes=cache_bytes)
     # warmup=False: the Space on ZeroGPU, where the main process holds only emulated CUDA tensors
     repeat_identical = engine.warmup() if warmup else None
     service = DecisionService(engine, decide, window_ms=settings.batch_window_ms,
@@ -39,6 +41,8 @@ def build_context(settings: Settings, decide: Callable | None = None, chat: Call
         "warmup": {"repeat_identical": repeat_identical}, "kernels": info["kernels"], "device": info["device"],
         "dtype": info["dtype"], "versions": versions(), "accepts_images": engine.accepts_images,
         "limits": vars(settings.limits),
+        "passes": {"pass_cost_tokens": engine.executor.pass_cost_tokens, "max_rows": engine.executor.max_rows,
+                   "pass_cache_mib": round(engine.executor.max_cells * engine.executor.kv_bytes_per_token() / 2**20)},
     }
     if engine.accepts_images:
         health.update(image_layout=engine.image_layout, image_limits=vars(settings.image_limits),

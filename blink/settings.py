@@ -40,6 +40,23 @@ def window_ms(value) -> float:
     return ms
 
 
+def auto_number(lo: float, hi: float):
+    """A number in [lo, hi], or `auto` / empty for the device's default (None)."""
+    def parse(value) -> float | None:
+        if value is None or str(value).strip().lower() in ("", "auto"):
+            return None
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+        if not (math.isfinite(x) and lo <= x <= hi):
+            raise argparse.ArgumentTypeError(f"must be {lo:g}-{hi:g} (or auto), got {value}")
+        return x
+
+    parse.__name__ = f"number {lo:g}-{hi:g} or auto"
+    return parse
+
+
 def api_key(value) -> str | None:
     try:
         return check_key(value)
@@ -87,6 +104,10 @@ KNOBS = [
                                         "in one GPU call (0 = one request per call; at most 1000)"),
     ("max_batch_requests", int_range(1, 64), 16, "most requests decided in one call (1-64)"),
     ("max_queued_requests", int_range(1, 1024), 64, "most requests waiting; past this: HTTP 529 + Retry-After"),
+    ("pass_cost_tokens", auto_number(0, 1e6), None, "the fixed cost of one more forward pass, in tokens, against the "
+     "padding it saves when rows are grouped into passes (auto: 32 on CPU, 256 on CUDA; bench/gpu.sh sweeps it)"),
+    ("pass_cache_mib", auto_number(16, 1 << 20), None, "attention cache one forward pass may hold, MiB: passes are "
+     "cut to fit (auto: 2048 on CPU, 4096 on CUDA)"),
     ("max_questions", int_range(1, 1024), Limits.max_questions, "questions per request"),
     ("max_options", int_range(2, 255), Limits.max_options, "options per choice question (labels run to 255)"),
     ("max_levels", int_range(2, 255), Limits.max_levels, "levels per score question"),
@@ -122,6 +143,8 @@ class Settings:
     batch_window_ms: float = 0.0
     max_batch_requests: int = 16
     max_queued_requests: int = 64
+    pass_cost_tokens: float | None = None
+    pass_cache_mib: float | None = None
     max_questions: int = Limits.max_questions
     max_options: int = Limits.max_options
     max_levels: int = Limits.max_levels

@@ -89,3 +89,30 @@ def test_decide_many_each_request_its_own_answers_or_error(engine):
     assert out[0]["team"]["choice"] == alone["team"]["choice"]
     assert isinstance(out[1], InvalidRequest) and out[1].loc == ["body", "questions", "q"]
     assert abs(out[2]["x"]["noul"] - engine.decide(other)["x"]["noul"]) < 1e-5
+
+
+def test_pass_settings_reach_the_executor(demo_dir):
+    """--pass-cost-tokens / --pass-cache-mib (and their BLINK_* variables): `auto` keeps the device's default,
+    a number reaches the executor, a bad value stops start-up with the variable named."""
+    from blink.engine import Engine
+    from blink.executor import Executor
+    from blink.loading import load
+    from blink.server import build_context
+    from blink.settings import Settings
+
+    auto = Settings.from_values({}, env={"BLINK_PASS_COST_TOKENS": "auto"})
+    assert auto.pass_cost_tokens is None and auto.pass_cache_mib is None
+    settings = Settings.from_values({"model": str(demo_dir)}, env={"BLINK_PASS_COST_TOKENS": "0",
+                                                                   "BLINK_PASS_CACHE_MIB": "16"})
+    assert (settings.pass_cost_tokens, settings.pass_cache_mib) == (0.0, 16.0)
+    with pytest.raises(SystemExit, match="BLINK_PASS_COST_TOKENS"):
+        Settings.from_values({}, env={"BLINK_PASS_COST_TOKENS": "-1"})
+
+    ctx = build_context(settings, loaded=load(str(demo_dir)), warmup=False)
+    executor = ctx.engine.executor
+    assert executor.pass_cost_tokens == 0.0
+    assert executor.max_cells == 16 * 2**20 // executor.kv_bytes_per_token()
+    assert ctx.health["passes"] == {"pass_cost_tokens": 0.0, "max_rows": 64, "pass_cache_mib": 16}
+    default = Engine(load(str(demo_dir))).executor  # CPU defaults
+    assert default.pass_cost_tokens == Executor.PASS_COST_TOKENS["cpu"]
+    assert default.max_cells == Executor.PASS_CACHE_BYTES["cpu"] // default.kv_bytes_per_token()
