@@ -203,7 +203,8 @@ class DurationEstimator:
             return {
                 "bounds_s": [self.min_s, self.max_s], "overhead_s": self.overhead_s, "headroom": self.headroom,
                 "cold_s": self.cold_s, "warm": self.warm,
-                "prefill_fixed_s": self.prefill.fixed, "prefill_s_per_token": self.prefill.per_token + self.prefill.lift,
+                "prefill_fixed_s": self.prefill.fixed,
+                "prefill_s_per_token": self.prefill.per_token + self.prefill.lift,
                 "decode_s_per_token": self.decode.value,
                 "calibrated_from": {"prefill": self.prefill.observations, "decode": self.decode.observations},
                 **{kind: ledger.as_dict() for kind, ledger in self.ledgers.items()},

@@ -55,8 +55,8 @@ class Prompt:
 
 def length_buckets(rows: list, lengths: dict, max_rows: int, pass_cost: float = 0.0, max_cells: int | None = None,
                    carried: int = 0) -> list[list]:
-    """Suffix rows grouped into forward passes at the least estimated cost, where a pass costs `pass_cost`
-    (its fixed cost, in tokens) plus rows x its longest row (right-padding is paid for). With a small pass cost
+    """Rows (prefixes, or suffixes) grouped into forward passes at the least estimated cost: a pass costs
+    `pass_cost` (its fixed cost, in tokens) plus rows x its longest row (padding is paid for). With a small pass cost
     (a CPU) nearly every distinct length gets its own pass; with a large one (a GPU's kernel launches and
     weight reads per pass) lengths share passes and padding.
 
@@ -245,8 +245,8 @@ class Executor:
         # 1. prefixes: the common prefix of a group's prompts; a lone prompt is all prefix. Groups of very
         # different prefix lengths (a batch of requests about texts of 100 and 2,000 tokens) run in separate
         # passes, chosen like the suffix passes: left-padding them all to the longest would multiply the work
-        prefix_len = [len(prompts[0].ids) if len(prompts) == 1 else common_prefix_length([self._keys(p) for p in prompts])
-                      for prompts in groups]
+        prefix_len = [len(prompts[0].ids) if len(prompts) == 1
+                      else common_prefix_length([self._keys(p) for p in prompts]) for prompts in groups]
         at = {}  # (g, p, read index) -> hidden state at that read position
         for bucket in length_buckets(list(range(len(groups))), dict(enumerate(prefix_len)), self.max_rows,
                                      self.pass_cost_tokens, self.max_cells):
@@ -318,15 +318,20 @@ class Executor:
             for r, gp in enumerate(suffix_rows):
                 suffix_of[gp] = (hidden, r)
 
+        keys, vectors = [], []
         for g in bucket:
             n = prefix_len[g]
             for p, prompt in enumerate(groups[g]):
                 for k, read in enumerate(prompt.reads):
                     if read.position < n:
-                        at[(g, p, k)] = prefix_hidden[row_of[g], width - n + read.position]
+                        vectors.append(prefix_hidden[row_of[g], width - n + read.position])
                     else:
                         hidden, r = suffix_of[(g, p)]
-                        at[(g, p, k)] = hidden[r, read.position - n]
+                        vectors.append(hidden[r, read.position - n])
+                    keys.append((g, p, k))
+        # copied out, so this pass's hidden states (rows x width x hidden) are freed before the next pass
+        for key, vector in zip(keys, torch.stack(vectors) if vectors else []):
+            at[key] = vector
 
     @torch.inference_mode()
     def reference(self, prompt: Prompt) -> list[list[float]]:
