@@ -155,19 +155,19 @@ class PrefixReusingEncoder:
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
         self.full = tokenizer.encode
-        self.backend = self._untrimmed(getattr(tokenizer, "_tokenizer", None))
+        backend = getattr(tokenizer, "_tokenizer", None)
+        spec = json.loads(backend.to_str()) if backend is not None else None  # parsed once: ~1 s for Qwen's
+        self.backend = self._untrimmed(spec)
         self.local = threading.local()
-        self.enabled = self._qwen_pretokenizer() and self._self_test()
+        self.enabled = self.backend is not None and self._qwen_pretokenizer(spec) and self._self_test()
 
     @staticmethod
-    def _untrimmed(backend):
+    def _untrimmed(spec: dict | None):
         """A copy of the backend whose offsets aren't trimmed of whitespace (the same ids), so a token's end
         offset is where its text really ends, newlines included."""
-        if backend is None:
+        if spec is None:
             return None
         from tokenizers import Tokenizer
-
-        spec = json.loads(backend.to_str())
 
         def untrim(node):
             if isinstance(node, dict):
@@ -179,14 +179,14 @@ class PrefixReusingEncoder:
                 for value in node:
                     untrim(value)
 
-        untrim(spec)
+        # every section but the model (its 248k-entry vocabulary and merges hold no ByteLevel component)
+        untrim({key: value for key, value in spec.items() if key != "model"})
         return Tokenizer.from_str(json.dumps(spec))
 
-    def _qwen_pretokenizer(self) -> bool:
-        if self.backend is None:
-            return False
-        spec = json.loads(self.backend.to_str()).get("pre_tokenizer") or {}
-        parts = spec.get("pretokenizers", [spec])
+    @staticmethod
+    def _qwen_pretokenizer(spec: dict) -> bool:
+        pre = spec.get("pre_tokenizer") or {}
+        parts = pre.get("pretokenizers", [pre])
         split = [p for p in parts if p.get("type") == "Split"]
         regex = (split[0].get("pattern") or {}).get("Regex", "") if len(split) == 1 else ""
         return r"\s*[\r\n]+" in regex and any(p.get("type") == "ByteLevel" for p in parts)
