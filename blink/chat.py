@@ -220,22 +220,19 @@ class ChatEngine:
         and the rotary offset the decode steps continue from. Text models need none."""
         import torch
 
+        from .executor import image_inputs, image_positions
+
         if not self.vision:
             return {}, 0
-        input_ids = torch.tensor([ids])
         n = len(ids)
         if not images:
-            rope, delta = torch.arange(n).expand(3, 1, n), 0
+            rope, delta = torch.arange(n).expand(3, n), 0
             extra = {}
         else:
-            inner = self.model.model
-            types = (input_ids == self.model.config.image_token_id).int()
-            grid = torch.tensor([i.grid_thw for i in images])
-            rope, deltas = inner.get_rope_index(input_ids, types, image_grid_thw=grid)
-            delta = int(deltas.view(-1)[0])
-            extra = {"pixel_values": torch.cat([torch.as_tensor(i.pixel_values) for i in images]).to(device),
-                     "image_grid_thw": grid.to(device), "mm_token_type_ids": types.to(device)}
-        positions = torch.cat([torch.arange(n).view(1, 1, n), rope.view(3, 1, n)]).to(device)
+            token = self.model.config.image_token_id
+            rope, delta = image_positions(self.model.model, ids, images, token)
+            extra = image_inputs(images, torch.tensor([ids]), token, device)
+        positions = torch.cat([torch.arange(n).view(1, 1, n), rope.reshape(3, 1, n)]).to(device)
         return {**extra, "position_ids": positions}, delta
 
 

@@ -53,6 +53,29 @@ class Prompt:
     images: list[Image] = field(default_factory=list)  # in order of appearance in `ids`
 
 
+def pixels_and_grid(images: list[Image], device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The images' patches, concatenated, and their (t, h, w) grids: what the vision tower takes."""
+    pixels = torch.cat([torch.as_tensor(i.pixel_values) for i in images]).to(device)
+    return pixels, torch.tensor([i.grid_thw for i in images], device=device)
+
+
+def image_inputs(images: list[Image], input_ids: torch.Tensor, image_token_id: int, device) -> dict:
+    """A whole-prompt forward's image arguments (the plain path, chat's first step)."""
+    pixels, grid = pixels_and_grid(images, device)
+    return {"pixel_values": pixels, "image_grid_thw": grid,
+            "mm_token_type_ids": (input_ids == image_token_id).int().to(device)}
+
+
+def image_positions(inner, ids: list[int], images: list[Image], image_token_id: int) -> tuple[torch.Tensor, int]:
+    """Qwen's 3-D rotary positions [3, n] of a prompt showing `images` (CPU), and the offset the text after
+    it continues from. `inner`: the vision-language model that owns `get_rope_index`."""
+    input_ids = torch.tensor([ids])
+    types = (input_ids == image_token_id).int()
+    grid = torch.tensor([i.grid_thw for i in images])
+    positions, deltas = inner.get_rope_index(input_ids, types, image_grid_thw=grid)
+    return positions[:, 0], int(deltas.view(-1)[0])
+
+
 def length_buckets(rows: list, lengths: dict, max_rows: int, pass_cost: float = 0.0, max_cells: int | None = None,
                    carried: int = 0) -> list[list]:
     """Rows (prefixes, or suffixes) grouped into forward passes at the least estimated cost: a pass costs
@@ -149,7 +172,8 @@ class Executor:
         self.pass_cost_tokens = float(pass_cost_tokens)
         if pass_cache_bytes is None:
             pass_cache_bytes = self.PASS_CACHE_BYTES.get(self.device.type, self.PASS_CACHE_BYTES["cuda"])
-        self.max_cells = max(1, int(pass_cache_bytes) // self.kv_bytes_per_token())
+        self.pass_cache_bytes = int(pass_cache_bytes)
+        self.max_cells = max(1, self.pass_cache_bytes // self.kv_bytes_per_token())  # rows x tokens of cache
 
     @property
     def device(self):
@@ -181,8 +205,7 @@ class Executor:
         if self.vision is None:
             raise ValueError("this model has no vision tower")
         images = list(unique.values())
-        pixels = torch.cat([torch.as_tensor(i.pixel_values) for i in images]).to(self.device)
-        grid = torch.tensor([i.grid_thw for i in images], device=self.device)
+        pixels, grid = pixels_and_grid(images, self.device)
         features = self.vision.get_image_features(pixels, grid, return_dict=True).pooler_output
         return {image.key: f for image, f in zip(images, features)}
 
@@ -210,11 +233,7 @@ class Executor:
         n = len(prompt.ids)
         if not prompt.images:
             return torch.arange(n).expand(3, n)
-        ids = torch.tensor([prompt.ids])
-        types = (ids == self.image_token_id).int()
-        grid = torch.tensor([i.grid_thw for i in prompt.images])
-        positions, _ = self.vision.get_rope_index(ids, types, image_grid_thw=grid)
-        return positions[:, 0].cpu()
+        return image_positions(self.vision, prompt.ids, prompt.images, self.image_token_id)[0].cpu()
 
     def _embeddings(self, prompt: Prompt, start: int, end: int, features: dict) -> torch.Tensor:
         ids = torch.tensor(prompt.ids[start:end], device=self.device)
@@ -337,10 +356,6 @@ class Executor:
     def reference(self, prompt: Prompt) -> list[list[float]]:
         """The plain path: one fresh full forward of one prompt, full LM head, no cache reuse (for checks)."""
         ids = torch.tensor([prompt.ids], device=self.device)
-        extra = {}
-        if prompt.images:
-            extra = {"pixel_values": torch.cat([torch.as_tensor(i.pixel_values) for i in prompt.images]).to(self.device),
-                     "image_grid_thw": torch.tensor([i.grid_thw for i in prompt.images], device=self.device),
-                     "mm_token_type_ids": (ids == self.image_token_id).int()}
+        extra = image_inputs(prompt.images, ids, self.image_token_id, self.device) if prompt.images else {}
         logits = self.model(input_ids=ids, use_cache=False, **extra).logits[0].float()
         return [(logits[r.position, r.label_ids] / r.temperature).cpu().tolist() for r in prompt.reads]

@@ -42,7 +42,7 @@ def build_context(settings: Settings, decide: Callable | None = None, chat: Call
         "dtype": info["dtype"], "versions": versions(), "accepts_images": engine.accepts_images,
         "limits": vars(settings.limits),
         "passes": {"pass_cost_tokens": engine.executor.pass_cost_tokens, "max_rows": engine.executor.max_rows,
-                   "pass_cache_mib": round(engine.executor.max_cells * engine.executor.kv_bytes_per_token() / 2**20)},
+                   "pass_cache_mib": engine.executor.pass_cache_bytes / 2**20},
     }
     if engine.accepts_images:
         health.update(image_layout=engine.image_layout, image_limits=vars(settings.image_limits),
