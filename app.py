@@ -51,8 +51,6 @@ def space_value(name: str, kind=str):
     raw = os.environ.get(f"BLINK_{name}")
     if raw is None:
         return default
-    if kind is bool:
-        return raw.strip().lower() in ("1", "true", "yes", "on")
     try:
         return kind(raw)
     except ValueError:
@@ -92,7 +90,7 @@ import theme  # noqa: E402
 from zerogpu import as_caller, caller_from_headers, keep_tokens_out_of_logs, map_gpu_errors, with_caller  # noqa: E402
 from blink.batching import batch_caller, request_caller  # noqa: E402
 from blink.chat import ChatEngine  # noqa: E402
-from blink.durations import DurationEstimator  # noqa: E402
+from blink import durations  # noqa: E402
 from blink.errors import BlinkError, GPUUnavailable, QuotaExceeded  # noqa: E402
 from blink.loading import load  # noqa: E402
 from blink.prompts import processed_tokens  # noqa: E402
@@ -109,15 +107,7 @@ CHAT_ENGINE = ChatEngine(LOADED, SETTINGS.limits, system_prompt=SETTINGS.system_
                          max_output_tokens=SETTINGS.max_output_tokens, enable_thinking=SETTINGS.enable_thinking,
                          image_limits=SETTINGS.image_limits)
 
-ESTIMATOR = DurationEstimator(
-    prefill_s_per_token=space_value("PREFILL_S_PER_TOKEN", float) or 1e-3,
-    decode_s_per_token=space_value("DECODE_S_PER_TOKEN", float) or 0.08,
-    overhead_s=space_value("DURATION_OVERHEAD_S", float) or 0.0,
-    cold_s=space_value("DURATION_COLD_S", float) or 0.0,
-    headroom=space_value("DURATION_HEADROOM", float) or 1.3,
-    min_s=space_value("DURATION_MIN_S", int) or 2,
-    max_s=max(DURATION_MAX_S or 60, CHAT_DURATION_MAX_S or 120),
-)
+ESTIMATOR = durations.configured(space_value)
 
 
 # --- the GPU functions (module scope, plain def / plain generator) -----------------------------------------

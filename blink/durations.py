@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass
+from typing import Any, Callable
 
 
 @dataclass
@@ -121,7 +122,7 @@ class Ledger:
 
 class DurationEstimator:
     def __init__(self, *, prefill_s_per_token: float = 1e-3, decode_s_per_token: float = 0.08,
-                 overhead_s: float = 0.0, headroom: float = 1.5, min_s: int = 1, max_s: int = 120,
+                 overhead_s: float = 0.0, headroom: float = 1.3, min_s: int = 2, max_s: int = 120,
                  cold_s: float = 0.0, prior_weight: float = 2.0, alpha: float = 0.1):
         if not (1 <= int(min_s) <= int(max_s)):
             raise ValueError(f"duration bounds must satisfy 1 <= min_s <= max_s, got {min_s}, {max_s}")
@@ -209,6 +210,20 @@ class DurationEstimator:
                 "calibrated_from": {"prefill": self.prefill.observations, "decode": self.decode.observations},
                 **{kind: ledger.as_dict() for kind, ledger in self.ledgers.items()},
             }
+
+
+# the Space's settings (space_config.py names, each overridable by BLINK_<NAME>) -> DurationEstimator arguments
+SPACE_SETTINGS = {"prefill_s_per_token": ("PREFILL_S_PER_TOKEN", float),
+                  "decode_s_per_token": ("DECODE_S_PER_TOKEN", float), "overhead_s": ("DURATION_OVERHEAD_S", float), "cold_s": ("DURATION_COLD_S", float),
+                  "headroom": ("DURATION_HEADROOM", float), "min_s": ("DURATION_MIN_S", int)}
+
+
+def configured(value: Callable[[str, type], Any]) -> DurationEstimator:
+    """The estimator as a Space configures it: `value(NAME, type)` reads one setting (None: unset, the default
+    applies). Its cap is the larger of the decision and chat caps (each call passes its own)."""
+    kwargs = {arg: v for arg, (name, kind) in SPACE_SETTINGS.items() if (v := value(name, kind)) is not None}
+    return DurationEstimator(**kwargs, max_s=max(value("DURATION_MAX_S", int) or 60,
+                                                 value("CHAT_DURATION_MAX_S", int) or 120))
 
 
 def replay(calls: list[tuple[int, float]], estimator: DurationEstimator, long_s: float = 1.0) -> dict:

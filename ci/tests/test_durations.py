@@ -183,3 +183,17 @@ def test_requests_stay_within_twice_the_work_over_a_mixed_workload():
         est.observe(tokens, 0, used)
     assert cut == 0
     assert used_total > 100 and asked_total <= 2 * used_total
+
+
+def test_configured_as_a_space_says():
+    """`configured` reads each Space setting by name; unset ones keep the estimator's defaults; the cap is
+    the larger of the decision and chat caps."""
+    from blink.durations import configured
+
+    values = {"DURATION_MIN_S": 3, "DURATION_COLD_S": 0.0, "DURATION_HEADROOM": 1.25, "PREFILL_S_PER_TOKEN": 2e-4,
+              "DURATION_MAX_S": 60, "CHAT_DURATION_MAX_S": 90}
+    est = configured(lambda name, kind: values.get(name))
+    assert (est.min_s, est.max_s, est.cold_s, est.headroom, est.overhead_s) == (3, 90, 0.0, 1.25, 0.0)
+    assert est.prefill.per_token == pytest.approx(2e-4)
+    assert est.decode.value == DurationEstimator().decode.value
+    assert configured(lambda name, kind: None).max_s == 120
