@@ -98,17 +98,7 @@ def sync(device: str) -> None:
 
 
 def plain(engine, prepared, device: str) -> list:
-    """One fresh forward per prompt, logits only at its read positions (DecisionPipeline's model cost)."""
-    import torch
-
-    model, scores = engine.loaded.model, []
-    with torch.inference_mode():
-        for prompt in prepared.prompts:
-            ids = torch.tensor([prompt.ids], device=device)
-            keep = torch.tensor([r.position for r in prompt.reads], device=device)
-            logits = model(input_ids=ids, use_cache=False, logits_to_keep=keep).logits[0].float()
-            scores.append([(logits[i, r.label_ids] / r.temperature).cpu().tolist() for i, r in enumerate(prompt.reads)])
-    return scores
+    return workload.plain_scores(engine.loaded.model, prepared.prompts, device)
 
 
 def timed(fn, device: str, reps: int) -> list[float]:

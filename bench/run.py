@@ -190,22 +190,12 @@ class Sides:
         return {"ms": ms, "answers": data["answers"], "input_tokens": data["usage"]["input_tokens"]}
 
     def plain(self, body: dict) -> dict:
-        import torch
-
         prepared = self.engine.prepare(body)  # tokenizing is not timed: this side is model time only
-        model = self.engine.loaded.model
-        scores, tokens = [], 0
         t = time.perf_counter()
-        with torch.inference_mode():
-            for prompt in prepared.prompts:
-                ids = torch.tensor([prompt.ids])
-                keep = torch.tensor([read.position for read in prompt.reads])
-                logits = model(input_ids=ids, use_cache=False, logits_to_keep=keep).logits[0].float()
-                scores.append([(logits[i, read.label_ids] / read.temperature).tolist()
-                               for i, read in enumerate(prompt.reads)])
-                tokens += len(prompt.ids)
+        scores = workload.plain_scores(self.engine.loaded.model, prepared.prompts)
         ms = (time.perf_counter() - t) * 1000
-        return {"ms": ms, "answers": self.engine.answer(prepared, scores), "input_tokens": tokens}
+        return {"ms": ms, "answers": self.engine.answer(prepared, scores),
+                "input_tokens": sum(len(p.ids) for p in prepared.prompts)}
 
 
 def bf16_drift(sides: Sides, model_name: str, quick: bool) -> dict:
