@@ -89,7 +89,7 @@ import auth  # noqa: E402
 import theme  # noqa: E402
 from zerogpu import as_caller, caller_from_headers, keep_tokens_out_of_logs, map_gpu_errors, with_caller  # noqa: E402
 from blink.batching import batch_caller, request_caller  # noqa: E402
-from blink.chat import ChatEngine  # noqa: E402
+from blink.chat import ChatEnd, ChatEngine  # noqa: E402
 from blink import durations  # noqa: E402
 from blink.errors import BlinkError, GPUUnavailable, QuotaExceeded  # noqa: E402
 from blink.loading import load  # noqa: E402
@@ -137,12 +137,8 @@ def chat_duration(ids, params) -> int:
 
 @spaces.GPU(duration=chat_duration, size=GPU_SIZE)
 def gpu_chat(ids, params):
-    """ChatEngine.generate in the GPU worker; its final dict also carries the compute seconds measured here."""
-    start = time.perf_counter()
-    for item in CHAT_ENGINE.generate(ids, params):
-        if isinstance(item, dict):
-            item = {**item, "compute_s": time.perf_counter() - start}
-        yield item
+    """ChatEngine.generate in the GPU worker; its final ChatEnd carries the compute seconds measured there."""
+    yield from CHAT_ENGINE.generate(ids, params)
 
 
 # --- what blink calls (main process) -----------------------------------------------------------------------
@@ -172,7 +168,7 @@ def decide(plans) -> dict:
 
 
 def chat(ids, params):
-    """A chat turn as a plain generator (str deltas, then one dict), as the caller who asked. Closing it
+    """A chat turn as a plain generator (str deltas, then one ChatEnd), as the caller who asked. Closing it
     (a client that disconnected) closes the GPU generator, which stops the worker and releases the GPU."""
     return _chat_stream(list(ids), dict(params), request_caller.get())
 
@@ -197,17 +193,15 @@ def _chat_stream(ids, params, caller):
                 break
             except Exception as exc:  # noqa: BLE001
                 raise gpu_failure(exc) from None
-            if isinstance(item, dict):  # the last item: let the GPU generator finish, so the worker ends cleanly
+            if isinstance(item, ChatEnd):  # the last item: let the GPU generator finish, so the worker ends cleanly
                 try:
                     next(gen)
                 except StopIteration:
                     pass
                 except Exception as exc:  # noqa: BLE001
                     raise gpu_failure(exc) from None
-                item = dict(item)
-                compute = float(item.pop("compute_s", 0.0))
-                ESTIMATOR.observe(item.get("prompt_tokens", len(ids)), item.get("completion_tokens", 0), compute)
-                ESTIMATOR.used("chat", compute, time.perf_counter() - start)
+                ESTIMATOR.observe(item.prompt_tokens, item.completion_tokens, item.compute_s)
+                ESTIMATOR.used("chat", item.compute_s, time.perf_counter() - start)
                 done = True
             yield item
     finally:

@@ -6,8 +6,8 @@ optional server system prompt goes first when the conversation has none. A conve
 context limit is refused (400 naming `messages`), never cut.
 
 `ChatEngine.generate(ids, params)` is the GPU step. It takes plain data (a list of token ids and a plain
-dict of sampling parameters) and yields plain data: `str` text deltas, then exactly one final `dict`
-`{"finish_reason": "stop"|"length", "prompt_tokens": int, "completion_tokens": int}`. Nothing else crosses:
+dict of sampling parameters) and yields plain data: `str` text deltas, then exactly one final `ChatEnd`
+(finish reason, token counts, and the compute seconds measured where it ran). Nothing else crosses:
 no tensors, no exceptions that need our classes on the other side. So on ZeroGPU it is wrapped in
 `@spaces.GPU` and each item is pickled to the main process; a consumer that closes the generator stops the
 decode loop at its next yield (the loop is written by hand, one token per step, for exactly that reason).
@@ -28,6 +28,16 @@ from .limits import Limits
 from .toolcalls import partial_marker_length
 
 DEFAULT_MAX_OUTPUT_TOKENS = 4096
+
+
+@dataclass(frozen=True)
+class ChatEnd:
+    """The last item of a generation: why it stopped, its token counts, and the seconds the GPU step took."""
+
+    finish_reason: str  # "stop" | "length"
+    prompt_tokens: int
+    completion_tokens: int
+    compute_s: float = 0.0
 
 
 @dataclass
@@ -157,13 +167,16 @@ class ChatEngine:
 
     # the GPU step ----------------------------------------------------------------------------------------
     def generate(self, ids: list[int], params: dict) -> Iterator[Any]:
-        """Yield text deltas (`str`), then one `dict` with `finish_reason`, `prompt_tokens`, `completion_tokens`.
+        """Yield text deltas (`str`), then one `ChatEnd`.
 
         `params`: `max_tokens` (int), `temperature` (0 = greedy), `top_p`, `top_k` (0 = off), `seed`
         (int or None), `stop` (list of strings). Missing sampling values take the engine's defaults."""
+        import time
+
         import torch
         from transformers import DynamicCache
 
+        started = time.perf_counter()
         max_tokens = int(params.get("max_tokens") or self.max_output_tokens)
         temperature = float(params["temperature"] if params.get("temperature") is not None
                             else self.defaults["temperature"])
@@ -213,7 +226,7 @@ class ChatEngine:
             tail, _ = stopper.push(decoder.flush(), final=True)
             if tail:
                 yield tail
-        yield {"finish_reason": finish, "prompt_tokens": len(ids), "completion_tokens": produced}
+        yield ChatEnd(finish, len(ids), produced, time.perf_counter() - started)
 
     def _first_step(self, ids: list[int], images: list, device) -> tuple[dict, int]:
         """The prompt step's extra inputs on a vision-language model (pixels, grids, Qwen's 3-D positions)

@@ -40,6 +40,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
+from .chat import ChatEnd
 from .context import Context
 from .errors import BlinkError, EngineFailure, InvalidRequest, Overloaded, PayloadTooLarge, Unauthorized
 from .http import json_response, new_request_id, read_request
@@ -297,7 +298,7 @@ class Pump:
                 if item is _END:
                     break
                 self.queue.put_nowait(("item", item))
-                if isinstance(item, dict):
+                if isinstance(item, ChatEnd):
                     break
         except Exception as exc:  # noqa: BLE001 - handed to the route, which answers in the wire's shape
             self.queue.put_nowait(("error", exc))
@@ -342,8 +343,8 @@ def sse(obj) -> str:
     return "data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n\n"
 
 
-def _usage(final: dict) -> dict:
-    p, c = int(final.get("prompt_tokens", 0)), int(final.get("completion_tokens", 0))
+def _usage(final: ChatEnd) -> dict:
+    p, c = final.prompt_tokens, final.completion_tokens
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
 
@@ -482,7 +483,7 @@ async def complete_chat(ctx: Context, request: Request, req: ChatRequest, ids: l
     try:
         async with contextlib.aclosing(pulled(pump, 0.5)) as items:
             async for item in items:
-                if isinstance(item, dict):
+                if isinstance(item, ChatEnd):
                     final = item
                 elif item is not None:
                     text.append(item)
@@ -493,7 +494,7 @@ async def complete_chat(ctx: Context, request: Request, req: ChatRequest, ids: l
     if final is None:
         raise EngineFailure("generation ended without a result", kind="generation_failed")
     content = "".join(text)
-    finish = final.get("finish_reason", "stop")
+    finish = final.finish_reason
     message: dict = {"role": "assistant", "content": content}
     if req.tools:
         parsed = parse(content, _tool_names(req.tools))
@@ -525,7 +526,7 @@ async def stream_chat(ctx: Context, req: ChatRequest, ids: list[int], params: di
             async for item in items:
                 if item is None:
                     yield ": keep-alive\n\n"
-                elif isinstance(item, dict):
+                elif isinstance(item, ChatEnd):
                     final = item
                 else:
                     out = splitter.feed(item) if splitter else item
@@ -533,7 +534,7 @@ async def stream_chat(ctx: Context, req: ChatRequest, ids: list[int], params: di
                         yield chunk({"content": out})
         if final is None:
             raise EngineFailure("generation ended without a result", kind="generation_failed")
-        finish = final.get("finish_reason", "stop")
+        finish = final.finish_reason
         if splitter:
             parsed = splitter.finish()
             if parsed.content:

@@ -225,7 +225,8 @@ def test_greedy_decode_loop_equals_transformers_generate(engine):
     ids = chat.render(MESSAGES).ids
     items = list(chat.generate(ids, {"max_tokens": 12, "temperature": 0}))
     final = items[-1]
-    assert final == {"finish_reason": "length", "prompt_tokens": len(ids), "completion_tokens": 12}
+    assert (final.finish_reason, final.prompt_tokens, final.completion_tokens) == ("length", len(ids), 12)
+    assert final.compute_s > 0
     with torch.inference_mode():
         out = engine.loaded.model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False,
                                            pad_token_id=chat.tokenizer.pad_token_id)
@@ -251,4 +252,7 @@ def test_generation_resumed_on_other_threads(engine):
         if item is None:
             break
         hopping.append(item)
-    assert hopping == same_thread
+    def comparable(items):  # the compute seconds differ from run to run; everything else must not
+        return [i if isinstance(i, str) else (i.finish_reason, i.prompt_tokens, i.completion_tokens) for i in items]
+
+    assert comparable(hopping) == comparable(same_thread)
