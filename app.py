@@ -87,8 +87,7 @@ import gradio as gr  # noqa: E402
 
 import auth  # noqa: E402
 import theme  # noqa: E402
-from zerogpu import as_caller, caller_from_headers, keep_tokens_out_of_logs, map_gpu_errors, with_caller  # noqa: E402
-from blink.batching import batch_caller, request_caller  # noqa: E402
+from zerogpu import as_caller, caller_from_headers, keep_tokens_out_of_logs, map_gpu_errors  # noqa: E402
 from blink.chat import ChatEnd, ChatEngine  # noqa: E402
 from blink import durations  # noqa: E402
 from blink.errors import BlinkError, GPUUnavailable, QuotaExceeded  # noqa: E402
@@ -151,13 +150,13 @@ def gpu_failure(exc: BaseException) -> BaseException:
     return mapped
 
 
-def decide(plans) -> dict:
+def decide(plans, caller) -> dict:
     """The batcher's GPU step: one call for a batch of one caller's requests, as that caller."""
     if not ZERO_GPU:
         decide_duration(plans)  # ZeroGPU calls it itself; elsewhere only for the accounting
     start = time.perf_counter()
     try:
-        with as_caller(batch_caller.get()):
+        with as_caller(caller):
             out = gpu_decide(plans)
     except Exception as exc:  # noqa: BLE001 - mapped to the wire's status; the batcher hands it to each request
         raise gpu_failure(exc) from None
@@ -167,10 +166,10 @@ def decide(plans) -> dict:
     return out
 
 
-def chat(ids, params):
+def chat(ids, params, caller=None):
     """A chat turn as a plain generator (str deltas, then one ChatEnd), as the caller who asked. Closing it
     (a client that disconnected) closes the GPU generator, which stops the worker and releases the GPU."""
-    return _chat_stream(list(ids), dict(params), request_caller.get())
+    return _chat_stream(list(ids), dict(params), caller)
 
 
 def _chat_stream(ids, params, caller):
@@ -211,7 +210,8 @@ def _chat_stream(ids, params, caller):
 
 
 # --- the context, the routes -------------------------------------------------------------------------------
-CTX = build_context(SETTINGS, decide=decide, chat=chat, loaded=LOADED, warmup=not ZERO_GPU, chat_engine=CHAT_ENGINE)
+CTX = build_context(SETTINGS, decide=decide, chat=chat, loaded=LOADED, warmup=not ZERO_GPU, chat_engine=CHAT_ENGINE,
+                    caller_of=lambda request: caller_from_headers(request.headers))
 CTX.auth = auth.api_key(SETTINGS)
 CTX.description = DESCRIPTION or CTX.description
 CTX.live_health.append(lambda: {"gpu_seconds": ESTIMATOR.health(), "zero_gpu": ZERO_GPU,
@@ -219,7 +219,7 @@ CTX.live_health.append(lambda: {"gpu_seconds": ESTIMATOR.health(), "zero_gpu": Z
 
 
 def routes() -> list:
-    return [with_caller(route) for route in api_routes(CTX)]
+    return api_routes(CTX)
 
 
 # --- the web UI --------------------------------------------------------------------------------------------
@@ -400,9 +400,9 @@ async def ui_decide(request: gr.Request, state: str, count: float, *slots: str):
         qid = (name or "").strip() or f"q{i + 1}"
         questions[qid] = build_question(kind or "noul", instructions, options)
     body = {"model": CTX.served_name, "state": parse_state(state), "questions": questions}
-    request_caller.set(caller_from_headers(request.headers) if request is not None else None)
+    caller = caller_from_headers(request.headers) if request is not None else None
     try:
-        decided = await CTX.service.decide(body, Timing())
+        decided = await CTX.service.decide(body, Timing(), caller=caller)
     except BlinkError as error:
         return (f'<div class="blink-error">Error {error.status}: {html.escape(error.message)}</div>',
                 error_body(error))
@@ -450,10 +450,10 @@ def ui_chat(message, history, request: gr.Request):
         rendered = CHAT_ENGINE.prepare(messages, None, UI_CHAT_MAX_TOKENS)
     except BlinkError as error:
         raise gr.Error(error.message) from None
-    request_caller.set(caller_from_headers(request.headers) if request is not None else None)
+    caller = caller_from_headers(request.headers) if request is not None else None
     text = ""
     try:
-        for item in chat(rendered.ids, {"max_tokens": rendered.max_tokens}):
+        for item in chat(rendered.ids, {"max_tokens": rendered.max_tokens}, caller):
             if isinstance(item, str):
                 text += item
                 yield text

@@ -1,14 +1,14 @@
 """ZeroGPU glue for the Space: whose quota a GPU call spends, and what ZeroGPU's refusals mean over HTTP.
 
 Kept apart from app.py so it can be tested without loading a model; blink/ itself stays free of gradio and
-spaces (it carries the caller as an opaque value: `blink.batching.request_caller` / `batch_caller`).
+spaces (it passes the caller along as an opaque value: `Context.caller_of(request)`, a batcher job's `caller`).
 
 Identity. `spaces` charges a GPU call to the caller whose `x-ip-token` header it finds on Gradio's
 `LocalContext.request`. Custom routes (/v1/*) have no Gradio request, and decisions are run by blink's
-batcher thread, so: `with_caller` wraps each API route to record the caller's identity headers in
-`request_caller` (a job takes it when it is queued; the batcher only batches one caller's jobs together
-and exposes that caller as `batch_caller`), and `as_caller` sets `LocalContext.request` in the thread that
-makes the GPU call. The token is only ever passed on, never logged.
+batcher thread, so: `caller_from_headers` reads the caller's identity headers from each request (the routes
+pass it to the decision service and to chat; the batcher only batches one caller's jobs together and hands
+that caller to the GPU step), and `as_caller` sets `LocalContext.request` in the thread that makes the GPU
+call. The token is only ever passed on, never logged.
 
 Errors. `spaces` raises `gr.Error` with a title; `zerogpu_error` turns each into a blink error, which every
 wire renders in its own body shape: quota (and illegal duration, pending credits) 429 with Retry-After and
@@ -26,7 +26,6 @@ import gradio as gr
 from gradio.context import LocalContext
 from starlette.requests import Request
 
-from blink.batching import request_caller
 from blink.errors import BlinkError, EngineFailure, GPUUnavailable, QuotaExceeded
 
 log = logging.getLogger("blink.space")
@@ -60,22 +59,6 @@ def as_caller(caller: tuple | None):
         yield
     finally:
         LocalContext.request.reset(token)
-
-
-def with_caller(route):
-    """Wrap a route's ASGI app so the requests it serves carry their caller into blink (batcher, chat)."""
-    inner = route.app
-
-    async def app(scope, receive, send):
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        token = request_caller.set(caller_from_headers(headers))
-        try:
-            await inner(scope, receive, send)
-        finally:
-            request_caller.reset(token)
-
-    route.app = app
-    return route
 
 
 _TOKEN_IN_URL = re.compile(r"([?&](?:token|allowToken)=)[^&\s\"']+")

@@ -2,14 +2,13 @@
 
 Requests are queued (bounded: a full queue is refused with 529 + Retry-After, never left to time out);
 the thread takes the first waiting request, keeps collecting for `window` seconds or until `max_batch`
-requests, and decides them all in ONE call of `run` (the engine's `score_many`, or its `@spaces.GPU`
-wrapper). Each request still gets its own answers or its own error. With a window of 0 it serves one
+requests of the same caller, and decides them all in ONE call of `run(plans, caller)` (the engine's
+`score_many`, or the Space's `@spaces.GPU` wrapper, which spends that caller's quota). Each request still gets its own answers or its own error. With a window of 0 it serves one
 request per call, as the seed's server did.
 """
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import queue
 import threading
@@ -23,16 +22,10 @@ from .errors import Overloaded
 
 log = logging.getLogger("blink")
 
-# Who asked, as an opaque value the server sets per request (the Space: the caller's ZeroGPU identity
-# headers, so each caller's GPU quota pays for its own requests). A job takes it from the submitting
-# context; a batch only ever holds jobs of ONE caller, and `run` reads that caller from `batch_caller`.
-request_caller: contextvars.ContextVar = contextvars.ContextVar("blink_request_caller", default=None)
-batch_caller: contextvars.ContextVar = contextvars.ContextVar("blink_batch_caller", default=None)
-
-
 @dataclass
 class Job:
     plan: Any
+    # who asked, as an opaque value (the Space: the caller's ZeroGPU identity headers); a batch holds one caller's jobs
     caller: Any = None
     future: Future = field(default_factory=Future)
     queued_at: float = field(default_factory=time.perf_counter)
@@ -42,7 +35,7 @@ class Job:
 
 
 class Batcher:
-    def __init__(self, run: Callable[[list], dict], window_s: float = 0.0, max_batch: int = 16,
+    def __init__(self, run: Callable[[list, Any], dict], window_s: float = 0.0, max_batch: int = 16,
                  max_queued: int = 64):
         self.run = run
         self.window_s = window_s
@@ -58,8 +51,8 @@ class Batcher:
         self.thread = threading.Thread(target=self._loop, name="blink-batcher", daemon=True)
         self.thread.start()
 
-    def submit(self, plan) -> Job:
-        job = Job(plan, request_caller.get())
+    def submit(self, plan, caller=None) -> Job:
+        job = Job(plan, caller)
         if self.held and self.queue.qsize() + len(self.held) >= self.max_queued:
             raise Overloaded()
         try:
@@ -105,15 +98,12 @@ class Batcher:
             started = time.perf_counter()
             for job in jobs:
                 job.started_at, job.batch_size = started, len(jobs)
-            token = batch_caller.set(jobs[0].caller)
             try:
-                out = self.run([job.plan for job in jobs])
+                out = self.run([job.plan for job in jobs], jobs[0].caller)
             except BaseException as exc:  # noqa: BLE001 - every waiting request learns why; the thread lives on
                 for job in jobs:
                     job.future.set_exception(exc)
                 continue
-            finally:
-                batch_caller.reset(token)
             self.batches += 1
             self.requests += len(jobs)
             for job, result in zip(jobs, out["results"]):

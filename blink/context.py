@@ -12,6 +12,11 @@ from .limits import Limits
 from .service import DecisionService
 
 
+def anonymous(request) -> None:
+    """The standalone server's callers: one process, nobody's quota to choose."""
+    return None
+
+
 @dataclass
 class Context:
     service: DecisionService
@@ -22,8 +27,10 @@ class Context:
     description: str = "blink: typed decisions (noul, choice, score) with option probabilities from one forward pass."
     release_date: str = "2026-10-01"
     health: dict = field(default_factory=dict)
-    # chat generation (OpenAI routes): a generator function, plain data in and out (see blink.chat)
+    # chat generation (OpenAI routes): `chat(ids, params, caller)`, a generator, plain data in and out (blink.chat)
     chat: Callable[..., Any] | None = None
+    # who a request is from, passed explicitly to the decision service and chat (the Space: ZeroGPU identity)
+    caller_of: Callable[[Any], Any] = anonymous
     # the main-process half of chat (render, token budget): a blink.chat.ChatEngine
     chat_engine: Any = None
     max_concurrent_chats: int = 4

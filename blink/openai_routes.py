@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -409,17 +410,18 @@ def routes(ctx: Context) -> list[Route]:
             params["images"] = rendered.images
         completion_id = "chatcmpl-" + uuid.uuid4().hex[:24]
         created = int(time.time())
+        generate = functools.partial(ctx.chat, caller=ctx.caller_of(request))
         headers = {"x-request-id": request_id, "x-typesafe-request-id": request_id}
         try:
             slots.take()
         except Overloaded as error:
             return error_response(error, request_id)
         if req.stream:
-            stream = releasing(stream_chat(ctx, req, rendered.ids, params, completion_id, created), slots)
+            stream = releasing(stream_chat(ctx, generate, req, rendered.ids, params, completion_id, created), slots)
             return StreamingResponse(stream, media_type="text/event-stream",
                                      headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         try:
-            out = await complete_chat(ctx, request, req, rendered.ids, params, completion_id, created)
+            out = await complete_chat(ctx, generate, request, req, rendered.ids, params, completion_id, created)
         except BlinkError as error:
             return error_response(error, request_id)
         except Exception as exc:  # noqa: BLE001
@@ -442,7 +444,7 @@ def routes(ctx: Context) -> list[Route]:
                           kind="unsupported_media")
             mapped = to_systemone(body)
             try:
-                decided = await ctx.service.decide(mapped.body, timing)
+                decided = await ctx.service.decide(mapped.body, timing, caller=ctx.caller_of(request))
             except InvalidRequest as error:
                 raise mapped.relocate(error) from None
             answers = mapped.answers(decided.answers)
@@ -473,11 +475,11 @@ async def disconnected(request: Request) -> None:
             return
 
 
-async def complete_chat(ctx: Context, request: Request, req: ChatRequest, ids: list[int], params: dict,
+async def complete_chat(ctx: Context, generate, request: Request, req: ChatRequest, ids: list[int], params: dict,
                         completion_id: str, created: int) -> dict | None:
     from .toolcalls import parse
 
-    pump = Pump(ctx.chat, ids, params)
+    pump = Pump(generate, ids, params)
     text, final = [], None
     gone = asyncio.ensure_future(disconnected(request))
     try:
@@ -506,7 +508,7 @@ async def complete_chat(ctx: Context, request: Request, req: ChatRequest, ids: l
             "usage": _usage(final)}
 
 
-async def stream_chat(ctx: Context, req: ChatRequest, ids: list[int], params: dict, completion_id: str,
+async def stream_chat(ctx: Context, generate, req: ChatRequest, ids: list[int], params: dict, completion_id: str,
                       created: int):
     from .toolcalls import ToolStream
 
@@ -520,7 +522,7 @@ async def stream_chat(ctx: Context, req: ChatRequest, ids: list[int], params: di
     yield chunk({"role": "assistant", "content": ""})  # at once, before the GPU is even asked
     splitter = ToolStream(_tool_names(req.tools)) if req.tools else None
     final = None
-    pump = Pump(ctx.chat, ids, params)
+    pump = Pump(generate, ids, params)
     try:
         async with contextlib.aclosing(pulled(pump, KEEPALIVE_S)) as items:
             async for item in items:

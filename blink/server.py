@@ -12,14 +12,14 @@ import logging
 from typing import Callable
 
 from .auth import ApiKey
-from .context import Context
+from .context import Context, anonymous
 from .settings import Settings
 
 log = logging.getLogger("blink")
 
 
 def build_context(settings: Settings, decide: Callable | None = None, chat: Callable | None = None,
-                  loaded=None, warmup: bool = True, chat_engine=None) -> Context:
+                  loaded=None, warmup: bool = True, chat_engine=None, caller_of: Callable | None = None) -> Context:
     from .chat import ChatEngine
     from .engine import Engine
     from .loading import load, versions
@@ -53,8 +53,16 @@ def build_context(settings: Settings, decide: Callable | None = None, chat: Call
                                             image_limits=settings.image_limits)
     return Context(service=service, served_name=settings.served_name, auth=ApiKey(settings.api_key),
                    limits=settings.limits, aliases=settings.model_aliases, health=health,
-                   chat=chat or chat_engine.generate, chat_engine=chat_engine,
-                   max_concurrent_chats=settings.max_concurrent_chats)
+                   chat=chat or local_chat(chat_engine), chat_engine=chat_engine,
+                   max_concurrent_chats=settings.max_concurrent_chats, caller_of=caller_of or anonymous)
+
+
+def local_chat(chat_engine):
+    """Chat in this process: the caller chooses no quota here."""
+    def chat(ids, params, caller=None):
+        return chat_engine.generate(ids, params)
+
+    return chat
 
 
 def api_routes(ctx: Context) -> list:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from starlette.concurrency import run_in_threadpool
 
@@ -43,18 +43,21 @@ class Decided:
 
 
 class DecisionService:
-    def __init__(self, engine: Engine, decide: Callable[[list], dict] | None = None, *, window_ms: float = 0.0,
+    def __init__(self, engine: Engine, decide: Callable[[list, Any], dict] | None = None, *, window_ms: float = 0.0,
                  max_batch: int = 16, max_queued: int = 64):
+        """`decide(plans, caller)` runs one batch (default: the engine in this process, where the caller is moot)."""
         self.engine = engine
-        self.batcher = Batcher(decide or engine.score_many, window_ms / 1000.0, max_batch, max_queued)
+        self.batcher = Batcher(decide or (lambda plans, caller: engine.score_many(plans)), window_ms / 1000.0,
+                               max_batch, max_queued)
 
-    async def decide(self, body, timing: Timing, parts: dict | None = None) -> Decided:
+    async def decide(self, body, timing: Timing, parts: dict | None = None, caller=None) -> Decided:
+        """`caller`: who asked (opaque; on the Space their ZeroGPU identity), so their own quota pays."""
         t = time.perf_counter()
         self.batcher.expect(+1)
         try:
             prepared = await run_in_threadpool(self.engine.prepare, body, parts)
             timing.add("prepare", time.perf_counter() - t)
-            job = self.batcher.submit(prepared.prompts)
+            job = self.batcher.submit(prepared.prompts, caller)
         finally:
             self.batcher.expect(-1)
         status, scores = await asyncio.wrap_future(job.future)

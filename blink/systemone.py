@@ -43,7 +43,7 @@ def routes(ctx: Context) -> list[Route]:
             if not ctx.auth.allows(request.headers.get("authorization")):
                 raise Unauthorized(UNAUTHORIZED)
             body, parts = await read_request(request, ctx.limits)
-            decided = await ctx.service.decide(body, timing, parts)
+            decided = await ctx.service.decide(body, timing, parts, caller=ctx.caller_of(request))
         except BlinkError as error:
             if isinstance(error, EngineFailure):
                 log.error("request %s failed: %s", request_id, error.message)

@@ -3,7 +3,6 @@ batcher (one caller per GPU call), and the key scrubbed from logs."""
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import threading
 import time
@@ -12,7 +11,7 @@ import gradio as gr
 import pytest
 
 import zerogpu
-from blink.batching import Batcher, batch_caller, request_caller
+from blink.batching import Batcher
 from blink.errors import EngineFailure, GPUUnavailable, QuotaExceeded
 
 
@@ -72,23 +71,21 @@ def test_caller_identity_becomes_a_gradio_request():
 def test_a_batch_holds_one_callers_requests_and_runs_as_that_caller():
     seen: list[tuple] = []
 
-    def run(plans):
-        seen.append((batch_caller.get(), list(plans)))
+    def run(plans, caller):
+        seen.append((caller, list(plans)))
         return {"results": [("ok", p) for p in plans], "compute_s": 0.0}
 
     batcher = Batcher(run, window_s=0.3, max_batch=16, max_queued=64)
     gate = threading.Event()
 
-    def blocker(plans):  # hold the thread until all jobs are queued, so the window sees them all
+    def blocker(plans, caller):  # hold the thread until all jobs are queued, so the window sees them all
         gate.wait(5)
-        return run(plans)
+        return run(plans, caller)
 
     batcher.run = blocker
     jobs = []
     for caller, plan in [("A", "a0"), ("A", "a1"), ("B", "b0"), ("A", "a2"), (None, "n0"), ("B", "b1")]:
-        ctx = contextvars.copy_context()
-        ctx.run(request_caller.set, caller)
-        jobs.append(ctx.run(batcher.submit, plan))
+        jobs.append(batcher.submit(plan, caller))
     time.sleep(0.05)
     gate.set()
     for job in jobs:
@@ -107,12 +104,10 @@ def test_a_batch_holds_one_callers_requests_and_runs_as_that_caller():
 
 def test_callers_keep_arrival_order_without_a_window():
     order = []
-    batcher = Batcher(lambda plans: (order.extend(plans), {"results": [("ok", 1)] * len(plans)})[1])
+    batcher = Batcher(lambda plans, caller: (order.extend(plans), {"results": [("ok", 1)] * len(plans)})[1])
     jobs = []
     for i, caller in enumerate(["A", "B", "A", "C"]):
-        ctx = contextvars.copy_context()
-        ctx.run(request_caller.set, caller)
-        jobs.append(ctx.run(batcher.submit, i))
+        jobs.append(batcher.submit(i, caller))
     for job in jobs:
         job.future.result(timeout=10)
     assert order == [0, 1, 2, 3]
