@@ -1,4 +1,8 @@
-"""What one request may ask for. Every limit refuses (422/413) rather than truncates."""
+"""What one request may ask for. Every limit refuses (422/413) rather than truncates.
+
+Plain dataclasses with no imports, so the settings schema (and `build.py`, which reads it) takes its defaults
+from here without loading the image or model libraries.
+"""
 
 from __future__ import annotations
 
@@ -14,3 +18,11 @@ class Limits:
     max_request_tokens: int = 65536   # tokens the model runs for the whole request (shared prefix counted once)
     max_body_bytes: int = 16 * 1024 * 1024       # the body as sent (compressed or not)
     max_decoded_bytes: int = 64 * 1024 * 1024    # the body after decompression
+
+
+@dataclass(frozen=True)
+class ImageLimits:
+    max_images: int = 2
+    max_image_bytes: int = 8 * 1024 * 1024
+    max_image_pixels: int = 1920 * 1088          # after resizing: larger images are scaled down to this
+    max_image_source_pixels: int = 20_000_000    # declared size before decoding: larger is refused

@@ -99,23 +99,23 @@ def test_shared_files_are_byte_identical(dist, name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_space_config_is_importable_and_complete(dist, name):
-    from blink.settings import KNOBS, Settings
+    from blink.settings import Settings, SpaceSettings, knobs, resolve_space
 
     config = load_module(f"space_config_{name.replace('-', '_')}", dist / name / "space_config.py")
     table = TABLES[name]
-    wanted = [knob.upper() for knob, *_ in KNOBS] + [
-        "TITLE", "DESCRIPTION", "CAVEAT", "SYSTEM_PROMPT", "CHAT_TEMPLATE_KWARGS", "VISION", "VISION_TOWER",
+    wanted = [k.constant for k in knobs(Settings) + knobs(SpaceSettings)] + [
+        "TITLE", "DESCRIPTION", "CAVEAT", "SYSTEM_PROMPT", "ENABLE_THINKING", "VISION", "VISION_TOWER",
         "IMAGE_LAYOUT", "GPU_SIZE", "DURATION_MIN_S", "DURATION_MAX_S", "CHAT_DURATION_MAX_S", "MAX_OUTPUT_TOKENS"]
     missing = [n for n in wanted if not hasattr(config, n)]
     assert not missing, f"space_config.py lacks {missing}"
     assert config.MODEL == table["model"] and config.REVISION == table["revision"]
     assert config.API_KEY is None, "a key must never be written into the Space's files"
     assert config.GPU_SIZE == table.get("hardware", {}).get("size", "large")
-    assert isinstance(config.CHAT_TEMPLATE_KWARGS, dict) and isinstance(config.VISION, bool)
+    assert isinstance(config.ENABLE_THINKING, bool) and isinstance(config.VISION, bool)
     for key, value in table.get("limits", {}).items():
         assert getattr(config, key.upper()) == value
-    # the app's own parser accepts every value (no environment overrides)
-    settings = Settings.from_values({knob: getattr(config, knob.upper()) for knob, *_ in KNOBS}, env={})
+    # the app's own resolution accepts every value (no environment overrides)
+    settings, _ = resolve_space(config, env={})
     assert settings.served_name == table.get("served_model_name", name)
     # the single-Space default config at the root: every name it defines, the generated one defines too
     root_config = ROOT / "space_config.py"
@@ -297,7 +297,8 @@ def test_a_missing_shared_file_fails_clearly(tmp_path):
     for name in ("build.py", "spaces.toml", "requirements.txt", "auth.py", "theme.py"):
         if (ROOT / name).is_file():
             shutil.copyfile(ROOT / name, tmp_path / name)
-    shutil.copytree(ROOT / "blink", tmp_path / "blink", ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in ("blink", "fleet"):
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "ci").mkdir()
     shutil.copyfile(ROOT / "ci" / "requirements.txt", tmp_path / "ci" / "requirements.txt")
     done = subprocess.run([sys.executable, "build.py"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
