@@ -79,8 +79,8 @@ class Number:
         return float(value)
 
     def __str__(self) -> str:
-        span = f"above {self.lo:g}, at most {self.hi:g}" if self.above else f"{self.lo:g}–{self.hi:g}"
-        return span + (" or auto" if self.auto else "")
+        lo, hi = (int(x) if float(x).is_integer() else x for x in (self.lo, self.hi))
+        return (f"above {lo}, at most {hi}" if self.above else f"{lo}–{hi}") + (" or auto" if self.auto else "")
 
 
 @dataclass(frozen=True)
@@ -195,10 +195,11 @@ class Settings:
     adapter_revision: str | None = knob(None, optional_text, "Hub revision of `adapter`", fleet="adapter_revision")
     served_model_name: str | None = knob(None, optional_text, "the name answers and /v1/models carry",
                                          fleet="served_model_name", shown="the model's folder name")
-    model_aliases: tuple[str, ...] = knob((), names, "extra names listed in /v1/models (comma-separated)",
+    model_aliases: tuple[str, ...] = knob((), names, "extra names listed in /v1/models",
                                           fleet="model_aliases")
-    api_key: str | None = knob(None, api_key, "require `Authorization: Bearer <key>` on /v1/* (constant-time; "
-                               "/healthz stays open); prefer the variable (a Space secret)", shown="open", secret=True)
+    api_key: str | None = knob(None, api_key, "require `Authorization: Bearer <key>` on /v1/* (without one, any "
+                               "Authorization header is accepted; /healthz stays open); prefer the variable: on a "
+                               "Space, a secret", shown="open", secret=True)
     batch_window_ms: float = knob(0.0, Number(0, 1000), "cross-request batching: requests arriving within the window "
                                   "are decided in one GPU call (0 = off)", fleet="limits.batch_window_ms")
     max_batch_requests: int = knob(16, Integer(1, 64), "most requests decided in one call",
@@ -230,7 +231,7 @@ class Settings:
                                   space_default=1024)
     max_concurrent_chats: int = knob(4, Integer(1, 64), "chat: generations at once; past it 529 + Retry-After",
                                      fleet="limits.max_concurrent_chats")
-    enable_thinking: bool = knob(False, flag, "chat: let the model think (Qwen3.5's <think> block) before it answers",
+    enable_thinking: bool = knob(False, flag, "chat: let the model think (Qwen3.5's `<think>` block) before it answers",
                                  fleet="chat_template.enable_thinking")
     vision: bool = knob(False, flag, "accept images with the model's own vision tower", fleet="vision.enabled")
     vision_tower: str | None = knob(None, optional_text, "accept images with a matching base model's vision tower, "

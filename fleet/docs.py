@@ -10,12 +10,14 @@ from blink.settings import Choice, Integer, Knob, Listen, Number, Settings, Spac
 from .schema import FLEET_ONLY, FLEET_TABLE, KNOBS_AT, LOCATIONS, NAMED_AFTER_SPACE, REQUIRED, REQUIRED_KNOBS
 
 
-def values_of(k: Knob) -> str:
+def values_of(k: Knob, toml: bool = False) -> str:
     if isinstance(k.parse, (Integer, Number, Choice)):
         return str(k.parse)
     if k.parse is flag:
-        return "0 / 1"
-    return "names, comma-separated" if isinstance(k.default, tuple) else "text"
+        return "true / false" if toml else "0 / 1"
+    if isinstance(k.default, tuple):
+        return "list of strings" if toml else "names, comma-separated"
+    return "string" if toml else "text"
 
 
 def env_default(k: Knob, value) -> str:
@@ -62,7 +64,8 @@ def fleet_table() -> list[str]:
     for i, (key, spec) in enumerate(FLEET_TABLE.items()):
         rows.append(f"| {'`[fleet]`' if i == 0 else ''} | `{key}` | {toml_default(spec.default)} | | {spec.doc} |")
     shown_table = None
-    for location in sorted(LOCATIONS, key=lambda loc: ("." in loc, loc.split(".")[0], LOCATIONS.index(loc))):
+    for location in sorted(LOCATIONS, key=lambda loc: (loc.partition(".")[2] != "", loc.split(".")[0] if "." in loc
+                                                       else "", LOCATIONS.index(loc))):
         table, _, key = location.rpartition(".")
         label = f"`.{table}`" if table else "`[spaces.<name>]`"
         cell, shown_table = ("" if label == shown_table else label), label
@@ -73,7 +76,7 @@ def fleet_table() -> list[str]:
         k = KNOBS_AT[location]
         default = ("required" if k.name in REQUIRED_KNOBS else "the Space name" if k.name in NAMED_AFTER_SPACE
                    else k.shown if k.shown and k.space_default is None else toml_default(k.space_default))
-        rows.append(f"| {cell} | `{key}` | {default} | {values_of(k)} | {k.doc} (`{k.env}`) |")
+        rows.append(f"| {cell} | `{key}` | {default} | {values_of(k, toml=True)} | {k.doc} (`{k.env}`) |")
     return rows
 
 
