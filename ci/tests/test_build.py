@@ -350,3 +350,77 @@ def test_push_creates_sets_the_secret_and_uploads_with_deletions(tmp_path, key, 
     upload = calls[-1][2]
     assert upload["repo_type"] == "space" and upload["folder_path"] == str(folders[space.name])
     assert upload["delete_patterns"] == ["*"]
+
+
+# --- what the fleet sets is what the Space runs ------------------------------------------------------------
+
+THINKING = GOOD.replace("\n[spaces.beta]", """
+[spaces.alpha.chat_template]
+enable_thinking = true
+
+[spaces.alpha.limits]
+max_output_tokens = 2048
+max_questions = 7
+
+[spaces.alpha.hardware]
+chat_duration_max_s = 90
+
+[spaces.beta]""")
+
+
+def test_a_built_space_runs_with_thinking_on_and_its_limits(tmp_path, demo_dir):
+    """Build a Space whose table sets enable_thinking and limits, then resolve its space_config.py exactly as
+    app.py does (`resolve_space(space_config)`) and build its chat engine as app.py does: all took effect."""
+    needs_shared_files()
+    from blink.chat import ChatEngine
+    from blink.loading import load
+    from blink.settings import resolve_space
+
+    (tmp_path / "spaces.toml").write_text(THINKING)
+    build.build(build.load(tmp_path / "spaces.toml", only=["alpha"]), tmp_path / "dist")
+    config = load_module("space_config_thinking", tmp_path / "dist" / "alpha" / "space_config.py")
+    settings, space = resolve_space(config, env={})
+    assert settings.enable_thinking is True
+    assert (settings.max_output_tokens, settings.max_questions, space.chat_duration_max_s) == (2048, 7, 90)
+    # the chat template sees it: thinking off renders an empty <think></think> block, thinking on does not
+    loaded = load(str(demo_dir))
+    messages = [{"role": "user", "content": "Hi"}]
+
+    def prompt(thinking: bool) -> str:
+        engine = ChatEngine(loaded, settings.limits, max_output_tokens=settings.max_output_tokens,
+                            enable_thinking=thinking)
+        return loaded.tokenizer.decode(engine.render(messages).ids)
+
+    assert prompt(settings.enable_thinking) != prompt(False)
+    assert "</think>" in prompt(False) and "</think>" not in prompt(settings.enable_thinking)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_generated_space_config_assigns_each_constant_once(dist, name):
+    tree = ast.parse((dist / name / "space_config.py").read_text(encoding="utf-8"))
+    assigned = [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
+    assert len(assigned) == len(set(assigned)), sorted(n for n in assigned if assigned.count(n) > 1)
+
+
+BLOCKER = """
+import importlib.abc, runpy, sys
+HEAVY = ("torch", "PIL", "transformers", "numpy", "gradio", "safetensors")
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in HEAVY:
+            raise ImportError(f"build.py must not import {name}")
+sys.meta_path.insert(0, Block())
+sys.argv = ["build.py", "--check"]
+try:
+    runpy.run_path("build.py", run_name="__main__")
+finally:
+    loaded = sorted(m for m in sys.modules if m.split(".")[0] in HEAVY)
+    print("heavy modules:", loaded)
+"""
+
+
+def test_build_check_runs_without_torch_pillow_or_transformers():
+    needs_shared_files()
+    done = subprocess.run([sys.executable, "-c", BLOCKER], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ok blink-4b" in done.stdout and "heavy modules: []" in done.stdout, done.stdout
