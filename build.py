@@ -29,13 +29,13 @@ ROOT = Path(__file__).resolve().parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from blink.settings import resolve_space  # noqa: E402
-from fleet import ConfigError  # noqa: E402
-from fleet.docs import with_tables  # noqa: E402
-from fleet.hub import files_of, plan, push  # noqa: E402
-from fleet.pins import ZEROGPU_TORCH, check_requirements  # noqa: E402, F401  (the tests read them here)
-from fleet.render import front_matter, readme, space_config  # noqa: E402
-from fleet.schema import Fleet, Space, load  # noqa: E402
+from blink.settings import resolve_space
+from fleet import ConfigError
+from fleet.docs import with_tables
+from fleet.hub import files_of, plan, push
+from fleet.pins import ZEROGPU_TORCH, check_requirements  # noqa: F401 - the tests read them here
+from fleet.render import front_matter, readme, space_config
+from fleet.schema import Fleet, Space, load
 
 SHARED_FILES = ("app.py", "auth.py", "theme.py", "zerogpu.py", "requirements.txt")
 SHARED_DIRS = ("blink",)
@@ -89,8 +89,11 @@ def verify_space(space: Space, fleet: Fleet, folder: Path) -> None:
     expected = {rel for _, rel in shared_paths()} | set(GENERATED)
     present = set(files_of(folder))
     if present != expected:
-        raise ConfigError(f"dist/{space.name}", None,
-                          f"unexpected files {sorted(present - expected)}, missing {sorted(expected - present)}")
+        raise ConfigError(
+            f"dist/{space.name}",
+            None,
+            f"unexpected files {sorted(present - expected)}, missing {sorted(expected - present)}",
+        )
     for src, rel in shared_paths():
         if (folder / rel).read_bytes() != src.read_bytes():
             raise ConfigError(f"dist/{space.name}", rel, "differs from the repository's copy")
@@ -130,8 +133,9 @@ def write_readme(path: Path = ROOT / "README.md") -> bool:
 
 
 def main(argv=None, api=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--config", type=Path, default=ROOT / "spaces.toml", help="the fleet file (spaces.toml)")
     ap.add_argument("--out", type=Path, default=ROOT / "dist", help="where the Space folders go (dist)")
     ap.add_argument("--space", action="append", metavar="NAME", help="only this Space (repeatable)")

@@ -12,7 +12,11 @@ SERVED_MODEL_NAME = "blink-4b"
 BATCH_WINDOW_MS = 10.0  # requests from the SAME caller arriving within 10 ms share one GPU call
 
 TITLE = "blink-4b"
-DESCRIPTION = ("Typed decisions from one forward pass: ask yes/no, choice and score questions about a text "
-               "and get a probability for every option. Also speaks the OpenAI API (chat and decisions).")
-CAVEAT = ("blink-4b is a small model: its probabilities are calibrated guesses, not facts. "
-          "Check important answers before acting on them.")
+DESCRIPTION = (
+    "Typed decisions from one forward pass: ask yes/no, choice and score questions about a text "
+    "and get a probability for every option. Also speaks the OpenAI API (chat and decisions)."
+)
+CAVEAT = (
+    "blink-4b is a small model: its probabilities are calibrated guesses, not facts. "
+    "Check important answers before acting on them."
+)

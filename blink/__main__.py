@@ -18,15 +18,20 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m blink", description="blink: typed decisions over HTTP")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="serve /v1/systemone, /v1/chat/completions, /v1/decisions, "
-                                              "/v1/models and /healthz")
+    serve = commands.add_parser(
+        "serve", help="serve /v1/systemone, /v1/chat/completions, /v1/decisions, /v1/models and /healthz"
+    )
     add_arguments(serve.add_argument_group("listening"), Listen)
     add_arguments(serve.add_argument_group("serving (blink/settings.py)"), Settings)
 
     demo = commands.add_parser("make-demo-model", help="write a small random-weight Qwen3.5 model (offline)")
     demo.add_argument("dir")
-    demo.add_argument("--shape", choices=("demo", "large"), default="demo",
-                      help="demo: 16M params (tests); large: ~150M params (CPU benchmarks)")
+    demo.add_argument(
+        "--shape",
+        choices=("demo", "large"),
+        default="demo",
+        help="demo: 16M params (tests); large: ~150M params (CPU benchmarks)",
+    )
     demo.add_argument("--seed", type=int, default=0)
 
     args = parser.parse_args(argv)

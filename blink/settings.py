@@ -17,8 +17,9 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields, replace
-from typing import Any, Callable
+from typing import Any
 
 from .auth import check_key
 from .limits import ImageLimits, Limits
@@ -34,6 +35,7 @@ class BadSetting(ValueError):
 
 # --- parsers: each takes text (an env var, a flag) or a typed value (space_config.py, spaces.toml) ---------
 # and returns the Python value or raises ValueError(why). Typed values are never coerced: 1.5 is not an int.
+
 
 @dataclass(frozen=True)
 class Integer:
@@ -138,6 +140,7 @@ def api_key(value) -> str | None:
 
 # --- the declaration ---------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Knob:
     name: str
@@ -163,8 +166,16 @@ class Knob:
         return self.name.upper()
 
 
-def knob(default, parse, doc: str, *, fleet: str | None = None, shown: str | None = None,
-         space_default=MISSING, secret: bool = False):
+def knob(
+    default,
+    parse,
+    doc: str,
+    *,
+    fleet: str | None = None,
+    shown: str | None = None,
+    space_default=MISSING,
+    secret: bool = False,
+):
     return field(default=default, metadata={"knob": (parse, doc, fleet, shown, space_default, secret)})
 
 
@@ -172,8 +183,8 @@ def knobs(schema) -> list[Knob]:
     out = []
     for f in fields(schema):
         parse, doc, fleet, shown, space_default, secret = f.metadata["knob"]
-        out.append(Knob(f.name, parse, f.default, doc, fleet, shown,
-                        f.default if space_default is MISSING else space_default, secret))
+        space_default = f.default if space_default is MISSING else space_default
+        out.append(Knob(f.name, parse, f.default, doc, fleet, shown, space_default, secret))
     return out
 
 
@@ -185,6 +196,8 @@ LIMITS = Limits()
 class Settings:
     """The server's knobs (the standalone server and the Space)."""
 
+    # a table, one knob per entry: kept as written
+    # fmt: off
     model: str = knob("demo", str, "Hub repo id, local folder, `demo` or `demo-vision` (the offline demo models); "
                       "a local folder or a demo switches the Hub libraries offline", fleet="model")
     revision: str | None = knob(None, optional_text, "Hub revision of `model` (tag, branch or commit)",
@@ -246,6 +259,7 @@ class Settings:
     max_image_source_pixels: int = knob(IMAGE.max_image_source_pixels, Integer(65_536, 64_000_000), "declared pixels "
                                         "per image before decoding (more is refused unread)",
                                         fleet="limits.max_image_source_pixels")
+    # fmt: on
 
     @property
     def image_limits(self) -> ImageLimits:
@@ -253,9 +267,14 @@ class Settings:
 
     @property
     def limits(self) -> Limits:
-        return Limits(max_questions=self.max_questions, max_options=self.max_options, max_levels=self.max_levels,
-                      max_context_tokens=self.max_context_tokens, max_request_tokens=self.max_request_tokens,
-                      max_body_bytes=self.max_body_bytes)
+        return Limits(
+            max_questions=self.max_questions,
+            max_options=self.max_options,
+            max_levels=self.max_levels,
+            max_context_tokens=self.max_context_tokens,
+            max_request_tokens=self.max_request_tokens,
+            max_body_bytes=self.max_body_bytes,
+        )
 
     @property
     def served_name(self) -> str:
@@ -277,6 +296,7 @@ class Settings:
 class SpaceSettings:
     """What only the Space reads. The duration knobs shape each GPU call's request (blink/durations.py)."""
 
+    # fmt: off
     title: str | None = knob(None, optional_text, "the UI's heading", fleet="title", shown="the served name")
     description: str = knob("", plain_text, "what the model does, under the title", fleet="description")
     caveat: str = knob("", plain_text, "shown in the UI next to answers", fleet="caveat", shown="none")
@@ -304,6 +324,7 @@ class SpaceSettings:
                                       "assumes until its calls calibrate it", fleet="hardware.prefill_s_per_token")
     decode_s_per_token: float = knob(0.08, Number(0, 10, above=True), "decode seconds per token, likewise",
                                      fleet="hardware.decode_s_per_token")
+    # fmt: on
 
     def __post_init__(self):
         for cap in ("duration_max_s", "chat_duration_max_s"):
@@ -372,12 +393,14 @@ def add_arguments(parser: argparse.ArgumentParser, schema=Settings) -> None:
             except ValueError as exc:
                 raise SystemExit(f"{k.env}={os.environ[k.env]!r}: {exc}") from None
         shown = k.shown or ("—" if k.default is None else k.default)
-        parser.add_argument(k.flag, dest=k.name, type=for_argparse(k.parse), default=default,
-                            help=f"{k.doc} [{k.env}; default {shown}]")
+        parser.add_argument(
+            k.flag, dest=k.name, type=for_argparse(k.parse), default=default, help=f"{k.doc} [{k.env}; default {shown}]"
+        )
 
 
 def for_argparse(parse):
     """argparse shows an ArgumentTypeError's own message (a ValueError's it replaces with 'invalid value')."""
+
     def checked(value):
         try:
             return parse(value)

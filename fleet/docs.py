@@ -47,15 +47,19 @@ def toml_default(value) -> str:
 def serve_table() -> list[str]:
     rows = ["| flag | env | default | values | meaning |", "|---|---|---|---|---|"]
     for schema in (Listen, Settings):
-        rows += [f"| `{k.flag}` | `{k.env}` | {env_default(k, k.default)} | {values_of(k)} | {k.doc} |"
-                 for k in knobs(schema)]
+        rows += [
+            f"| `{k.flag}` | `{k.env}` | {env_default(k, k.default)} | {values_of(k)} | {k.doc} |"
+            for k in knobs(schema)
+        ]
     return rows
 
 
 def space_table() -> list[str]:
     rows = ["| env | `spaces.toml` | default | values | meaning |", "|---|---|---|---|---|"]
-    rows += [f"| `{k.env}` | `{k.fleet}` | {env_default(k, k.default)} | {values_of(k)} | {k.doc} |"
-             for k in knobs(SpaceSettings)]
+    rows += [
+        f"| `{k.env}` | `{k.fleet}` | {env_default(k, k.default)} | {values_of(k)} | {k.doc} |"
+        for k in knobs(SpaceSettings)
+    ]
     return rows
 
 
@@ -64,8 +68,10 @@ def fleet_table() -> list[str]:
     for i, (key, spec) in enumerate(FLEET_TABLE.items()):
         rows.append(f"| {'`[fleet]`' if i == 0 else ''} | `{key}` | {toml_default(spec.default)} | | {spec.doc} |")
     shown_table = None
-    for location in sorted(LOCATIONS, key=lambda loc: (loc.partition(".")[2] != "", loc.split(".")[0] if "." in loc
-                                                       else "", LOCATIONS.index(loc))):
+    for location in sorted(
+        LOCATIONS,
+        key=lambda loc: (loc.partition(".")[2] != "", loc.split(".")[0] if "." in loc else "", LOCATIONS.index(loc)),
+    ):
         table, _, key = location.rpartition(".")
         label = f"`.{table}`" if table else "`[spaces.<name>]`"
         cell, shown_table = ("" if label == shown_table else label), label
@@ -74,8 +80,15 @@ def fleet_table() -> list[str]:
             rows.append(f"| {cell} | `{key}` | {toml_default(spec.default)} | | {spec.doc} (fleet only) |")
             continue
         k = KNOBS_AT[location]
-        default = ("required" if k.name in REQUIRED_KNOBS else "the Space name" if k.name in NAMED_AFTER_SPACE
-                   else k.shown if k.shown and k.space_default is None else toml_default(k.space_default))
+        default = (
+            "required"
+            if k.name in REQUIRED_KNOBS
+            else "the Space name"
+            if k.name in NAMED_AFTER_SPACE
+            else k.shown
+            if k.shown and k.space_default is None
+            else toml_default(k.space_default)
+        )
         rows.append(f"| {cell} | `{key}` | {default} | {values_of(k, toml=True)} | {k.doc} (`{k.env}`) |")
     return rows
 
@@ -89,5 +102,6 @@ def with_tables(readme: str) -> str:
         pattern = re.compile(rf"(<!-- {name}:START[^>]*-->\n).*?(<!-- {name}:END -->)", re.S)
         if len(pattern.findall(readme)) != 1:
             raise ValueError(f"README.md: expected one <!-- {name}:START --> ... <!-- {name}:END --> block")
-        readme = pattern.sub(lambda m: m.group(1) + "\n".join(rows()) + "\n" + m.group(2), readme)
+        table = "\n".join(rows()) + "\n"
+        readme = pattern.sub(lambda m, table=table: m.group(1) + table + m.group(2), readme)
     return readme

@@ -12,8 +12,16 @@ CPU_REQUIREMENTS = ROOT / "ci" / "requirements.txt"
 GPU_REQUIREMENTS = ROOT / "requirements.txt"
 ZEROGPU_TORCH = ("2.8.0", "2.9.1", "2.10.0", "2.11.0")  # the torch versions ZeroGPU lists
 TORCHVISION_FOR = {"2.8.0": "0.23.0", "2.9.1": "0.24.1", "2.10.0": "0.25.0", "2.11.0": "0.26.0"}
-SPACE_NEEDS = ("spaces", "transformers", "flash-linear-attention", "peft", "safetensors", "huggingface-hub",
-               "fastapi", "uvicorn")
+SPACE_NEEDS = (
+    "spaces",
+    "transformers",
+    "flash-linear-attention",
+    "peft",
+    "safetensors",
+    "huggingface-hub",
+    "fastapi",
+    "uvicorn",
+)
 
 
 def read_pins(path: Path) -> dict[str, str]:
@@ -38,19 +46,23 @@ def check_requirements() -> str:
     gpu, cpu = read_pins(GPU_REQUIREMENTS), read_pins(CPU_REQUIREMENTS)
     for name in sorted(set(gpu) & set(cpu)):
         if gpu[name] != cpu[name]:
-            raise ConfigError("requirements.txt", name,
-                              f"=={gpu[name]} disagrees with ci/requirements.txt =={cpu[name]}")
+            raise ConfigError(
+                "requirements.txt", name, f"=={gpu[name]} disagrees with ci/requirements.txt =={cpu[name]}"
+            )
     if "gradio" not in cpu:
         raise ConfigError("ci/requirements.txt", "gradio", "not pinned (the Spaces' sdk_version comes from it)")
     if "gradio" in gpu:
         raise ConfigError("requirements.txt", "gradio", "leave gradio out: the README's sdk_version installs it")
     if gpu.get("torch") not in ZEROGPU_TORCH:
-        raise ConfigError("requirements.txt", "torch",
-                          f"=={gpu.get('torch')} is not a ZeroGPU torch ({', '.join(ZEROGPU_TORCH)})")
+        raise ConfigError(
+            "requirements.txt", "torch", f"=={gpu.get('torch')} is not a ZeroGPU torch ({', '.join(ZEROGPU_TORCH)})"
+        )
     if "torchvision" in gpu and gpu["torchvision"] != TORCHVISION_FOR[gpu["torch"]]:
-        raise ConfigError("requirements.txt", "torchvision",
-                          f"=={gpu['torchvision']} does not match torch=={gpu['torch']} "
-                          f"(use =={TORCHVISION_FOR[gpu['torch']]})")
+        raise ConfigError(
+            "requirements.txt",
+            "torchvision",
+            f"=={gpu['torchvision']} does not match torch=={gpu['torch']} (use =={TORCHVISION_FOR[gpu['torch']]})",
+        )
     if "fla-core" in gpu and gpu["fla-core"] != gpu.get("flash-linear-attention"):
         raise ConfigError("requirements.txt", "fla-core", "must equal the flash-linear-attention version")
     for name in SPACE_NEEDS:

@@ -27,8 +27,10 @@ def space_config(space: Space) -> str:
         "",
         f"SPACE = {space.name!r}  # the Space (and dist/ folder) this config was built for",
     ]
-    for title, schema, values in (("the server's knobs", Settings, space.settings),
-                                  ("the Space's own", SpaceSettings, space.space)):
+    for title, schema, values in (
+        ("the server's knobs", Settings, space.settings),
+        ("the Space's own", SpaceSettings, space.space),
+    ):
         lines += ["", f"# --- {title} ---"]
         for k in knobs(schema):
             if k.secret:
@@ -99,8 +101,10 @@ def readme(space: Space, fleet: Fleet) -> str:
     served = s.served_name
     model_link = f"[{s.model}](https://huggingface.co/{s.model}/tree/{s.revision}) at `{s.revision}`"
     if s.adapter:
-        model_link += (f" with the LoRA adapter [{s.adapter}](https://huggingface.co/{s.adapter}/tree/"
-                       f"{s.adapter_revision}) at `{s.adapter_revision}` merged in")
+        model_link += (
+            f" with the LoRA adapter [{s.adapter}](https://huggingface.co/{s.adapter}/tree/"
+            f"{s.adapter_revision}) at `{s.adapter_revision}` merged in"
+        )
     names = ", ".join(f"`{n}`" for n in (served, *s.model_aliases))
     images = "Images are accepted in requests." if s.vision else "Text only: requests with images are refused."
     body = f"""
@@ -120,7 +124,7 @@ Base URL: `{base}` (this Space is `{owner}/{space.name}` on the Hub).
 
 | Route | What |
 |---|---|
-| `POST /v1/systemone` | a decision: a state and typed questions (`noul`, `choice`, `score`), a probability for every option |
+| `POST /v1/systemone` | a decision: typed questions (`noul`, `choice`, `score`), a probability per option |
 | `POST /v1/decisions` | the same decisions for OpenAI SDK users (`client.decisions.create`) |
 | `POST /v1/chat/completions` | OpenAI chat completions (streaming too) |
 | `GET /v1/models` | the served model names (TypeSafe and OpenAI shapes in one body) |

@@ -15,7 +15,6 @@ from blink.settings import BadSetting, Integer, Knob, Number, Settings, SpaceSet
 from . import ROOT, ConfigError
 from .pins import check_requirements
 
-
 # --- value checks: each takes the TOML value and returns it, or raises ValueError(why) -------------------------
 
 REPO_PART = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?")
@@ -50,8 +49,7 @@ def repo_id(value) -> str:
     try:
         repo_name(owner), repo_name(name)
     except ValueError:
-        raise ValueError(f"{value!r} is not a Hub repo id: use owner/name "
-                         "(letters, digits, '-', '_', '.')") from None
+        raise ValueError(f"{value!r} is not a Hub repo id: use owner/name (letters, digits, '-', '_', '.')") from None
     return value
 
 
@@ -68,10 +66,16 @@ def revision(value) -> str:
     if re.fullmatch(r"[0-9a-fA-F]{7,39}", value) and re.search(r"[0-9]", value) and re.search(r"[a-fA-F]", value):
         raise ValueError(f"{value!r} looks like an abbreviated commit: the Hub needs all 40 hex digits")
     if not re.fullmatch(r"[A-Za-z0-9._/+-]+", value):
-        raise ValueError(f"{value!r} is not a tag, branch or commit: use letters, digits, '.', '_', '-', '+', '/' "
-                         "(no spaces)")
-    if (value.startswith(("-", "/", ".")) or value.endswith(("/", ".", ".lock")) or ".." in value
-            or "//" in value or "/." in value):
+        raise ValueError(
+            f"{value!r} is not a tag, branch or commit: use letters, digits, '.', '_', '-', '+', '/' (no spaces)"
+        )
+    if (
+        value.startswith(("-", "/", "."))
+        or value.endswith(("/", ".", ".lock"))
+        or ".." in value
+        or "//" in value
+        or "/." in value
+    ):
         raise ValueError(f"{value!r} is not a valid git ref name")
     return value
 
@@ -137,7 +141,7 @@ def emoji(value) -> str:
 
 def duration(value) -> str:
     if not isinstance(value, str) or not re.fullmatch(r"[1-9][0-9]*[mh]", value):
-        raise ValueError(f"{value!r}: write minutes or hours, e.g. \"30m\" or \"1h\"")
+        raise ValueError(f'{value!r}: write minutes or hours, e.g. "30m" or "1h"')
     return value
 
 
@@ -169,16 +173,23 @@ FLEET_ONLY = {
     "emoji": FleetKey(emoji, "⚡", "the Hub card's emoji"),
     "color_from": FleetKey(choice(COLORS), "indigo", "the Hub card's gradient: " + ", ".join(COLORS)),
     "color_to": FleetKey(choice(COLORS), "blue", "... and its other end"),
-    "short_description": FleetKey(lambda v: text(v, max_len=SHORT_DESCRIPTION_MAX, one_line=True), REQUIRED,
-                                  f"the Hub card's line (at most {SHORT_DESCRIPTION_MAX} characters)"),
+    "short_description": FleetKey(
+        lambda v: text(v, max_len=SHORT_DESCRIPTION_MAX, one_line=True),
+        REQUIRED,
+        f"the Hub card's line (at most {SHORT_DESCRIPTION_MAX} characters)",
+    ),
     "tags": FleetKey(string_list(name_text), (), "Hub tags"),
     "license": FleetKey(name_text, None, "Hub license id"),
     "private": FleetKey(boolean, False, "a private Space"),
-    "api_key_secret": FleetKey(env_name, "BLINK_API_KEY", "the local variable --push sets as the Space's "
-                               "BLINK_API_KEY secret (when it is set)"),
+    "api_key_secret": FleetKey(
+        env_name, "BLINK_API_KEY", "the local variable --push sets as the Space's BLINK_API_KEY secret (when it is set)"
+    ),
     "startup_duration_timeout": FleetKey(duration, "1h", "how long the Hub waits for start-up, e.g. 30m"),
-    "preload_files": FleetKey(string_list(lambda v: text(v, one_line=True)), (), "files of `model` preloaded at "
-                              "build (pinned only when `revision` is a 40-hex commit)"),
+    "preload_files": FleetKey(
+        string_list(lambda v: text(v, one_line=True)),
+        (),
+        "files of `model` preloaded at build (pinned only when `revision` is a 40-hex commit)",
+    ),
     "hardware.type": FleetKey(choice(tuple(HARDWARE)), "zerogpu", "the Space's hardware"),
 }
 FLEET_TABLE = {
@@ -187,9 +198,16 @@ FLEET_TABLE = {
 }
 # the Hub's own forms, checked before the knob's parser
 HUB_FORM = {
-    "model": repo_id, "revision": revision, "adapter": repo_id, "adapter_revision": revision,
-    "served_model_name": name_text, "model_aliases": string_list(name_text), "vision.tower": tower,
-    "title": lambda v: text(v, max_len=80, one_line=True), "description": text, "caveat": text,
+    "model": repo_id,
+    "revision": revision,
+    "adapter": repo_id,
+    "adapter_revision": revision,
+    "served_model_name": name_text,
+    "model_aliases": string_list(name_text),
+    "vision.tower": tower,
+    "title": lambda v: text(v, max_len=80, one_line=True),
+    "description": text,
+    "caveat": text,
     "system_prompt": text,
 }
 REQUIRED_KNOBS = ("model", "revision", "description")
@@ -235,8 +253,11 @@ def knob_value(knob: Knob, value):
     if knob.fleet in HUB_FORM:
         value = HUB_FORM[knob.fleet](value)
     numeric = isinstance(knob.parse, (Integer, Number)) or knob.parse is flag
-    if isinstance(value, str) and numeric and not (isinstance(knob.parse, Number) and knob.parse.auto
-                                                    and value == "auto"):
+    if (
+        isinstance(value, str)
+        and numeric
+        and not (isinstance(knob.parse, Number) and knob.parse.auto and value == "auto")
+    ):
         raise ValueError(f"must be a {'boolean' if knob.parse is flag else 'number'}, got {value!r}")
     return knob.parse(value)
 

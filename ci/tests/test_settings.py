@@ -12,15 +12,13 @@ import sys
 
 import pytest
 
-from conftest import ROOT
-
 from blink.settings import Integer, Listen, Number, Settings, SpaceSettings, knobs, resolve_space
+from conftest import ROOT
 from fleet import ConfigError
 from fleet.docs import with_tables
 from fleet.schema import KNOBS_AT, parse_space
 
-BASE = {"model": "org/alpha-model", "revision": "v2.1", "short_description": "alpha",
-        "description": "The alpha Space."}
+BASE = {"model": "org/alpha-model", "revision": "v2.1", "short_description": "alpha", "description": "The alpha Space."}
 
 
 def table_with(location: str, value) -> dict:
@@ -39,8 +37,14 @@ def test_readme_tables_match_the_schema():
 
 
 def test_serve_help_names_every_flag_and_its_variable():
-    done = subprocess.run([sys.executable, "-m", "blink", "serve", "--help"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "COLUMNS": "200"})
+    done = subprocess.run(
+        [sys.executable, "-m", "blink", "serve", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "COLUMNS": "200"},
+    )
     assert done.returncode == 0, done.stderr
     help_text = " ".join(done.stdout.split())
     for k in knobs(Listen) + knobs(Settings):
@@ -48,8 +52,14 @@ def test_serve_help_names_every_flag_and_its_variable():
 
 
 def test_a_bad_variable_stops_serve_naming_it():
-    done = subprocess.run([sys.executable, "-m", "blink", "serve"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60, env={"PATH": "/usr/bin:/bin", "BLINK_MAX_OUTPUT_TOKENS": "32769"})
+    done = subprocess.run(
+        [sys.executable, "-m", "blink", "serve"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "BLINK_MAX_OUTPUT_TOKENS": "32769"},
+    )
     assert done.returncode != 0 and "BLINK_MAX_OUTPUT_TOKENS='32769'" in done.stderr, done.stderr
     assert "1-32768" in done.stderr
 
@@ -96,8 +106,10 @@ def test_max_output_tokens_range_is_the_same_everywhere():
         resolve_space({}, env={"BLINK_MAX_OUTPUT_TOKENS": "32769"})
 
 
-@pytest.mark.parametrize("key,value", [("vision", True), ("system_prompt", "hi"), ("enable_thinking", True),
-                                       ("model", "org/x"), ("title", "T")])
+@pytest.mark.parametrize(
+    "key,value",
+    [("vision", True), ("system_prompt", "hi"), ("enable_thinking", True), ("model", "org/x"), ("title", "T")],
+)
 def test_limits_refuse_keys_that_are_not_limits(key, value):
     with pytest.raises(ConfigError, match=rf"\[spaces.alpha\] limits.{key}: unknown key"):
         parse_space("alpha", table_with(f"limits.{key}", value))
@@ -125,8 +137,10 @@ def test_the_space_refuses_a_constant_no_knob_owns():
 
 
 def test_space_values_are_overridden_by_their_variables_and_checked():
-    settings, space = resolve_space({"DURATION_MAX_S": 30, "MAX_QUESTIONS": 9, "TITLE": None},
-                                    env={"BLINK_DURATION_MAX_S": "45", "BLINK_ENABLE_THINKING": "1"})
+    settings, space = resolve_space(
+        {"DURATION_MAX_S": 30, "MAX_QUESTIONS": 9, "TITLE": None},
+        env={"BLINK_DURATION_MAX_S": "45", "BLINK_ENABLE_THINKING": "1"},
+    )
     assert (space.duration_max_s, settings.max_questions, settings.enable_thinking) == (45, 9, True)
     assert space.title == settings.served_name == "demo"
     assert settings.max_output_tokens == 1024  # the Space's default, not the server's
@@ -140,8 +154,12 @@ def test_space_values_are_overridden_by_their_variables_and_checked():
 def test_overriding_the_model_drops_the_configured_revision_and_adapter():
     config = {"MODEL": "org/m", "REVISION": "v1", "ADAPTER": "org/lora", "ADAPTER_REVISION": "v2"}
     settings, _ = resolve_space(config, env={"BLINK_MODEL": "demo"})
-    assert (settings.model, settings.revision, settings.adapter, settings.adapter_revision) == ("demo", None, None,
-                                                                                               None)
+    assert (settings.model, settings.revision, settings.adapter, settings.adapter_revision) == (
+        "demo",
+        None,
+        None,
+        None,
+    )
     assert resolve_space(config, env={})[0].revision == "v1"
 
 
@@ -169,6 +187,7 @@ def test_chat_sampling_defaults_come_from_generation_config_only_when_it_samples
     gen = loaded.model.generation_config
     gen.do_sample, gen.temperature, gen.top_p, gen.top_k = do_sample, 0.6, 0.9, 20
     defaults = ChatEngine(loaded).defaults
-    expected = {"temperature": 0.6, "top_p": 0.9, "top_k": 20} if do_sample else \
-        {"temperature": 1.0, "top_p": 1.0, "top_k": 0}
+    expected = (
+        {"temperature": 0.6, "top_p": 0.9, "top_k": 20} if do_sample else {"temperature": 1.0, "top_p": 1.0, "top_k": 0}
+    )
     assert defaults == pytest.approx(expected)
