@@ -383,15 +383,20 @@ def resolve_space(config, env: dict | None = None) -> tuple[Settings, SpaceSetti
     return settings, replace(space, title=space.title or settings.served_name)
 
 
+class FromEnv(str):
+    """A flag's default read from its variable: argparse parses it only when the command runs, and a refusal
+    names the variable."""
+
+    env = ""
+
+
 def add_arguments(parser: argparse.ArgumentParser, schema=Settings) -> None:
     """One flag per knob; each defaults to its BLINK_* variable (checked by the same parser)."""
     for k in knobs(schema):
         default = k.default
-        if k.env in os.environ:  # checked here, so the message names the variable rather than the flag
-            try:
-                default = k.parse(os.environ[k.env])
-            except ValueError as exc:
-                raise SystemExit(f"{k.env}={os.environ[k.env]!r}: {exc}") from None
+        if k.env in os.environ:
+            default = FromEnv(os.environ[k.env])
+            default.env = k.env
         shown = k.shown or ("—" if k.default is None else k.default)
         parser.add_argument(
             k.flag, dest=k.name, type=for_argparse(k.parse), default=default, help=f"{k.doc} [{k.env}; default {shown}]"
@@ -403,9 +408,10 @@ def for_argparse(parse):
 
     def checked(value):
         try:
-            return parse(value)
+            return parse(str(value) if isinstance(value, FromEnv) else value)
         except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
+            source = f"{value.env}={str(value)!r}: " if isinstance(value, FromEnv) else ""
+            raise argparse.ArgumentTypeError(source + str(exc)) from None
 
     checked.__name__ = getattr(parse, "__name__", type(parse).__name__)
     return checked
