@@ -331,10 +331,6 @@ class SpaceSettings:
             if self.duration_min_s > getattr(self, cap):
                 raise BadSetting("duration_min_s", f"{self.duration_min_s} is above {cap} ({getattr(self, cap)})")
 
-    @classmethod
-    def from_values(cls, values: dict | None = None, env: dict | None = None) -> SpaceSettings:
-        return resolve(cls, values or {}, os.environ if env is None else env)
-
 
 @dataclass(frozen=True)
 class Listen:
@@ -343,9 +339,6 @@ class Listen:
     host: str = knob("127.0.0.1", str, "address to bind")
     port: int = knob(8000, Integer(0, 65535), "port to listen on")
     log_level: str = knob("info", Choice(("debug", "info", "warning", "error")), "log level")
-
-
-SCHEMAS = (Settings, SpaceSettings, Listen)
 
 
 def resolve(schema, values: dict, env: dict, *, space: bool = False):

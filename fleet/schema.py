@@ -226,7 +226,9 @@ class Space:
     space: SpaceSettings
 
     def __getattr__(self, key):
-        for source in (self.__dict__["card"], vars(self.__dict__["settings"])):
+        """A card key or a server knob by name (`space.model`, `space.private`)."""
+        settings = self.__dict__.get("settings")
+        for source in (self.__dict__.get("card", {}), vars(settings) if settings else {}):
             if key in source:
                 return source[key]
         raise AttributeError(key)
