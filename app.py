@@ -33,55 +33,20 @@ from typing import Any
 
 import space_config
 from blink.loading import go_offline_if_local
-from blink.settings import KNOBS, Settings
+from blink.settings import resolve_space
 
 log = logging.getLogger("blink.space")
 logging.basicConfig(level=os.environ.get("BLINK_LOG_LEVEL", "info").upper(),
                     format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
-def config_values(module) -> dict:
-    """space_config's values for blink's knobs (`MODEL` -> `model`, ...)."""
-    return {name: getattr(module, name.upper()) for name, *_ in KNOBS if hasattr(module, name.upper())}
-
-
-def space_value(name: str, kind=str):
-    """A Space-only setting: env BLINK_<NAME> overrides space_config.<NAME>."""
-    default = getattr(space_config, name, None)
-    raw = os.environ.get(f"BLINK_{name}")
-    if raw is None:
-        return default
-    try:
-        return kind(raw)
-    except ValueError:
-        raise SystemExit(f"BLINK_{name}={raw!r}: expected {kind.__name__}") from None
-
-
-def settings_values() -> dict:
-    values = config_values(space_config)
-    if "enable_thinking" not in values:  # older configs say it as a chat-template variable
-        kwargs = getattr(space_config, "CHAT_TEMPLATE_KWARGS", None) or {}
-        if "enable_thinking" in kwargs:
-            values["enable_thinking"] = bool(kwargs["enable_thinking"])
-    if os.environ.get("BLINK_MODEL") and os.environ["BLINK_MODEL"] != values.get("model"):
-        # the configured revision and adapter belong to the configured model, not to an override
-        for name in ("revision", "adapter", "adapter_revision"):
-            values.pop(name, None)
-    return values
-
-
-SETTINGS = Settings.from_values(settings_values())
+SETTINGS, SPACE = resolve_space(space_config)
 go_offline_if_local(SETTINGS.model)  # before the Hub libraries are imported
 
 ZERO_GPU = bool(spaces.config.Config.zero_gpu)
-TITLE = space_value("TITLE") or SETTINGS.served_name
-DESCRIPTION = space_value("DESCRIPTION") or ""
-CAVEAT = space_value("CAVEAT") or ""
-GPU_SIZE = space_value("GPU_SIZE") or None
-MAX_OUTPUT_TOKENS = SETTINGS.max_output_tokens
-UI_CHAT_MAX_TOKENS = space_value("UI_CHAT_MAX_TOKENS", int) or 512
-DURATION_MAX_S = space_value("DURATION_MAX_S", int)
-CHAT_DURATION_MAX_S = space_value("CHAT_DURATION_MAX_S", int)
+TITLE, DESCRIPTION, CAVEAT, GPU_SIZE = SPACE.title, SPACE.description, SPACE.caveat, SPACE.gpu_size
+MAX_OUTPUT_TOKENS, UI_CHAT_MAX_TOKENS = SETTINGS.max_output_tokens, SPACE.ui_chat_max_tokens
+DURATION_MAX_S, CHAT_DURATION_MAX_S = SPACE.duration_max_s, SPACE.chat_duration_max_s
 
 import gradio as gr  # noqa: E402
 
@@ -106,7 +71,7 @@ CHAT_ENGINE = ChatEngine(LOADED, SETTINGS.limits, system_prompt=SETTINGS.system_
                          max_output_tokens=SETTINGS.max_output_tokens, enable_thinking=SETTINGS.enable_thinking,
                          image_limits=SETTINGS.image_limits)
 
-ESTIMATOR = durations.configured(space_value)
+ESTIMATOR = durations.configured(SPACE)
 
 
 # --- the GPU functions (module scope, plain def / plain generator) -----------------------------------------
@@ -523,8 +488,7 @@ with gr.Blocks(title=TITLE) as demo:
 
 
 def main() -> None:
-    demo.queue(max_size=space_value("QUEUE_MAX_SIZE", int) or 64,
-               default_concurrency_limit=space_value("QUEUE_CONCURRENCY", int) or 8)
+    demo.queue(max_size=SPACE.queue_max_size, default_concurrency_limit=SPACE.queue_concurrency)
     log.info("serving %s (%s) [%s; ZeroGPU=%s; api key %s]", CTX.served_name, SETTINGS.model, LOADED.info["device"],
              ZERO_GPU, "required" if CTX.auth.required else "not required")
     demo.launch(

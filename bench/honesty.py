@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import space_config
 from blink.durations import configured, replay
+from blink.settings import resolve_space
 
 
 def duration_honesty(calls: list[tuple[int, float]]) -> dict:
     """What each call `(prefill tokens, compute seconds)` would have requested before it ran, against what it
     used, in order; the first call is cold (the Space adds DURATION_COLD_S to it)."""
-    estimator = configured(lambda name, kind: getattr(space_config, name, None))
+    estimator = configured(resolve_space(space_config, env={})[1])
     return {**replay(calls, estimator), "estimator": "space_config.py's duration settings"}

@@ -13,23 +13,25 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> None:
-    from .settings import add_arguments, from_args
+    from .settings import Listen, Settings, add_arguments, from_args
 
     parser = argparse.ArgumentParser(prog="python -m blink", description="blink: typed decisions over HTTP")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="serve /v1/systemone, /v1/chat/completions, /v1/decisions, "
-                                              "/v1/models and /healthz")
-    serve.add_argument("--host", default=os.environ.get("BLINK_HOST", "127.0.0.1"), help="[BLINK_HOST]")
-    serve.add_argument("--port", type=int, default=int(os.environ.get("BLINK_PORT", "8000")), help="[BLINK_PORT]")
-    serve.add_argument("--log-level", default=os.environ.get("BLINK_LOG_LEVEL", "info"),
-                       choices=("debug", "info", "warning", "error"), help="[BLINK_LOG_LEVEL]")
-    add_arguments(serve)
+    serve = commands.add_parser(
+        "serve", help="serve /v1/systemone, /v1/chat/completions, /v1/decisions, /v1/models and /healthz"
+    )
+    add_arguments(serve.add_argument_group("listening"), Listen)
+    add_arguments(serve.add_argument_group("serving (blink/settings.py)"), Settings)
 
     demo = commands.add_parser("make-demo-model", help="write a small random-weight Qwen3.5 model (offline)")
     demo.add_argument("dir")
-    demo.add_argument("--shape", choices=("demo", "large"), default="demo",
-                      help="demo: 16M params (tests); large: ~150M params (CPU benchmarks)")
+    demo.add_argument(
+        "--shape",
+        choices=("demo", "large"),
+        default="demo",
+        help="demo: 16M params (tests); large: ~150M params (CPU benchmarks)",
+    )
     demo.add_argument("--seed", type=int, default=0)
 
     args = parser.parse_args(argv)
@@ -42,14 +44,14 @@ def main(argv: list[str] | None = None) -> None:
         print(make_demo_model(args.dir, args.shape, args.seed))
         return
 
-    settings = from_args(args)
+    settings, listen = from_args(args, Settings), from_args(args, Listen)
     from .loading import go_offline_if_local
 
     go_offline_if_local(settings.model)  # before any Hub library is imported
     from .server import serve as run
 
     try:
-        run(settings, args.host, args.port, args.log_level)
+        run(settings, listen.host, listen.port, listen.log_level)
     except KeyboardInterrupt:
         sys.exit(0)
 

@@ -27,7 +27,10 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable
+
+from .settings import SpaceSettings
+
+SPACE = SpaceSettings()  # the defaults: blink/settings.py declares them, once
 
 
 @dataclass
@@ -121,9 +124,12 @@ class Ledger:
 
 
 class DurationEstimator:
-    def __init__(self, *, prefill_s_per_token: float = 1e-3, decode_s_per_token: float = 0.08,
-                 overhead_s: float = 0.0, headroom: float = 1.3, min_s: int = 2, max_s: int = 120,
-                 cold_s: float = 0.0, prior_weight: float = 2.0, alpha: float = 0.1):
+    def __init__(self, *, prefill_s_per_token: float = SPACE.prefill_s_per_token,
+                 decode_s_per_token: float = SPACE.decode_s_per_token, overhead_s: float = SPACE.duration_overhead_s,
+                 headroom: float = SPACE.duration_headroom, min_s: int = SPACE.duration_min_s,
+                 max_s: int = SPACE.chat_duration_max_s, cold_s: float = 0.0, prior_weight: float = 2.0,
+                 alpha: float = 0.1):
+        """`cold_s` is 0 here (a bare estimator starts warm); a Space passes its own (`configured`)."""
         if not (1 <= int(min_s) <= int(max_s)):
             raise ValueError(f"duration bounds must satisfy 1 <= min_s <= max_s, got {min_s}, {max_s}")
         if headroom < 1.0 or overhead_s < 0 or cold_s < 0 or prefill_s_per_token <= 0 or decode_s_per_token <= 0:
@@ -212,18 +218,13 @@ class DurationEstimator:
             }
 
 
-# the Space's settings (space_config.py names, each overridable by BLINK_<NAME>) -> DurationEstimator arguments
-SPACE_SETTINGS = {"prefill_s_per_token": ("PREFILL_S_PER_TOKEN", float),
-                  "decode_s_per_token": ("DECODE_S_PER_TOKEN", float), "overhead_s": ("DURATION_OVERHEAD_S", float), "cold_s": ("DURATION_COLD_S", float),
-                  "headroom": ("DURATION_HEADROOM", float), "min_s": ("DURATION_MIN_S", int)}
-
-
-def configured(value: Callable[[str, type], Any]) -> DurationEstimator:
-    """The estimator as a Space configures it: `value(NAME, type)` reads one setting (None: unset, the default
-    applies). Its cap is the larger of the decision and chat caps (each call passes its own)."""
-    kwargs = {arg: v for arg, (name, kind) in SPACE_SETTINGS.items() if (v := value(name, kind)) is not None}
-    return DurationEstimator(**kwargs, max_s=max(value("DURATION_MAX_S", int) or 60,
-                                                 value("CHAT_DURATION_MAX_S", int) or 120))
+def configured(space: SpaceSettings) -> DurationEstimator:
+    """The estimator as a Space configures it. Its cap is the larger of the decision and chat caps (each call
+    passes its own)."""
+    return DurationEstimator(prefill_s_per_token=space.prefill_s_per_token, decode_s_per_token=space.decode_s_per_token,
+                             overhead_s=space.duration_overhead_s, cold_s=space.duration_cold_s,
+                             headroom=space.duration_headroom, min_s=space.duration_min_s,
+                             max_s=max(space.duration_max_s, space.chat_duration_max_s))
 
 
 def replay(calls: list[tuple[int, float]], estimator: DurationEstimator, long_s: float = 1.0) -> dict:

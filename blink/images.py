@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 
 from .errors import InvalidRequest, PayloadTooLarge
+from .limits import ImageLimits
 
 # our own limit (max_image_source_pixels, checked from the header) replaces PIL's looser bomb check, which
 # would raise from Image.open with a message that names no limit of ours
@@ -31,14 +32,6 @@ _PIL.MAX_IMAGE_PIXELS = None
 
 DATA_URI = re.compile(r"^data:image/(png|jpe?g|webp|gif);base64,", re.IGNORECASE)
 FORMATS = {"PNG": "png", "JPEG": "jpeg"}
-
-
-@dataclass(frozen=True)
-class ImageLimits:
-    max_images: int = 2
-    max_image_bytes: int = 8 * 1024 * 1024
-    max_image_pixels: int = 1920 * 1088          # after resizing: larger images are scaled down to this
-    max_image_source_pixels: int = 20_000_000    # declared size before decoding: larger is refused
 
 
 @dataclass

@@ -1,4 +1,8 @@
-"""What one request may ask for. Every limit refuses (422/413) rather than truncates."""
+"""What one request may ask for. Every limit refuses (422/413) rather than truncates.
+
+Plain dataclasses with no imports, so the settings schema (and `build.py`, which reads it) takes its defaults
+from here without loading the image or model libraries.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +11,18 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Limits:
-    max_questions: int = 128          # questions per request
-    max_options: int = 255            # options per choice question (TypeSafe's documented maximum)
-    max_levels: int = 10              # levels per score question (TypeSafe's documented maximum)
-    max_context_tokens: int = 32768   # one prompt: the state plus one question, rendered
-    max_request_tokens: int = 65536   # tokens the model runs for the whole request (shared prefix counted once)
-    max_body_bytes: int = 16 * 1024 * 1024       # the body as sent (compressed or not)
-    max_decoded_bytes: int = 64 * 1024 * 1024    # the body after decompression
+    max_questions: int = 128  # questions per request
+    max_options: int = 255  # options per choice question (TypeSafe's documented maximum)
+    max_levels: int = 10  # levels per score question (TypeSafe's documented maximum)
+    max_context_tokens: int = 32768  # one prompt: the state plus one question, rendered
+    max_request_tokens: int = 65536  # tokens the model runs for the whole request (shared prefix counted once)
+    max_body_bytes: int = 16 * 1024 * 1024  # the body as sent (compressed or not)
+    max_decoded_bytes: int = 64 * 1024 * 1024  # the body after decompression
+
+
+@dataclass(frozen=True)
+class ImageLimits:
+    max_images: int = 2
+    max_image_bytes: int = 8 * 1024 * 1024
+    max_image_pixels: int = 1920 * 1088  # after resizing: larger images are scaled down to this
+    max_image_source_pixels: int = 20_000_000  # declared size before decoding: larger is refused

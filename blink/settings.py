@@ -1,7 +1,15 @@
-"""Serving settings: one table of every knob, its `BLINK_*` environment variable, its flag and its check.
+"""Every knob, declared once: its name, parser and bounds, default, one doc line, and where it applies.
 
-`python -m blink serve` builds its flags from this table; the Space reads `space_config.py` and lets the
-same environment variables override every value. Parsing lives here once so both agree.
+A knob is a dataclass field whose metadata says the rest. From these declarations come the `serve` flags (each
+defaulting to its `BLINK_<NAME>` variable), the Space's values (`space_config.py`, each overridden by the same
+variable), `spaces.toml`'s checks in `build.py` (the `fleet` location: the same parser, the same bounds) and the
+README's tables (`python build.py --readme`).
+
+- `Settings`: the server's knobs; the standalone server and the Space both run on them.
+- `SpaceSettings`: what only the Space reads (its card, the GPU duration requests, the Gradio queue).
+- `Listen`: where `python -m blink serve` listens (server only).
+
+Nothing heavy is imported here: `build.py` runs these parsers without torch, transformers or Pillow.
 """
 
 from __future__ import annotations
@@ -9,160 +17,249 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields, replace
+from typing import Any
 
 from .auth import check_key
-from .images import ImageLimits
-from .limits import Limits
+from .limits import ImageLimits, Limits
 
 
-def int_range(lo: int, hi: int):
-    def parse(value) -> int:
-        try:
-            n = int(value)
-        except (TypeError, ValueError):
-            raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
-        if not lo <= n <= hi:
-            raise argparse.ArgumentTypeError(f"must be {lo}-{hi}, got {n}")
-        return n
+class BadSetting(ValueError):
+    """A value its knob refuses; `name` is the knob (or the first knob of a pair that disagrees)."""
 
-    parse.__name__ = f"integer {lo}-{hi}"
-    return parse
+    def __init__(self, name: str, message: str):
+        self.name = name
+        super().__init__(message)
 
 
-def window_ms(value) -> float:
-    try:
-        ms = float(value)
-    except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
-    if not (math.isfinite(ms) and 0 <= ms <= 1000):
-        raise argparse.ArgumentTypeError("must be 0 (off) to 1000 ms")
-    return ms
+# --- parsers: each takes text (an env var, a flag) or a typed value (space_config.py, spaces.toml) ---------
+# and returns the Python value or raises ValueError(why). Typed values are never coerced: 1.5 is not an int.
 
 
-def auto_number(lo: float, hi: float):
-    """A number in [lo, hi], or `auto` / empty for the device's default (None)."""
-    def parse(value) -> float | None:
-        if value is None or str(value).strip().lower() in ("", "auto"):
+@dataclass(frozen=True)
+class Integer:
+    lo: int
+    hi: int
+
+    def __call__(self, value) -> int:
+        if isinstance(value, str):
+            try:
+                value = int(value.strip())
+            except ValueError:
+                raise ValueError(f"not an integer: {value!r}") from None
+        elif isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"must be an integer, got {value!r}")
+        if not self.lo <= value <= self.hi:
+            raise ValueError(f"must be {self.lo}-{self.hi}, got {value}")
+        return value
+
+    def __str__(self) -> str:
+        return f"{self.lo}–{self.hi}"
+
+
+@dataclass(frozen=True)
+class Number:
+    lo: float
+    hi: float
+    above: bool = False  # lo itself is refused
+    auto: bool = False  # `auto` (or empty) means None: the device's default
+
+    def __call__(self, value) -> float | None:
+        if self.auto and (value is None or (isinstance(value, str) and value.strip().lower() in ("", "auto"))):
             return None
-        try:
-            x = float(value)
-        except (TypeError, ValueError):
-            raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
-        if not (math.isfinite(x) and lo <= x <= hi):
-            raise argparse.ArgumentTypeError(f"must be {lo:g}-{hi:g} (or auto), got {value}")
-        return x
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise ValueError(f"not a number: {value!r}") from None
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"must be a number, got {value!r}")
+        low_ok = value > self.lo if self.above else value >= self.lo
+        if not (math.isfinite(value) and low_ok and value <= self.hi):
+            raise ValueError(f"must be {self}, got {value}")
+        return float(value)
 
-    parse.__name__ = f"number {lo:g}-{hi:g} or auto"
-    return parse
-
-
-def api_key(value) -> str | None:
-    try:
-        return check_key(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    def __str__(self) -> str:
+        lo, hi = (int(x) if float(x).is_integer() else x for x in (self.lo, self.hi))
+        return (f"above {lo}, at most {hi}" if self.above else f"{lo}–{hi}") + (" or auto" if self.auto else "")
 
 
-def names(value) -> tuple[str, ...]:
-    if isinstance(value, (list, tuple)):
-        return tuple(value)
-    return tuple(n.strip() for n in str(value or "").split(",") if n.strip())
+@dataclass(frozen=True)
+class Choice:
+    options: tuple[str, ...]
+
+    def __call__(self, value) -> str:
+        if value not in self.options:
+            raise ValueError(f"must be one of {', '.join(self.options)}; got {value!r}")
+        return value
+
+    def __str__(self) -> str:
+        return " / ".join(self.options)
 
 
 def flag(value) -> bool:
     if isinstance(value, bool):
         return value
-    text_value = str(value).strip().lower()
-    if text_value in ("1", "true", "on", "yes"):
+    if not isinstance(value, str):
+        raise ValueError(f"must be true or false, got {value!r}")
+    if value.strip().lower() in ("1", "true", "on", "yes"):
         return True
-    if text_value in ("", "0", "false", "off", "no"):
+    if value.strip().lower() in ("", "0", "false", "off", "no"):
         return False
-    raise argparse.ArgumentTypeError(f"not a boolean: {value!r} (use 1/0, true/false)")
+    raise ValueError(f"not a boolean: {value!r} (use 1/0, true/false)")
 
 
-def layout(value) -> str:
-    if value not in ("inline", "first"):
-        raise argparse.ArgumentTypeError("must be inline or first")
-    return value
+def optional_text(value) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"must be a string, got {type(value).__name__}")
+    return value or None
 
 
-def text(value) -> str | None:
-    return str(value) if value not in (None, "") else None
+def plain_text(value) -> str:
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"must be a string, got {type(value).__name__}")
+    return value or ""
 
 
-# name, type, default, help. The env var is BLINK_<NAME>; the flag --<name with dashes>.
-KNOBS = [
-    ("model", str, "demo", "Hub repo id, local folder, `demo` or `demo-vision` (offline random demo models)"),
-    ("revision", text, None, "Hub revision (tag, branch or commit) of --model"),
-    ("adapter", text, None, "LoRA adapter (Hub repo or folder), merged into the model on CPU before it moves"),
-    ("adapter_revision", text, None, "Hub revision of --adapter"),
-    ("served_model_name", text, None, "the name answers and /v1/models carry (default: the model's folder name)"),
-    ("model_aliases", names, (), "comma-separated extra names listed in /v1/models (any name is accepted)"),
-    ("api_key", api_key, None, "require `Authorization: Bearer <key>` on /v1/* (default: open)"),
-    ("batch_window_ms", window_ms, 0.0, "cross-request batching window: requests arriving within it are decided "
-                                        "in one GPU call (0 = one request per call; at most 1000)"),
-    ("max_batch_requests", int_range(1, 64), 16, "most requests decided in one call (1-64)"),
-    ("max_queued_requests", int_range(1, 1024), 64, "most requests waiting; past this: HTTP 529 + Retry-After"),
-    ("pass_cost_tokens", auto_number(0, 1e6), None, "the fixed cost of one more forward pass, in tokens, against the "
-     "padding it saves when rows are grouped into passes (auto: 32 on CPU, 256 on CUDA; bench/gpu.sh sweeps it)"),
-    ("pass_cache_mib", auto_number(16, 1 << 20), None, "attention cache one forward pass may hold, MiB: passes are "
-     "cut to fit (auto: 2048 on CPU, 4096 on CUDA)"),
-    ("max_questions", int_range(1, 1024), Limits.max_questions, "questions per request"),
-    ("max_options", int_range(2, 255), Limits.max_options, "options per choice question (labels run to 255)"),
-    ("max_levels", int_range(2, 255), Limits.max_levels, "levels per score question"),
-    ("max_context_tokens", int_range(64, 262144), Limits.max_context_tokens, "tokens per prompt (state + question)"),
-    ("max_request_tokens", int_range(64, 1048576), Limits.max_request_tokens,
-     "tokens the model runs per request (shared state counted once)"),
-    ("max_body_bytes", int_range(1024, 1 << 30), Limits.max_body_bytes, "request body size as sent; past it: 413"),
-    ("system_prompt", text, None, "chat: system message prepended when a conversation has none"),
-    ("max_output_tokens", int_range(1, 32768), 4096, "chat: most tokens per reply (a larger max_tokens is lowered)"),
-    ("max_concurrent_chats", int_range(1, 64), 4, "chat: generations at once; past it HTTP 529 + Retry-After"),
-    ("enable_thinking", flag, False, "chat: let the model think (Qwen3.5's <think> block) before it answers"),
-    ("vision", flag, False, "accept images with the model's own vision tower (1/0)"),
-    ("vision_tower", text, None, "accept images with a matching base model's vision tower, repo@revision"),
-    ("image_layout", layout, "inline", "image tokens at their placeholders (inline) or before the state (first)"),
-    ("max_images", int_range(1, 16), ImageLimits.max_images, "images per request"),
-    ("max_image_bytes", int_range(1024, 32 * 1024 * 1024), ImageLimits.max_image_bytes, "bytes per image"),
-    ("max_image_pixels", int_range(65_536, 16_777_216), ImageLimits.max_image_pixels,
-     "pixels per image after resizing (larger images are scaled down)"),
-    ("max_image_source_pixels", int_range(65_536, 64_000_000), ImageLimits.max_image_source_pixels,
-     "declared pixels per image before decoding (larger is refused unread)"),
-]
+def names(value) -> tuple[str, ...]:
+    if isinstance(value, (list, tuple)):
+        if not all(isinstance(n, str) for n in value):
+            raise ValueError("must be a list of strings")
+        return tuple(value)
+    if not isinstance(value, str):
+        raise ValueError(f"must be a comma-separated string or a list, got {type(value).__name__}")
+    return tuple(n.strip() for n in value.split(",") if n.strip())
+
+
+def api_key(value) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"must be a string, got {type(value).__name__}")
+    return check_key(value)
+
+
+# --- the declaration ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    parse: Callable[[Any], Any]
+    default: Any
+    doc: str
+    fleet: str | None  # where spaces.toml sets it ("limits.max_questions"); None: the fleet does not
+    shown: str | None  # the default as the docs say it, where the value alone would mislead
+    space_default: Any  # the Space's default where it differs from the server's
+    secret: bool
+
+    @property
+    def env(self) -> str:
+        return f"BLINK_{self.name.upper()}"
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def constant(self) -> str:
+        """Its name in space_config.py."""
+        return self.name.upper()
+
+
+def knob(
+    default,
+    parse,
+    doc: str,
+    *,
+    fleet: str | None = None,
+    shown: str | None = None,
+    space_default=MISSING,
+    secret: bool = False,
+):
+    return field(default=default, metadata={"knob": (parse, doc, fleet, shown, space_default, secret)})
+
+
+def knobs(schema) -> list[Knob]:
+    out = []
+    for f in fields(schema):
+        parse, doc, fleet, shown, space_default, secret = f.metadata["knob"]
+        space_default = f.default if space_default is MISSING else space_default
+        out.append(Knob(f.name, parse, f.default, doc, fleet, shown, space_default, secret))
+    return out
+
+
+IMAGE = ImageLimits()
+LIMITS = Limits()
 
 
 @dataclass
 class Settings:
-    model: str = "demo"
-    revision: str | None = None
-    adapter: str | None = None
-    adapter_revision: str | None = None
-    served_model_name: str | None = None
-    model_aliases: tuple[str, ...] = ()
-    api_key: str | None = None
-    batch_window_ms: float = 0.0
-    max_batch_requests: int = 16
-    max_queued_requests: int = 64
-    pass_cost_tokens: float | None = None
-    pass_cache_mib: float | None = None
-    max_questions: int = Limits.max_questions
-    max_options: int = Limits.max_options
-    max_levels: int = Limits.max_levels
-    max_context_tokens: int = Limits.max_context_tokens
-    max_request_tokens: int = Limits.max_request_tokens
-    max_body_bytes: int = Limits.max_body_bytes
-    system_prompt: str | None = None
-    max_output_tokens: int = 4096
-    max_concurrent_chats: int = 4
-    enable_thinking: bool = False
-    vision: bool = False
-    vision_tower: str | None = None
-    image_layout: str = "inline"
-    max_images: int = ImageLimits.max_images
-    max_image_bytes: int = ImageLimits.max_image_bytes
-    max_image_pixels: int = ImageLimits.max_image_pixels
-    max_image_source_pixels: int = ImageLimits.max_image_source_pixels
-    extra: dict = field(default_factory=dict)
+    """The server's knobs (the standalone server and the Space)."""
+
+    # a table, one knob per entry: kept as written
+    # fmt: off
+    model: str = knob("demo", str, "Hub repo id, local folder, `demo` or `demo-vision` (the offline demo models); "
+                      "a local folder or a demo switches the Hub libraries offline", fleet="model")
+    revision: str | None = knob(None, optional_text, "Hub revision of `model` (tag, branch or commit)",
+                                fleet="revision")
+    adapter: str | None = knob(None, optional_text, "LoRA adapter (Hub repo or folder), merged into the model on "
+                               "CPU before it moves; one that does not fit the model refuses to start",
+                               fleet="adapter")
+    adapter_revision: str | None = knob(None, optional_text, "Hub revision of `adapter`", fleet="adapter_revision")
+    served_model_name: str | None = knob(None, optional_text, "the name answers and /v1/models carry",
+                                         fleet="served_model_name", shown="the model's folder name")
+    model_aliases: tuple[str, ...] = knob((), names, "extra names listed in /v1/models",
+                                          fleet="model_aliases")
+    api_key: str | None = knob(None, api_key, "require `Authorization: Bearer <key>` on /v1/* (without one, any "
+                               "Authorization header is accepted; /healthz stays open); prefer the variable: on a "
+                               "Space, a secret", shown="open", secret=True)
+    batch_window_ms: float = knob(0.0, Number(0, 1000), "cross-request batching: requests arriving within the window "
+                                  "are decided in one GPU call (0 = off)", fleet="limits.batch_window_ms")
+    max_batch_requests: int = knob(16, Integer(1, 64), "most requests decided in one call",
+                                   fleet="limits.max_batch_requests")
+    max_queued_requests: int = knob(64, Integer(1, 1024), "most requests waiting; past it 529 + Retry-After",
+                                    fleet="limits.max_queued_requests")
+    pass_cost_tokens: float | None = knob(None, Number(0, 1e6, auto=True), "the fixed cost of one more forward pass, "
+                                          "in tokens, against the padding it saves when rows are grouped into "
+                                          "passes (auto: 32 on CPU, 256 on CUDA; bench/gpu.sh sweeps it)",
+                                          fleet="limits.pass_cost_tokens", shown="auto")
+    pass_cache_mib: float | None = knob(None, Number(16, 1 << 20, auto=True), "attention cache one forward pass may "
+                                        "hold (MiB): passes are cut to fit (auto: 2048 on CPU, 4096 on CUDA)",
+                                        fleet="limits.pass_cache_mib", shown="auto")
+    max_questions: int = knob(LIMITS.max_questions, Integer(1, 1024), "questions per request",
+                              fleet="limits.max_questions")
+    max_options: int = knob(LIMITS.max_options, Integer(2, 255), "options per choice question",
+                            fleet="limits.max_options")
+    max_levels: int = knob(LIMITS.max_levels, Integer(2, 255), "levels per score question", fleet="limits.max_levels")
+    max_context_tokens: int = knob(LIMITS.max_context_tokens, Integer(64, 262144), "tokens per prompt (state + one "
+                                   "question)", fleet="limits.max_context_tokens")
+    max_request_tokens: int = knob(LIMITS.max_request_tokens, Integer(64, 1048576), "tokens the model runs per "
+                                   "request (a shared state counted once)", fleet="limits.max_request_tokens")
+    max_body_bytes: int = knob(LIMITS.max_body_bytes, Integer(1024, 1 << 30), "request body as sent; past it 413",
+                               fleet="limits.max_body_bytes")
+    system_prompt: str | None = knob(None, optional_text, "chat: system message prepended when a conversation has "
+                                     "none", fleet="system_prompt")
+    max_output_tokens: int = knob(4096, Integer(1, 32768), "chat: most tokens per reply (a larger `max_tokens` is "
+                                  "lowered and the reply ends with `length`)", fleet="limits.max_output_tokens",
+                                  space_default=1024)
+    max_concurrent_chats: int = knob(4, Integer(1, 64), "chat: generations at once; past it 529 + Retry-After",
+                                     fleet="limits.max_concurrent_chats")
+    enable_thinking: bool = knob(False, flag, "chat: let the model think (Qwen3.5's `<think>` block) before it answers",
+                                 fleet="chat_template.enable_thinking")
+    vision: bool = knob(False, flag, "accept images with the model's own vision tower", fleet="vision.enabled")
+    vision_tower: str | None = knob(None, optional_text, "accept images with a matching base model's vision tower, "
+                                    "`repo@revision` (or a folder)", fleet="vision.tower")
+    image_layout: str = knob("inline", Choice(("inline", "first")), "image tokens at their placeholders (inline) or "
+                             "before the state (first)", fleet="vision.image_layout")
+    max_images: int = knob(IMAGE.max_images, Integer(1, 16), "images per request", fleet="limits.max_images")
+    max_image_bytes: int = knob(IMAGE.max_image_bytes, Integer(1024, 32 << 20), "bytes per image; past it 413",
+                                fleet="limits.max_image_bytes")
+    max_image_pixels: int = knob(IMAGE.max_image_pixels, Integer(65_536, 16_777_216), "pixels per image after "
+                                 "resizing (larger images are scaled down)", fleet="limits.max_image_pixels")
+    max_image_source_pixels: int = knob(IMAGE.max_image_source_pixels, Integer(65_536, 64_000_000), "declared pixels "
+                                        "per image before decoding (more is refused unread)",
+                                        fleet="limits.max_image_source_pixels")
+    # fmt: on
 
     @property
     def image_limits(self) -> ImageLimits:
@@ -170,39 +267,148 @@ class Settings:
 
     @property
     def limits(self) -> Limits:
-        return Limits(max_questions=self.max_questions, max_options=self.max_options, max_levels=self.max_levels,
-                      max_context_tokens=self.max_context_tokens, max_request_tokens=self.max_request_tokens,
-                      max_body_bytes=self.max_body_bytes)
+        return Limits(
+            max_questions=self.max_questions,
+            max_options=self.max_options,
+            max_levels=self.max_levels,
+            max_context_tokens=self.max_context_tokens,
+            max_request_tokens=self.max_request_tokens,
+            max_body_bytes=self.max_body_bytes,
+        )
 
     @property
     def served_name(self) -> str:
         return self.served_model_name or self.model.rstrip("/").split("/")[-1]
 
+    def public(self) -> dict:
+        """Every knob but the secret ones (the key shows only as whether one is required), for /healthz."""
+        out = {k.name: getattr(self, k.name) for k in knobs(Settings) if not k.secret}
+        return {**out, "model_aliases": list(self.model_aliases), "api_key_required": bool(self.api_key)}
+
     @classmethod
-    def from_values(cls, values: dict | None = None, env: dict | None = None) -> "Settings":
-        """`values` (e.g. space_config.py) with every `BLINK_<NAME>` environment variable taking precedence."""
-        env = os.environ if env is None else env
-        values = dict(values or {})
-        out = {}
-        for name, kind, default, _ in KNOBS:
-            raw = env.get(f"BLINK_{name.upper()}")
-            value = raw if raw is not None else values.get(name, default)
-            try:
-                out[name] = kind(value) if value is not None else None
-            except argparse.ArgumentTypeError as exc:
-                raise SystemExit(f"BLINK_{name.upper()}={raw!r}: {exc}" if raw is not None else f"{name}: {exc}")
-        return cls(**out)
+    def from_values(cls, values: dict | None = None, env: dict | None = None) -> Settings:
+        """`values` (space_config's, by knob name) with every `BLINK_<NAME>` variable taking precedence;
+        a bad value stops start-up naming the variable or the knob."""
+        return resolve(cls, values or {}, os.environ if env is None else env)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+@dataclass(frozen=True)
+class SpaceSettings:
+    """What only the Space reads. The duration knobs shape each GPU call's request (blink/durations.py)."""
+
+    # fmt: off
+    title: str | None = knob(None, optional_text, "the UI's heading", fleet="title", shown="the served name")
+    description: str = knob("", plain_text, "what the model does, under the title", fleet="description")
+    caveat: str = knob("", plain_text, "shown in the UI next to answers", fleet="caveat", shown="none")
+    ui_chat_max_tokens: int = knob(512, Integer(1, 32768), "tokens per Chat-tab turn",
+                                   fleet="limits.ui_chat_max_tokens")
+    queue_max_size: int = knob(64, Integer(1, 10000), "Gradio queue size (UI events; the API has its own queue)",
+                               fleet="limits.queue_max_size")
+    queue_concurrency: int = knob(8, Integer(1, 64), "Gradio queue concurrency", fleet="limits.queue_concurrency")
+    gpu_size: str = knob("large", Choice(("large", "xlarge")), "ZeroGPU size: large (half a GPU) or xlarge (a "
+                         "whole GPU, 2x quota)", fleet="hardware.size")
+    duration_min_s: int = knob(2, Integer(1, 600), "fewest GPU seconds a call requests",
+                               fleet="hardware.duration_min_s")
+    duration_max_s: int = knob(60, Integer(1, 600), "most GPU seconds a decision batch requests",
+                               fleet="hardware.duration_max_s")
+    chat_duration_max_s: int = knob(120, Integer(1, 600), "most GPU seconds a chat turn requests",
+                                    fleet="hardware.chat_duration_max_s")
+    duration_cold_s: float = knob(30.0, Number(0, 600), "added to the first call and the one after a failed call "
+                                  "(a fresh worker moves the weights and compiles kernels first)",
+                                  fleet="hardware.duration_cold_s")
+    duration_overhead_s: float = knob(0.0, Number(0, 600), "seconds added to every call",
+                                      fleet="hardware.duration_overhead_s")
+    duration_headroom: float = knob(1.3, Number(1, 100), "multiple of the calibrated compute estimate",
+                                    fleet="hardware.duration_headroom")
+    prefill_s_per_token: float = knob(1e-3, Number(0, 10, above=True), "prefill seconds per token a fresh Space "
+                                      "assumes until its calls calibrate it", fleet="hardware.prefill_s_per_token")
+    decode_s_per_token: float = knob(0.08, Number(0, 10, above=True), "decode seconds per token, likewise",
+                                     fleet="hardware.decode_s_per_token")
+    # fmt: on
+
+    def __post_init__(self):
+        for cap in ("duration_max_s", "chat_duration_max_s"):
+            if self.duration_min_s > getattr(self, cap):
+                raise BadSetting("duration_min_s", f"{self.duration_min_s} is above {cap} ({getattr(self, cap)})")
+
+
+@dataclass(frozen=True)
+class Listen:
+    """Where `python -m blink serve` listens."""
+
+    host: str = knob("127.0.0.1", str, "address to bind")
+    port: int = knob(8000, Integer(0, 65535), "port to listen on")
+    log_level: str = knob("info", Choice(("debug", "info", "warning", "error")), "log level")
+
+
+def resolve(schema, values: dict, env: dict, *, space: bool = False):
+    """One schema's object from `values` (by knob name) and the environment (which wins); unset knobs take
+    their (Space) default. Exits naming the variable or the knob at fault: a bad setting must not start."""
+    out = {}
+    for k in knobs(schema):
+        raw = env.get(k.env)
+        value = raw if raw is not None else values.get(k.name, k.space_default if space else k.default)
+        try:
+            out[k.name] = None if value is None else k.parse(value)
+        except ValueError as exc:
+            raise SystemExit(f"{k.env}={raw!r}: {exc}" if raw is not None else f"{k.constant}: {exc}") from None
+    try:
+        return schema(**out)
+    except BadSetting as exc:
+        raise SystemExit(f"{exc.name.upper()}: {exc}") from None
+
+
+def resolve_space(config, env: dict | None = None) -> tuple[Settings, SpaceSettings]:
+    """What app.py runs with: `config` (space_config, a module or dict of UPPERCASE constants), each value
+    overridden by its BLINK_<NAME> variable. A constant no knob owns stops start-up (it would be ignored)."""
+    env = os.environ if env is None else env
+    constants = {k: v for k, v in (config if isinstance(config, dict) else vars(config)).items() if k.isupper()}
+    owners = {k.constant: k.name for schema in (Settings, SpaceSettings) for k in knobs(schema)}
+    unknown = sorted(set(constants) - set(owners) - {"SPACE"})
+    if unknown:
+        raise SystemExit(f"space_config.py: {', '.join(unknown)} set no knob (known: {', '.join(owners)})")
+    values = {owners[c]: v for c, v in constants.items() if c in owners}
+    if env.get("BLINK_MODEL") and env["BLINK_MODEL"] != values.get("model"):
+        for name in ("revision", "adapter", "adapter_revision"):  # they belong to the configured model
+            values.pop(name, None)
+    settings = resolve(Settings, values, env, space=True)
+    space = resolve(SpaceSettings, values, env, space=True)
+    return settings, replace(space, title=space.title or settings.served_name)
+
+
+class FromEnv(str):
+    """A flag's default read from its variable: argparse parses it only when the command runs, and a refusal
+    names the variable."""
+
+    env = ""
+
+
+def add_arguments(parser: argparse.ArgumentParser, schema=Settings) -> None:
     """One flag per knob; each defaults to its BLINK_* variable (checked by the same parser)."""
-    for name, kind, default, help_text in KNOBS:
-        env_name = f"BLINK_{name.upper()}"
-        parser.add_argument("--" + name.replace("_", "-"), dest=name, type=kind,
-                            default=os.environ.get(env_name, default), help=f"{help_text} [{env_name}]")
+    for k in knobs(schema):
+        default = k.default
+        if k.env in os.environ:
+            default = FromEnv(os.environ[k.env])
+            default.env = k.env
+        shown = k.shown or ("—" if k.default is None else k.default)
+        parser.add_argument(
+            k.flag, dest=k.name, type=for_argparse(k.parse), default=default, help=f"{k.doc} [{k.env}; default {shown}]"
+        )
 
 
-def from_args(args: argparse.Namespace) -> Settings:
-    known = {f.name for f in fields(Settings)}
-    # argparse runs string defaults (those taken from the environment) through `type` as well
-    return Settings(**{k: v for k, v in vars(args).items() if k in known})
+def for_argparse(parse):
+    """argparse shows an ArgumentTypeError's own message (a ValueError's it replaces with 'invalid value')."""
+
+    def checked(value):
+        try:
+            return parse(str(value) if isinstance(value, FromEnv) else value)
+        except ValueError as exc:
+            source = f"{value.env}={str(value)!r}: " if isinstance(value, FromEnv) else ""
+            raise argparse.ArgumentTypeError(source + str(exc)) from None
+
+    checked.__name__ = getattr(parse, "__name__", type(parse).__name__)
+    return checked
+
+
+def from_args(args: argparse.Namespace, schema=Settings):
+    return schema(**{k.name: getattr(args, k.name) for k in knobs(schema)})

@@ -22,9 +22,9 @@ import httpx
 import pytest
 import yaml
 
+from build import SHARED_FILES as SHARED  # the fleet's shared files, as build.py copies them
 from conftest import ROOT, running
 
-from build import SHARED_FILES as SHARED  # the fleet's shared files, as build.py copies them
 MISSING = [name for name in SHARED if not (ROOT / name).is_file()]
 
 
@@ -78,6 +78,7 @@ def pins(path: Path) -> dict[str, str]:
 
 # --- the fleet file --------------------------------------------------------------------------------
 
+
 def test_first_space_is_blink_4b(fleet):
     first = fleet.spaces[0]
     assert (first.name, first.model, first.revision) == ("blink-4b", "thegovind/blink-4b", "v1.0")
@@ -86,11 +87,15 @@ def test_first_space_is_blink_4b(fleet):
 
 # --- the built folders -----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", NAMES)
 def test_shared_files_are_byte_identical(dist, name):
     folder = dist / name
-    shared = list(SHARED) + [p.relative_to(ROOT).as_posix() for p in sorted((ROOT / "blink").rglob("*"))
-                             if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"]
+    shared = list(SHARED) + [
+        p.relative_to(ROOT).as_posix()
+        for p in sorted((ROOT / "blink").rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+    ]
     for rel in shared:
         assert (folder / rel).read_bytes() == (ROOT / rel).read_bytes(), f"{name}/{rel} differs from the source"
     present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
@@ -99,31 +104,46 @@ def test_shared_files_are_byte_identical(dist, name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_space_config_is_importable_and_complete(dist, name):
-    from blink.settings import KNOBS, Settings
+    from blink.settings import Settings, SpaceSettings, knobs, resolve_space
 
     config = load_module(f"space_config_{name.replace('-', '_')}", dist / name / "space_config.py")
     table = TABLES[name]
-    wanted = [knob.upper() for knob, *_ in KNOBS] + [
-        "TITLE", "DESCRIPTION", "CAVEAT", "SYSTEM_PROMPT", "CHAT_TEMPLATE_KWARGS", "VISION", "VISION_TOWER",
-        "IMAGE_LAYOUT", "GPU_SIZE", "DURATION_MIN_S", "DURATION_MAX_S", "CHAT_DURATION_MAX_S", "MAX_OUTPUT_TOKENS"]
+    wanted = [k.constant for k in knobs(Settings) + knobs(SpaceSettings)] + [
+        "TITLE",
+        "DESCRIPTION",
+        "CAVEAT",
+        "SYSTEM_PROMPT",
+        "ENABLE_THINKING",
+        "VISION",
+        "VISION_TOWER",
+        "IMAGE_LAYOUT",
+        "GPU_SIZE",
+        "DURATION_MIN_S",
+        "DURATION_MAX_S",
+        "CHAT_DURATION_MAX_S",
+        "MAX_OUTPUT_TOKENS",
+    ]
     missing = [n for n in wanted if not hasattr(config, n)]
     assert not missing, f"space_config.py lacks {missing}"
     assert config.MODEL == table["model"] and config.REVISION == table["revision"]
     assert config.API_KEY is None, "a key must never be written into the Space's files"
     assert config.GPU_SIZE == table.get("hardware", {}).get("size", "large")
-    assert isinstance(config.CHAT_TEMPLATE_KWARGS, dict) and isinstance(config.VISION, bool)
+    assert isinstance(config.ENABLE_THINKING, bool) and isinstance(config.VISION, bool)
     for key, value in table.get("limits", {}).items():
         assert getattr(config, key.upper()) == value
-    # the app's own parser accepts every value (no environment overrides)
-    settings = Settings.from_values({knob: getattr(config, knob.upper()) for knob, *_ in KNOBS}, env={})
+    # the app's own resolution accepts every value (no environment overrides)
+    settings, _ = resolve_space(config, env={})
     assert settings.served_name == table.get("served_model_name", name)
     # the single-Space default config at the root: every name it defines, the generated one defines too
     root_config = ROOT / "space_config.py"
     if root_config.is_file():
-        names = {t.id for node in ast.parse(root_config.read_text(encoding="utf-8")).body
-                 if isinstance(node, (ast.Assign, ast.AnnAssign))
-                 for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
-                 if isinstance(t, ast.Name) and t.id.isupper()}
+        names = {
+            t.id
+            for node in ast.parse(root_config.read_text(encoding="utf-8")).body
+            if isinstance(node, (ast.Assign, ast.AnnAssign))
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(t, ast.Name) and t.id.isupper()
+        }
         assert not names - set(vars(config)), f"root space_config.py names missing here: {names - set(vars(config))}"
 
 
@@ -152,8 +172,17 @@ def test_requirements_are_pinned_and_agree():
     gpu, cpu = pins(ROOT / "requirements.txt"), pins(ROOT / "ci" / "requirements.txt")
     disagree = {n: (gpu[n], cpu[n]) for n in set(gpu) & set(cpu) if gpu[n] != cpu[n]}
     assert not disagree, f"requirements.txt and ci/requirements.txt disagree: {disagree}"
-    for name in ("torch", "spaces", "transformers", "flash-linear-attention", "peft", "safetensors",
-                 "huggingface-hub", "fastapi", "uvicorn"):
+    for name in (
+        "torch",
+        "spaces",
+        "transformers",
+        "flash-linear-attention",
+        "peft",
+        "safetensors",
+        "huggingface-hub",
+        "fastapi",
+        "uvicorn",
+    ):
         assert name in gpu, f"requirements.txt lacks {name}"
     assert gpu["torch"] in build.ZEROGPU_TORCH
     assert "gradio" not in gpu, "the SDK installs gradio (README sdk_version)"
@@ -181,6 +210,7 @@ def test_built_space_starts_and_answers_healthz(dist, demo_root, name):
 
 # --- the command line ------------------------------------------------------------------------------
 
+
 def test_dry_run_lists_repo_hardware_secret_names_and_files(capsys, monkeypatch, tmp_path):
     needs_shared_files()
     monkeypatch.setenv("BLINK_API_KEY", "sk-do-not-print-me")
@@ -193,8 +223,16 @@ def test_dry_run_lists_repo_hardware_secret_names_and_files(capsys, monkeypatch,
         section = out.split(f"Space {fleet.owner}/{space.name}\n", 1)[1].split("\nSpace ", 1)[0]
         assert "zero-a10g" in section and f"size {space.hardware['size']}" in section
         assert "BLINK_API_KEY" in section and "(set)" in section
-        for rel in ("README.md", "space_config.py", "app.py", "auth.py", "theme.py", "requirements.txt",
-                    "blink/__init__.py", "blink/settings.py"):
+        for rel in (
+            "README.md",
+            "space_config.py",
+            "app.py",
+            "auth.py",
+            "theme.py",
+            "requirements.txt",
+            "blink/__init__.py",
+            "blink/settings.py",
+        ):
             assert re.search(rf"^\s+{re.escape(rel)}$", section, re.M), f"{rel} not listed for {space.name}"
 
 
@@ -248,9 +286,9 @@ BAD = [
     ("alpha-revision", 'revision = "abc1234"', "revision"),
     ("alpha-revision", 'revision = "../main"', "revision"),
     ("alpha", 'adapter = "org/lora"', "adapter_revision"),
-    ("alpha", "[spaces.alpha.hardware]\nsize = \"medium\"", "hardware.size"),
-    ("alpha", "[spaces.alpha.hardware]\ntype = \"a100-large\"", "hardware.type"),
-    ("alpha", "[spaces.alpha.vision]\ntowr = \"org/x@main\"", "vision.towr"),
+    ("alpha", '[spaces.alpha.hardware]\nsize = "medium"', "hardware.size"),
+    ("alpha", '[spaces.alpha.hardware]\ntype = "a100-large"', "hardware.type"),
+    ("alpha", '[spaces.alpha.vision]\ntowr = "org/x@main"', "vision.towr"),
     ("alpha", "[spaces.alpha.limits]\nmax_questions = 0", "limits.max_questions"),
     ("alpha", "[spaces.alpha.limits]\nmax_questions = 1.5", "limits.max_questions"),
     ("alpha", 'short_description = "' + "x" * 61 + '"', "short_description"),
@@ -286,8 +324,12 @@ def test_a_malformed_table_names_the_space_and_the_key(tmp_path, where, splice, 
 
 def test_the_command_line_fails_with_the_message(tmp_path):
     path = malformed(tmp_path, "alpha-revision", 'revision = "v 2.1"')
-    done = subprocess.run([sys.executable, str(ROOT / "build.py"), "--config", str(path), "--check"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "build.py"), "--config", str(path), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2
     assert "[spaces.alpha] revision:" in done.stderr and "'v 2.1'" in done.stderr, done.stderr
 
@@ -297,7 +339,8 @@ def test_a_missing_shared_file_fails_clearly(tmp_path):
     for name in ("build.py", "spaces.toml", "requirements.txt", "auth.py", "theme.py"):
         if (ROOT / name).is_file():
             shutil.copyfile(ROOT / name, tmp_path / name)
-    shutil.copytree(ROOT / "blink", tmp_path / "blink", ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in ("blink", "fleet"):
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "ci").mkdir()
     shutil.copyfile(ROOT / "ci" / "requirements.txt", tmp_path / "ci" / "requirements.txt")
     done = subprocess.run([sys.executable, "build.py"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
@@ -306,6 +349,7 @@ def test_a_missing_shared_file_fails_clearly(tmp_path):
 
 
 # --- --push's call sequence --------------------------------------------------------------------------
+
 
 class RecordingHub:
     """Stands in for huggingface_hub.HfApi (an external service): records the calls push() makes."""
@@ -349,3 +393,81 @@ def test_push_creates_sets_the_secret_and_uploads_with_deletions(tmp_path, key, 
     upload = calls[-1][2]
     assert upload["repo_type"] == "space" and upload["folder_path"] == str(folders[space.name])
     assert upload["delete_patterns"] == ["*"]
+
+
+# --- what the fleet sets is what the Space runs ------------------------------------------------------------
+
+THINKING = GOOD.replace(
+    "\n[spaces.beta]",
+    """
+[spaces.alpha.chat_template]
+enable_thinking = true
+
+[spaces.alpha.limits]
+max_output_tokens = 2048
+max_questions = 7
+
+[spaces.alpha.hardware]
+chat_duration_max_s = 90
+
+[spaces.beta]""",
+)
+
+
+def test_a_built_space_runs_with_thinking_on_and_its_limits(tmp_path, demo_dir):
+    """Build a Space whose table sets enable_thinking and limits, then resolve its space_config.py exactly as
+    app.py does (`resolve_space(space_config)`) and build its chat engine as app.py does: all took effect."""
+    needs_shared_files()
+    from blink.chat import ChatEngine
+    from blink.loading import load
+    from blink.settings import resolve_space
+
+    (tmp_path / "spaces.toml").write_text(THINKING)
+    build.build(build.load(tmp_path / "spaces.toml", only=["alpha"]), tmp_path / "dist")
+    config = load_module("space_config_thinking", tmp_path / "dist" / "alpha" / "space_config.py")
+    settings, space = resolve_space(config, env={})
+    assert settings.enable_thinking is True
+    assert (settings.max_output_tokens, settings.max_questions, space.chat_duration_max_s) == (2048, 7, 90)
+    # the chat template sees it: thinking off renders an empty <think></think> block, thinking on does not
+    loaded = load(str(demo_dir))
+    messages = [{"role": "user", "content": "Hi"}]
+
+    def prompt(thinking: bool) -> str:
+        engine = ChatEngine(
+            loaded, settings.limits, max_output_tokens=settings.max_output_tokens, enable_thinking=thinking
+        )
+        return loaded.tokenizer.decode(engine.render(messages).ids)
+
+    assert prompt(settings.enable_thinking) != prompt(False)
+    assert "</think>" in prompt(False) and "</think>" not in prompt(settings.enable_thinking)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_generated_space_config_assigns_each_constant_once(dist, name):
+    tree = ast.parse((dist / name / "space_config.py").read_text(encoding="utf-8"))
+    assigned = [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets]
+    assert len(assigned) == len(set(assigned)), sorted(n for n in assigned if assigned.count(n) > 1)
+
+
+BLOCKER = """
+import importlib.abc, runpy, sys
+HEAVY = ("torch", "PIL", "transformers", "numpy", "gradio", "safetensors")
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in HEAVY:
+            raise ImportError(f"build.py must not import {name}")
+sys.meta_path.insert(0, Block())
+sys.argv = ["build.py", "--check"]
+try:
+    runpy.run_path("build.py", run_name="__main__")
+finally:
+    loaded = sorted(m for m in sys.modules if m.split(".")[0] in HEAVY)
+    print("heavy modules:", loaded)
+"""
+
+
+def test_build_check_runs_without_torch_pillow_or_transformers():
+    needs_shared_files()
+    done = subprocess.run([sys.executable, "-c", BLOCKER], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ok blink-4b" in done.stdout and "heavy modules: []" in done.stdout, done.stdout

@@ -186,14 +186,14 @@ def test_requests_stay_within_twice_the_work_over_a_mixed_workload():
 
 
 def test_configured_as_a_space_says():
-    """`configured` reads each Space setting by name; unset ones keep the estimator's defaults; the cap is
+    """`configured` reads each Space setting; unset ones keep the estimator's defaults; the cap is
     the larger of the decision and chat caps."""
     from blink.durations import configured
+    from blink.settings import SpaceSettings
 
-    values = {"DURATION_MIN_S": 3, "DURATION_COLD_S": 0.0, "DURATION_HEADROOM": 1.25, "PREFILL_S_PER_TOKEN": 2e-4,
-              "DURATION_MAX_S": 60, "CHAT_DURATION_MAX_S": 90}
-    est = configured(lambda name, kind: values.get(name))
+    est = configured(SpaceSettings(duration_min_s=3, duration_cold_s=0.0, duration_headroom=1.25,
+                                   prefill_s_per_token=2e-4, duration_max_s=60, chat_duration_max_s=90))
     assert (est.min_s, est.max_s, est.cold_s, est.headroom, est.overhead_s) == (3, 90, 0.0, 1.25, 0.0)
     assert est.prefill.per_token == pytest.approx(2e-4)
     assert est.decode.value == DurationEstimator().decode.value
-    assert configured(lambda name, kind: None).max_s == 120
+    assert configured(SpaceSettings()).max_s == 120
