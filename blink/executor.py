@@ -21,6 +21,7 @@ of prompts of one request. Per group the longest common token prefix is computed
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 
 import torch
@@ -126,7 +127,7 @@ class Executor:
             if token == self.image_token_id:
                 if left == 0:
                     image = next(images)
-                    left = int(torch.tensor(image.grid_thw).prod()) // self._merge ** 2
+                    left = math.prod(image.grid_thw) // self._merge ** 2
                 keys[i] = (token, image.key)
                 left -= 1
         return keys

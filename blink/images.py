@@ -149,7 +149,8 @@ def gather(body: dict, parts: dict, limits: ImageLimits) -> tuple[dict, dict[str
     for name in raw:
         if name not in first and not any(name in text for text in texts):
             raise InvalidRequest(f"asset {name!r} is not referenced: put its placeholder in the state, the "
-                                 "instructions or the criteria", loc=["body", "assets", name], kind="unreferenced_asset")
+                                 "instructions or the criteria", loc=["body", "assets", name],
+                                 kind="unreferenced_asset")
     return body, raw, first
 
 

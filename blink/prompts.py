@@ -26,8 +26,8 @@ from transformers.decision import DecisionConfig, label_token_ids, prepare_input
 from transformers.decision.template_utils import MARK, SPLIT
 
 from .errors import InvalidRequest
-from .plan import Image, Prompt, Read, common_prefix_length, processed_tokens
 from .limits import Limits
+from .plan import Image, Prompt, Read, common_prefix_length, processed_tokens
 from .questions import Decision
 
 MAX_LABELS = 255

@@ -12,8 +12,8 @@ import pytest
 
 import zerogpu
 from blink.batching import Batcher
-from blink.plan import Scored
 from blink.errors import EngineFailure, GPUUnavailable, QuotaExceeded
+from blink.plan import Scored
 
 
 # the titles and messages `spaces` 0.51.3 raises (spaces/zero/client.py, wrappers.py)
