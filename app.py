@@ -57,7 +57,7 @@ from blink.chat import ChatEnd, ChatEngine  # noqa: E402
 from blink import durations  # noqa: E402
 from blink.errors import BlinkError, GPUUnavailable, QuotaExceeded  # noqa: E402
 from blink.loading import load  # noqa: E402
-from blink.prompts import processed_tokens  # noqa: E402
+from blink.plan import processed_tokens  # noqa: E402
 from blink.server import api_routes, build_context  # noqa: E402
 from blink.service import Timing  # noqa: E402
 from blink.systemone import error_body  # noqa: E402
@@ -66,7 +66,7 @@ keep_tokens_out_of_logs()  # callers' ZeroGPU tokens ride in the scheduler's URL
 
 # --- the model, at module scope ----------------------------------------------------------------------------
 LOADED = load(SETTINGS.model, SETTINGS.revision, SETTINGS.adapter, SETTINGS.adapter_revision,
-              vision=SETTINGS.vision, vision_tower=SETTINGS.vision_tower)
+              vision=SETTINGS.vision, vision_tower=SETTINGS.vision_tower, max_image_pixels=SETTINGS.max_image_pixels)
 CHAT_ENGINE = ChatEngine(LOADED, SETTINGS.limits, system_prompt=SETTINGS.system_prompt,
                          max_output_tokens=SETTINGS.max_output_tokens, enable_thinking=SETTINGS.enable_thinking,
                          image_limits=SETTINGS.image_limits)
@@ -115,7 +115,7 @@ def gpu_failure(exc: BaseException) -> BaseException:
     return mapped
 
 
-def decide(plans, caller) -> dict:
+def decide(plans, caller) -> list:
     """The batcher's GPU step: one call for a batch of one caller's requests, as that caller."""
     if not ZERO_GPU:
         decide_duration(plans)  # ZeroGPU calls it itself; elsewhere only for the accounting
@@ -125,7 +125,7 @@ def decide(plans, caller) -> dict:
             out = gpu_decide(plans)
     except Exception as exc:  # noqa: BLE001 - mapped to the wire's status; the batcher hands it to each request
         raise gpu_failure(exc) from None
-    compute = float(out.get("compute_s", 0.0))
+    compute = out[0].compute_s  # a blink.plan.Scored per plan, each carrying the call's seconds
     ESTIMATOR.observe(plan_tokens(plans), 0, compute)
     ESTIMATOR.used("decide", compute, time.perf_counter() - start)
     return out

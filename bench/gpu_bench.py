@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -98,7 +97,8 @@ def sync(device: str) -> None:
 
 
 def plain(engine, prepared, device: str) -> list:
-    return workload.plain_scores(engine.loaded.model, prepared.prompts, device)
+    """The plain per-question forward (the executor's reference) on the engine's device."""
+    return [engine.executor.reference(prompt) for prompt in prepared.prompts]
 
 
 def timed(fn, device: str, reps: int) -> list[float]:
@@ -147,9 +147,9 @@ def main(argv=None) -> None:
     log(f"{params / 1e9:.2f}B params on {gpu}; kernels: {kernels}; built in {time.time() - started:.0f} s")
 
     def ours(prepared_list):
+        """One GPU call: per request its scores (errors raised), and the call's compute seconds."""
         out = engine.score_many([p.prompts for p in prepared_list])
-        assert all(status == "ok" for status, _ in out["results"]), out["results"]
-        return out
+        return [scored.result() for scored in out], out[0].compute_s
 
     # 1. bodies: Kev's cells and the throughput clients (each its own short state, 6 questions)
     cells = [(name, workload.body(tokenizer, "blink-4b-random", state, n_q, seed=500 + i), kev)
@@ -181,7 +181,7 @@ def main(argv=None) -> None:
     drift, drift_agree = 0.0, 0
     for i, b in enumerate(check_bodies):
         p = engine.prepare(b)
-        a = engine.answer(p, ours([p])["results"][0][1])
+        a = engine.answer(p, ours([p])[0][0])
         r = engine.answer(p, plain(engine, p, args.device))
         worst = max(worst, workload.max_abs_diff(a, r))
         agree += sum(workload.argmax(a[q]) == workload.argmax(r[q]) for q in a)
@@ -191,8 +191,8 @@ def main(argv=None) -> None:
             drift_agree += sum(workload.argmax(a[q]) == workload.argmax(fp32_answers[i][q]) for q in a)
     # cross-request batch vs alone, lopsided on purpose (a 2,200-token text among short ones: separate prefix passes)
     lopsided = [engine.prepare(cells[-1][1])] + prepared_clients[:8]
-    batched_scores = ours(lopsided)["results"]
-    for p, (_, scores) in zip(lopsided, batched_scores):
+    batched_scores, _ = ours(lopsided)
+    for p, scores in zip(lopsided, batched_scores):
         worst = max(worst, workload.max_abs_diff(engine.answer(p, scores), engine.answer(p, plain(engine, p, args.device))))
     bound = 1e-5 if dtype == torch.float32 else 5e-2
     log(f"check: max |p_ours - p_plain| = {worst:.2e} (bound {bound:g}), argmax {agree}/{total}")
@@ -206,10 +206,10 @@ def main(argv=None) -> None:
     rows = []
     for name, b, kev in cells:
         p = engine.prepare(b)
-        ms = timed(lambda: calls.append((p.input_tokens, ours([p])["compute_s"])), args.device, args.reps)
+        ms = timed(lambda: calls.append((p.input_tokens, ours([p])[1])), args.device, args.reps)
         def end_to_end():
             q = engine.prepare(b)
-            engine.answer(q, ours([q])["results"][0][1])
+            engine.answer(q, ours([q])[0][0])
 
         e2e = timed(end_to_end, args.device, max(3, args.reps // 4))
         pl = timed(lambda: plain(engine, p, args.device), args.device, max(3, args.reps // 4))
@@ -237,16 +237,16 @@ def main(argv=None) -> None:
     tokens_all = sum(p.input_tokens for p in prepared_clients)
 
     def batched():
-        calls.append((tokens_all, ours(prepared_clients)["compute_s"]))
+        calls.append((tokens_all, ours(prepared_clients)[1]))
 
     def unbatched():
         for p in prepared_clients:
-            calls.append((p.input_tokens, ours([p])["compute_s"]))
+            calls.append((p.input_tokens, ours([p])[1]))
 
     def batched_e2e():
         ps = [engine.prepare(b) for b in clients]
-        res = ours(ps)["results"]
-        for p, (_, s) in zip(ps, res):
+        res, _ = ours(ps)
+        for p, s in zip(ps, res):
             engine.answer(p, s)
 
     tb = timed(batched, args.device, 5)

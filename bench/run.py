@@ -11,7 +11,8 @@ Sides:
   TS      `transformers serve M` over HTTP, its `/v1/systemone` (DecisionPipeline: one fresh full forward per
           question, `logits_to_keep` at the read positions, no cache reuse)
   plain   in this process: for each question's prompt (the same token ids our server builds), one fresh forward
-          with `use_cache=False, logits_to_keep=<read positions>`; only the forwards are timed (no tokenizing,
+          with `use_cache=False, logits_to_keep=<read positions>` (`Executor.reference`, which the exactness
+          tests compare against too); only the forwards are timed (no tokenizing,
           no HTTP): the model cost a server without prefix sharing cannot go below.
 """
 
@@ -192,7 +193,7 @@ class Sides:
     def plain(self, body: dict) -> dict:
         prepared = self.engine.prepare(body)  # tokenizing is not timed: this side is model time only
         t = time.perf_counter()
-        scores = workload.plain_scores(self.engine.loaded.model, prepared.prompts)
+        scores = [self.engine.executor.reference(prompt) for prompt in prepared.prompts]
         ms = (time.perf_counter() - t) * 1000
         return {"ms": ms, "answers": self.engine.answer(prepared, scores),
                 "input_tokens": sum(len(p.ids) for p in prepared.prompts)}

@@ -90,19 +90,3 @@ def argmax(answer: dict) -> str:
     if answer["type"] == "noul":
         return str(answer["noul"] >= 0.5)
     return max(answer["probabilities"], key=answer["probabilities"].get)
-
-
-def plain_scores(model, prompts, device="cpu") -> list:
-    """The plain per-question path: one fresh forward per prompt (no cache reuse), logits only at its read
-    positions (DecisionPipeline's model cost); label logits after temperature, per prompt, per read."""
-    import torch
-
-    scores = []
-    with torch.inference_mode():
-        for prompt in prompts:
-            ids = torch.tensor([prompt.ids], device=device)
-            keep = torch.tensor([read.position for read in prompt.reads], device=device)
-            logits = model(input_ids=ids, use_cache=False, logits_to_keep=keep).logits[0].float()
-            scores.append([(logits[i, read.label_ids] / read.temperature).cpu().tolist()
-                           for i, read in enumerate(prompt.reads)])
-    return scores

@@ -2,25 +2,25 @@
 
 Requests are queued (bounded: a full queue is refused with 529 + Retry-After, never left to time out);
 the thread takes the first waiting request, keeps collecting for `window` seconds or until `max_batch`
-requests of the same caller, and decides them all in ONE call of `run(plans, caller)` (the engine's
-`score_many`, or the Space's `@spaces.GPU` wrapper, which spends that caller's quota). Each request still gets its own answers or its own error. With a window of 0 it serves one
-request per call, as the seed's server did.
+requests of the same caller, and scores them all in ONE call of `run(plans, caller)` (the engine's
+`score_many`, or the Space's `@spaces.GPU` wrapper, which spends that caller's quota). It returns one result
+per plan, which goes to that request's future as it is: each request still gets its own answers or its own
+error. With a window of 0 it serves one request per call.
 """
 
 from __future__ import annotations
 
-import logging
 import queue
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .errors import Overloaded
 
-log = logging.getLogger("blink")
 
 @dataclass
 class Job:
@@ -30,12 +30,10 @@ class Job:
     future: Future = field(default_factory=Future)
     queued_at: float = field(default_factory=time.perf_counter)
     started_at: float = 0.0
-    batch_size: int = 0
-    compute_s: float = 0.0
 
 
 class Batcher:
-    def __init__(self, run: Callable[[list, Any], dict], window_s: float = 0.0, max_batch: int = 16,
+    def __init__(self, run: Callable[[list, Any], list], window_s: float = 0.0, max_batch: int = 16,
                  max_queued: int = 64):
         self.run = run
         self.window_s = window_s
@@ -97,7 +95,7 @@ class Batcher:
             jobs = self._collect()
             started = time.perf_counter()
             for job in jobs:
-                job.started_at, job.batch_size = started, len(jobs)
+                job.started_at = started
             try:
                 out = self.run([job.plan for job in jobs], jobs[0].caller)
             except BaseException as exc:  # noqa: BLE001 - every waiting request learns why; the thread lives on
@@ -106,8 +104,7 @@ class Batcher:
                 continue
             self.batches += 1
             self.requests += len(jobs)
-            for job, result in zip(jobs, out["results"]):
-                job.compute_s = out.get("compute_s", 0.0)
+            for job, result in zip(jobs, out):
                 job.future.set_result(result)
 
     def stats(self) -> dict:

@@ -44,7 +44,7 @@ class ChatEnd:
 class Rendered:
     ids: list[int]
     max_tokens: int  # the output budget after clamping to the cap and the room left in the context
-    images: list = field(default_factory=list)  # blink.executor.Image per image in `ids` (vision models)
+    images: list = field(default_factory=list)  # blink.plan.Image per image in `ids` (vision models)
 
 
 class ChatEngine:
@@ -233,7 +233,7 @@ class ChatEngine:
         and the rotary offset the decode steps continue from. Text models need none."""
         import torch
 
-        from .executor import image_inputs, image_positions
+        from .vision import image_inputs, image_positions
 
         if not self.vision:
             return {}, 0

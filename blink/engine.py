@@ -1,9 +1,10 @@
 """The decision engine: a request becomes prompts (main process), scores (one GPU call), answers.
 
 The three steps are separate on purpose. `prepare` and `answer` run in the main process on plain CPU data;
-`score_many` is the only step that touches the model, takes plain data and returns plain floats, so on
-ZeroGPU it can be wrapped in `@spaces.GPU` and cross the process boundary by pickle, and a batcher can
-hand it many requests at once.
+`score_many` is the only step that touches the model, takes plain data and returns plain data (`Scored`), so
+on ZeroGPU it can be wrapped in `@spaces.GPU` and cross the process boundary by pickle, and a batcher can
+hand it many requests at once. Every caller walks the same three steps: the decision service (both wires,
+through the batcher) and `decide` (warm-up, tests, tools: in this thread).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from dataclasses import dataclass
 
 from .answers import answer
 from .errors import BlinkError, EngineFailure, InvalidRequest
-from .executor import Executor, Prompt
-from .images import ImageLimits, has_images, image_usage, load_images, place_images
+from .executor import Executor
+from .images import ImageLimits, has_images, load_images, place_images
 from .limits import Limits
 from .loading import Loaded
-from .prompts import PromptBuilder, decision_config_for, processed_tokens
+from .plan import Prompt, Scored, image_usage, processed_tokens
+from .prompts import PromptBuilder, decision_config_for
 from .questions import Decision, parse_decision
 
 log = logging.getLogger("blink")
@@ -38,12 +40,21 @@ WARMUP = {
 
 @dataclass
 class Prepared:
-    """A validated, tokenized decision: what the GPU call needs (`prompts`) and what the answers need."""
+    """A validated, tokenized decision: what the GPU call needs (`prompts`) and what the answers and the usage
+    need."""
 
     decision: Decision
     prompts: list[Prompt]
     input_tokens: int
     image_usage: dict | None = None  # image_pixels, visual_tokens (image requests only)
+
+
+def failure(exc: Exception) -> BlinkError:
+    """A forward pass's exception as the request's error (call it inside `except`: the traceback is logged)."""
+    log.exception("forward pass failed")
+    if isinstance(exc, BlinkError):
+        return exc
+    return EngineFailure(f"the model failed on this request: {type(exc).__name__}: {exc}")
 
 
 class Engine:
@@ -56,15 +67,9 @@ class Engine:
         self.image_layout = image_layout or "inline"
         self.tokenizer = loaded.tokenizer
         self.processor = loaded.processor
-        if self.processor is not None:
-            # the processor does the final resize (to whole patches); cap it at the server's pixel limit so
-            # `image_pixels` (what the model sees) never exceeds --max-image-pixels
-            size = self.processor.image_processor.size
-            size["longest_edge"] = min(size["longest_edge"], self.image_limits.max_image_pixels)
         self.config = decision_config_for(str(loaded.root), loaded.tokenizer)
         self.prompts = PromptBuilder(loaded.tokenizer, self.config, self.limits, loaded.processor)
-        self.executor = Executor(loaded.model, loaded.tokenizer.pad_token_id, pass_cost_tokens=pass_cost_tokens,
-                                 pass_cache_bytes=pass_cache_bytes)
+        self.executor = Executor(loaded.model, pass_cost_tokens=pass_cost_tokens, pass_cache_bytes=pass_cache_bytes)
 
     @property
     def accepts_images(self) -> bool:
@@ -78,9 +83,8 @@ class Engine:
             if not self.accepts_images:
                 raise InvalidRequest("this server's model reads text only: images are not accepted",
                                      loc=["body", "assets"], kind="images_unsupported")
-            body, loaded_images, first = load_images(body, parts or {}, self.image_limits)
-            body = place_images(body, first, self.image_layout, list(loaded_images.images))
-            images = loaded_images.images
+            body, images, first = load_images(body, parts or {}, self.image_limits)
+            body = place_images(body, first, self.image_layout, list(images))
         decision = parse_decision(body, self.config, self.limits)
         prompts = self.prompts.build(decision, images)
         usage = image_usage(prompts, self.processor) if images else None
@@ -92,52 +96,29 @@ class Engine:
         return {q.name: answer(q, row) for q, row in zip(prepared.decision.questions, logits)}
 
     # the GPU step ----------------------------------------------------------------------------------------
-    def score_many(self, plans: list[list[Prompt]]) -> dict:
-        """Scores many requests in one call. Each gets its scores or its own error string; never raises for
-        one request's sake. Returns plain data: {"results": [...], "compute_s": float}."""
+    def score_many(self, plans: list[list[Prompt]]) -> list[Scored]:
+        """Scores many requests in one call, one `Scored` per plan: its scores or its own error (a failed batch
+        is retried one request at a time, so one bad request doesn't fail the others). Never raises."""
         start = time.perf_counter()
         try:
-            results = [("ok", r) for r in self.executor.score(plans)]
-        except Exception as exc:  # noqa: BLE001 - retried one by one so each request keeps its own outcome
-            if len(plans) == 1:
-                log.exception("forward pass failed")
-                results = [("error", f"{type(exc).__name__}: {exc}")]
-            else:
-                results = []
-                for plan in plans:
-                    try:
-                        results.append(("ok", self.executor.score([plan])[0]))
-                    except Exception as one:  # noqa: BLE001
-                        log.exception("forward pass failed")
-                        results.append(("error", f"{type(one).__name__}: {one}"))
-        return {"results": results, "compute_s": time.perf_counter() - start}
+            outcomes = [(scores, None) for scores in self.executor.score(plans)]
+        except Exception as exc:  # noqa: BLE001 - every request keeps its own outcome
+            outcomes = [(None, failure(exc))] if len(plans) == 1 else [self._score_alone(plan) for plan in plans]
+        compute_s = time.perf_counter() - start
+        return [Scored(scores, error, compute_s) for scores, error in outcomes]
 
-    def decide_many(self, bodies: list) -> list[dict | BlinkError]:
-        """Many requests decided in ONE model call, in this thread: each gets its answers, or its own error
-        (a bad request doesn't stop the others)."""
-        prepared: list[Prepared | BlinkError] = []
-        for body in bodies:
-            try:
-                prepared.append(self.prepare(body))
-            except BlinkError as error:
-                prepared.append(error)
-        ready = [p for p in prepared if isinstance(p, Prepared)]
-        results = iter(self.score_many([p.prompts for p in ready])["results"] if ready else [])
-        out = []
-        for p in prepared:
-            if isinstance(p, BlinkError):
-                out.append(p)
-                continue
-            status, scores = next(results)
-            out.append(self.answer(p, scores) if status == "ok" else EngineFailure(scores))
-        return out
+    def _score_alone(self, plan: list[Prompt]) -> tuple:
+        try:
+            return self.executor.score([plan])[0], None
+        except Exception as exc:  # noqa: BLE001
+            return None, failure(exc)
 
+    # in this thread ----------------------------------------------------------------------------------------
     def decide(self, body) -> dict:
         """Prepare, score and answer one request in this thread (warm-up, tests, tools)."""
-        (result,) = self.decide_many([body])
-        if isinstance(result, BlinkError):
-            raise result
-        return result
+        prepared = self.prepare(body)
+        (scored,) = self.score_many([prepared.prompts])
+        return self.answer(prepared, scored.result())
 
     def warmup(self) -> bool:
         """Run a fixed request twice; True when both answers are identical (determinism check)."""

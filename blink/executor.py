@@ -13,7 +13,7 @@ of prompts of one request. Per group the longest common token prefix is computed
    prompt with `reorder_cache` (`crop`/`batch_repeat_interleave` don't work on linear-attention layers);
 3. suffixes: every prompt's remaining tokens, *right*-padded (left padding after a prefix state is wrong:
    pads would decay the recurrent state), positions continuing each group's prefix;
-   which rows share a pass (prefixes and suffixes alike) is chosen by a cost model (`length_buckets`): one
+   which rows share a pass (prefixes and suffixes alike) is chosen by a cost model (`passes.length_buckets`): one
    more pass against the padding it saves;
 4. readout: hidden states only where an answer is read, times only the label rows of the LM head.
 """
@@ -21,129 +21,41 @@ of prompts of one request. Per group the longest common token prefix is computed
 from __future__ import annotations
 
 import copy
-import inspect
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass
 
 import torch
 
-
-@dataclass
-class Read:
-    """Where one question's answer is read in its prompt: the position, the label token ids, the temperature."""
-
-    position: int
-    label_ids: list[int]
-    temperature: float = 1.0
-
-
-@dataclass(eq=False)
-class Image:
-    """One image of a request, preprocessed (CPU tensors): shared by every prompt that shows it, so it is
-    pickled once and encoded once per call."""
-
-    key: str                  # content hash: prompts showing the same image share the prefix through it
-    pixel_values: object      # torch.Tensor [patches, dim], CPU
-    grid_thw: list[int]
+from .passes import length_buckets
+from .plan import Prompt, common_prefix_length
+from .vision import image_inputs, image_positions, pixels_and_grid
 
 
 @dataclass
-class Prompt:
-    ids: list[int]
-    reads: list[Read]
-    images: list[Image] = field(default_factory=list)  # in order of appearance in `ids`
+class Inputs:
+    """One call's groups and what every step reads about them (computed once, before the first pass)."""
+
+    groups: list[list[Prompt]]
+    prefix_len: list[int]     # per group: its prompts' common prefix (a lone prompt is all prefix)
+    features: dict            # image key -> its vision features (the tower run once per call)
+    positions: dict           # id(prompt) -> the prompt's rotary positions [3, L]
 
 
-def pixels_and_grid(images: list[Image], device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The images' patches, concatenated, and their (t, h, w) grids: what the vision tower takes."""
-    pixels = torch.cat([torch.as_tensor(i.pixel_values) for i in images]).to(device)
-    return pixels, torch.tensor([i.grid_thw for i in images], device=device)
+@dataclass
+class Prefix:
+    """One prefix pass: its groups as rows, left-padded to `width`, and the cache its suffixes continue from."""
 
-
-def image_inputs(images: list[Image], input_ids: torch.Tensor, image_token_id: int, device) -> dict:
-    """A whole-prompt forward's image arguments (the plain path, chat's first step)."""
-    pixels, grid = pixels_and_grid(images, device)
-    return {"pixel_values": pixels, "image_grid_thw": grid,
-            "mm_token_type_ids": (input_ids == image_token_id).int().to(device)}
-
-
-def image_positions(inner, ids: list[int], images: list[Image], image_token_id: int) -> tuple[torch.Tensor, int]:
-    """Qwen's 3-D rotary positions [3, n] of a prompt showing `images` (CPU), and the offset the text after
-    it continues from. `inner`: the vision-language model that owns `get_rope_index`."""
-    input_ids = torch.tensor([ids])
-    types = (input_ids == image_token_id).int()
-    grid = torch.tensor([i.grid_thw for i in images])
-    positions, deltas = inner.get_rope_index(input_ids, types, image_grid_thw=grid)
-    return positions[:, 0], int(deltas.view(-1)[0])
-
-
-def length_buckets(rows: list, lengths: dict, max_rows: int, pass_cost: float = 0.0, max_cells: int | None = None,
-                   carried: int = 0) -> list[list]:
-    """Rows (prefixes, or suffixes) grouped into forward passes at the least estimated cost: a pass costs
-    `pass_cost` (its fixed cost, in tokens) plus rows x its longest row (padding is paid for). With a small pass cost
-    (a CPU) nearly every distinct length gets its own pass; with a large one (a GPU's kernel launches and
-    weight reads per pass) lengths share passes and padding.
-
-    Memory: a pass of r rows padded to L holds r x (carried + L) cache cells (`carried`: the prefix every
-    suffix row carries in its cache); a pass takes at most `max_rows` rows and at most `max_cells` cells.
-
-    Exact on the runs of equal lengths (sorted longest first): a pass never splits a run except where it is
-    full; a group of runs with more rows than a pass holds is cut into full passes, costed (and sized) as if
-    each were as long as the group's longest row."""
-
-    def per_pass(length: int) -> int:
-        fits = max_rows if max_cells is None else max_cells // (carried + length)
-        return max(1, min(max_rows, fits))
-
-    ordered = sorted(rows, key=lambda r: -lengths[r])
-    runs: list[list] = []  # rows of equal length, longest first
-    for row in ordered:
-        if runs and lengths[runs[-1][0]] == lengths[row]:
-            runs[-1].append(row)
-        else:
-            runs.append([row])
-    # best[i]: the cheapest cost of the first i runs; cut[i]: where its last group starts
-    best, cut = [0.0] + [float("inf")] * len(runs), [0] * (len(runs) + 1)
-    for i in range(1, len(runs) + 1):
-        count = 0
-        for j in range(i - 1, -1, -1):  # the last group is runs[j:i], padded to runs[j]'s length
-            count += len(runs[j])
-            head = lengths[runs[j][0]]
-            cost = best[j] + -(-count // per_pass(head)) * pass_cost + count * head
-            if cost < best[i]:
-                best[i], cut[i] = cost, j
-    groups, i = [], len(runs)
-    while i:
-        groups.append([row for run in runs[cut[i]:i] for row in run])
-        i = cut[i]
-    passes = []
-    for group in reversed(groups):
-        size = per_pass(lengths[group[0]])
-        passes += [group[k:k + size] for k in range(0, len(group), size)]
-    return passes
-
-
-def common_prefix_length(rows: list[list]) -> int:
-    """Length of the longest common prefix: a binary search on slice equality per row (list comparison
-    runs in C, where a token-by-token Python loop over a 2,000-token state per question costs milliseconds)."""
-    first, n = rows[0], min(len(r) for r in rows)
-    for row in rows[1:]:
-        if row[:n] == first[:n]:
-            continue
-        lo, hi = 0, n  # first[:lo] == row[:lo]; first[:hi] != row[:hi]
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if row[:mid] == first[:mid]:
-                lo = mid
-            else:
-                hi = mid
-        n = lo
-    return n
+    row_of: dict              # group index -> its row in this pass
+    width: int
+    mask: torch.Tensor        # [rows, width]
+    hidden: torch.Tensor      # [rows, width, H]
+    cache: object
 
 
 class Executor:
     """Scores groups of prompts on one model. Not thread-safe: one thread owns it (see batching)."""
 
-    # the fixed cost of one more forward pass, in tokens (see length_buckets). CPU (1 thread): measured, the
+    # the fixed cost of one more forward pass, in tokens (see passes.length_buckets). CPU (1 thread): measured, the
     # optimum is flat from 8 to 32 on the 141M benchmark model and 32-128 on the 16M demo. CUDA: an estimate
     # (a pass reads every weight and launches every kernel), not yet measured: bench/gpu.sh sweeps it
     PASS_COST_TOKENS = {"cpu": 32.0, "cuda": 256.0}
@@ -152,7 +64,7 @@ class Executor:
     # every row it runs. Passes are cut to fit (see length_buckets)
     PASS_CACHE_BYTES = {"cpu": 2 << 30, "cuda": 4 << 30}
 
-    def __init__(self, model, pad_token_id: int, max_rows: int = 64, pass_cost_tokens: float | None = None,
+    def __init__(self, model, max_rows: int = 64, pass_cost_tokens: float | None = None,
                  pass_cache_bytes: int | None = None):
         self.model = model
         self.max_rows = max_rows  # rows per forward pass
@@ -162,11 +74,7 @@ class Executor:
         self.base = inner.language_model if self.vision is not None else inner
         self.head = model.get_output_embeddings().weight  # [vocab, hidden]
         self.embed = self.base.get_input_embeddings()
-        self.pad = int(pad_token_id)
         self.image_token_id = getattr(model.config, "image_token_id", None)
-        # transformers >= 5.24 names the cache argument `cache`; older 5.x `past_key_values`
-        params = inspect.signature(self.base.forward).parameters
-        self.cache_arg = "cache" if "cache" in params else "past_key_values"
         if pass_cost_tokens is None:
             pass_cost_tokens = self.PASS_COST_TOKENS.get(self.device.type, self.PASS_COST_TOKENS["cuda"])
         self.pass_cost_tokens = float(pass_cost_tokens)
@@ -219,7 +127,7 @@ class Executor:
             if token == self.image_token_id:
                 if left == 0:
                     image = next(images)
-                    left = int(torch.tensor(image.grid_thw).prod()) // self._merge ** 2
+                    left = math.prod(image.grid_thw) // self._merge ** 2
                 keys[i] = (token, image.key)
                 left -= 1
         return keys
@@ -250,112 +158,127 @@ class Executor:
         # 4 rows: the sequence index (masks, cache slots) then the three rotary rows
         position_ids = torch.cat([text_positions[None], rope_positions]).to(self.device)
         out = self.base(inputs_embeds=embeds, attention_mask=mask.to(self.device), position_ids=position_ids,
-                        use_cache=True, **{self.cache_arg: cache})
+                        use_cache=True, cache=cache)
         return out.last_hidden_state
 
+    # the story: prefill -> fan-out -> suffixes -> readout ----------------------------------------------------
     @torch.inference_mode()
     def score(self, groups: list[list[Prompt]]) -> list[list[list[list[float]]]]:
         """Label logits (after temperature) per group, per prompt, per read: plain Python floats."""
-        dev = self.device
-        everything = [p for prompts in groups for p in prompts]
-        features = self._encode_images(everything)
-        positions = {id(p): self._positions(p) for p in everything}
+        inputs = self.inputs(groups)
+        hidden = {}  # (group, prompt, read) -> the hidden state at that read's position
+        for bucket in self.prefix_passes(inputs):
+            prefix = self.prefill(inputs, bucket)
+            passes = self.suffix_passes(inputs, prefix)
+            suffixes = {}
+            for i, rows in enumerate(passes):
+                cache = self.fan_out(prefix, rows, copy_cache=i < len(passes) - 1)
+                suffixes |= self.suffix_pass(inputs, prefix, rows, cache)
+                del cache  # a fanned-out copy goes before the next pass makes its own
+            hidden |= self.read_states(inputs, prefix, suffixes)
+            del prefix, suffixes  # this pass's cache and hidden states go before the next prefill
+        return self.readout(groups, hidden)
 
-        # 1. prefixes: the common prefix of a group's prompts; a lone prompt is all prefix. Groups of very
-        # different prefix lengths (a batch of requests about texts of 100 and 2,000 tokens) run in separate
-        # passes, chosen like the suffix passes: left-padding them all to the longest would multiply the work
+    def inputs(self, groups: list[list[Prompt]]) -> Inputs:
+        everything = [p for prompts in groups for p in prompts]
         prefix_len = [len(prompts[0].ids) if len(prompts) == 1
                       else common_prefix_length([self._keys(p) for p in prompts]) for prompts in groups]
-        at = {}  # (g, p, read index) -> hidden state at that read position
-        for bucket in length_buckets(list(range(len(groups))), dict(enumerate(prefix_len)), self.max_rows,
-                                     self.pass_cost_tokens, self.max_cells):
-            self._prefix_pass(bucket, groups, prefix_len, features, positions, at)
+        return Inputs(groups, prefix_len, self._encode_images(everything),
+                      {id(p): self._positions(p) for p in everything})
 
-        # 4. the hidden state at every read position, then only the label rows of the LM head
-        where = [read for prompts in groups for prompt in prompts for read in prompt.reads]
-        hidden = torch.stack([at[(g, p, k)] for g, prompts in enumerate(groups) for p, prompt in enumerate(prompts)
-                              for k in range(len(prompt.reads))]).float()
-        label_ids = sorted({i for read in where for i in read.label_ids})
-        column = {token: c for c, token in enumerate(label_ids)}
-        logits = hidden @ self.head[torch.tensor(label_ids, device=dev)].float().T  # [reads, labels]
-        logits = logits.cpu()
-        results, k = [], 0
-        for prompts in groups:
-            per_group = []
-            for prompt in prompts:
-                per_prompt = []
-                for read in prompt.reads:
-                    row = logits[k, [column[t] for t in read.label_ids]] / read.temperature
-                    per_prompt.append(row.tolist())
-                    k += 1
-                per_group.append(per_prompt)
-            results.append(per_group)
-        return results
+    def prefix_passes(self, inputs: Inputs) -> list[list[int]]:
+        """The groups whose prefixes run together. Groups of very different prefix lengths (a batch of requests
+        about texts of 100 and 2,000 tokens) run in separate passes: left-padding them all to the longest would
+        multiply the work."""
+        lengths = dict(enumerate(inputs.prefix_len))
+        return length_buckets(list(lengths), lengths, self.max_rows, self.pass_cost_tokens, self.max_cells)
 
-    def _prefix_pass(self, bucket: list[int], groups, prefix_len, features, positions, at: dict) -> None:
-        """One prefix pass over the groups in `bucket` (left-padded to their longest prefix), then their suffix
-        passes from its cache; stores the hidden state of every read of these groups in `at`."""
-        dev, hidden_size = self.device, self.embed.weight.shape[1]
-        width = max(prefix_len[g] for g in bucket)
-        embeds = torch.zeros((len(bucket), width, hidden_size), dtype=self.embed.weight.dtype, device=dev)
+    def prefill(self, inputs: Inputs, bucket: list[int]) -> Prefix:
+        """1. The prefixes of the groups in `bucket`, left-padded to the longest, in one pass from an empty cache."""
+        width = max(inputs.prefix_len[g] for g in bucket)
+        embeds = torch.zeros((len(bucket), width, self.embed.weight.shape[1]), dtype=self.embed.weight.dtype,
+                             device=self.device)
         mask = torch.zeros((len(bucket), width), dtype=torch.long)
         rope = torch.zeros((3, len(bucket), width), dtype=torch.long)
         for row, g in enumerate(bucket):
-            n, first = prefix_len[g], groups[g][0]
-            embeds[row, width - n:] = self._embeddings(first, 0, n, features)
+            n, first = inputs.prefix_len[g], inputs.groups[g][0]
+            embeds[row, width - n:] = self._embeddings(first, 0, n, inputs.features)
             mask[row, width - n:] = 1
-            rope[:, row, width - n:] = positions[id(first)][:, :n]
+            rope[:, row, width - n:] = inputs.positions[id(first)][:, :n]
         text = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = self.new_cache()
-        prefix_hidden = self._forward(embeds, mask, text, rope, cache)  # [rows, width, H]
+        hidden = self._forward(embeds, mask, text, rope, cache)
+        return Prefix({g: row for row, g in enumerate(bucket)}, width, mask, hidden, cache)
 
-        # 2. fan out one cache row per prompt that has tokens past its group's prefix, in length buckets
-        row_of = {g: row for row, g in enumerate(bucket)}
-        rows = [(g, p) for g in bucket for p, prompt in enumerate(groups[g]) if len(prompt.ids) > prefix_len[g]]
-        tails = {gp: len(groups[gp[0]][gp[1]].ids) - prefix_len[gp[0]] for gp in rows}
-        suffixes = length_buckets(rows, tails, self.max_rows, self.pass_cost_tokens, self.max_cells, carried=width)
-        suffix_of = {}  # (g, p) -> (hidden states of its suffix pass, its row there)
-        for b, suffix_rows in enumerate(suffixes):
-            # every pass but the last fans out a copy: reorder_cache works in place
-            pass_cache = cache if b == len(suffixes) - 1 else copy.deepcopy(cache)
-            pass_cache.reorder_cache(torch.tensor([row_of[g] for g, _ in suffix_rows], device=dev))
-            span = max(tails[gp] for gp in suffix_rows)
-            s_embeds = torch.zeros((len(suffix_rows), span, hidden_size), dtype=embeds.dtype, device=dev)
-            s_mask = torch.zeros((len(suffix_rows), span), dtype=torch.long)
-            s_text = torch.zeros((len(suffix_rows), span), dtype=torch.long)
-            s_rope = torch.zeros((3, len(suffix_rows), span), dtype=torch.long)
-            for r, (g, p) in enumerate(suffix_rows):
-                prompt, n = groups[g][p], prefix_len[g]
-                tail = tails[(g, p)]
-                s_embeds[r, :tail] = self._embeddings(prompt, n, len(prompt.ids), features)
-                s_mask[r, :tail] = 1
-                s_text[r] = torch.arange(n, n + span)
-                s_rope[:, r, :tail] = positions[id(prompt)][:, n:]
-            # 3. right-padded suffixes, attending to their own group's (left-padded) prefix
-            full_mask = torch.cat([mask[[row_of[g] for g, _ in suffix_rows]], s_mask], dim=1)
-            hidden = self._forward(s_embeds, full_mask, s_text, s_rope, pass_cache)  # [rows, span, H]
-            for r, gp in enumerate(suffix_rows):
-                suffix_of[gp] = (hidden, r)
+    def suffix_passes(self, inputs: Inputs, prefix: Prefix) -> list[list[tuple[int, int]]]:
+        """The (group, prompt) rows with tokens past their group's prefix, grouped into suffix passes."""
+        rows = [(g, p) for g in prefix.row_of for p, prompt in enumerate(inputs.groups[g])
+                if len(prompt.ids) > inputs.prefix_len[g]]
+        tails = {(g, p): len(inputs.groups[g][p].ids) - inputs.prefix_len[g] for g, p in rows}
+        return length_buckets(rows, tails, self.max_rows, self.pass_cost_tokens, self.max_cells, carried=prefix.width)
 
+    def fan_out(self, prefix: Prefix, rows: list[tuple[int, int]], copy_cache: bool):
+        """2. The prefix cache with one row per suffix row. `reorder_cache` works in place, so every pass but the
+        last takes a copy."""
+        cache = copy.deepcopy(prefix.cache) if copy_cache else prefix.cache
+        cache.reorder_cache(torch.tensor([prefix.row_of[g] for g, _ in rows], device=self.device))
+        return cache
+
+    def suffix_pass(self, inputs: Inputs, prefix: Prefix, rows: list[tuple[int, int]], cache) -> dict:
+        """3. The rows' suffixes, right-padded, positions continuing their group's prefix, attending to it (left-
+        padded) through the fanned-out cache. Returns (group, prompt) -> hidden states of its suffix [span, H]."""
+        tails = [len(inputs.groups[g][p].ids) - inputs.prefix_len[g] for g, p in rows]
+        span = max(tails)
+        embeds = torch.zeros((len(rows), span, self.embed.weight.shape[1]), dtype=self.embed.weight.dtype,
+                             device=self.device)
+        mask = torch.zeros((len(rows), span), dtype=torch.long)
+        text = torch.zeros((len(rows), span), dtype=torch.long)
+        rope = torch.zeros((3, len(rows), span), dtype=torch.long)
+        for r, ((g, p), tail) in enumerate(zip(rows, tails)):
+            prompt, n = inputs.groups[g][p], inputs.prefix_len[g]
+            embeds[r, :tail] = self._embeddings(prompt, n, len(prompt.ids), inputs.features)
+            mask[r, :tail] = 1
+            text[r] = torch.arange(n, n + span)
+            rope[:, r, :tail] = inputs.positions[id(prompt)][:, n:]
+        full_mask = torch.cat([prefix.mask[[prefix.row_of[g] for g, _ in rows]], mask], dim=1)
+        hidden = self._forward(embeds, full_mask, text, rope, cache)  # [rows, span, H]
+        return {gp: hidden[r] for r, gp in enumerate(rows)}
+
+    def read_states(self, inputs: Inputs, prefix: Prefix, suffixes: dict) -> dict:
+        """The hidden state at every read of the prefix pass's groups, from the prefix or the prompt's suffix:
+        (group, prompt, read) -> vector, copied out so the pass's hidden states (rows x width x H) can go."""
         keys, vectors = [], []
-        for g in bucket:
-            n = prefix_len[g]
-            for p, prompt in enumerate(groups[g]):
+        for g, row in prefix.row_of.items():
+            n = inputs.prefix_len[g]
+            for p, prompt in enumerate(inputs.groups[g]):
                 for k, read in enumerate(prompt.reads):
                     if read.position < n:
-                        vectors.append(prefix_hidden[row_of[g], width - n + read.position])
+                        vectors.append(prefix.hidden[row, prefix.width - n + read.position])
                     else:
-                        hidden, r = suffix_of[(g, p)]
-                        vectors.append(hidden[r, read.position - n])
+                        vectors.append(suffixes[(g, p)][read.position - n])
                     keys.append((g, p, k))
-        # copied out, so this pass's hidden states (rows x width x hidden) are freed before the next pass
-        for key, vector in zip(keys, torch.stack(vectors) if vectors else []):
-            at[key] = vector
+        return dict(zip(keys, torch.stack(vectors))) if vectors else {}
+
+    def readout(self, groups: list[list[Prompt]], hidden: dict) -> list[list[list[list[float]]]]:
+        """4. The hidden state at every read position times only the label rows of the LM head, then temperature:
+        per group, per prompt, per read, the label logits as plain floats."""
+        keys = [(g, p, k) for g, prompts in enumerate(groups) for p, prompt in enumerate(prompts)
+                for k in range(len(prompt.reads))]
+        label_ids = sorted({i for prompts in groups for prompt in prompts for read in prompt.reads
+                            for i in read.label_ids})
+        column = {token: c for c, token in enumerate(label_ids)}
+        states = torch.stack([hidden[key] for key in keys]).float()
+        logits = (states @ self.head[torch.tensor(label_ids, device=self.device)].float().T).cpu()  # [reads, labels]
+        rows = iter(logits)
+        return [[[(next(rows)[[column[t] for t in read.label_ids]] / read.temperature).tolist()
+                  for read in prompt.reads] for prompt in prompts] for prompts in groups]
 
     @torch.inference_mode()
     def reference(self, prompt: Prompt) -> list[list[float]]:
-        """The plain path: one fresh full forward of one prompt, full LM head, no cache reuse (for checks)."""
+        """The plain path: one fresh forward of one prompt, no cache reuse, logits only at its read positions
+        (DecisionPipeline's model cost). The exactness checks and the benchmarks' plain side."""
         ids = torch.tensor([prompt.ids], device=self.device)
         extra = image_inputs(prompt.images, ids, self.image_token_id, self.device) if prompt.images else {}
-        logits = self.model(input_ids=ids, use_cache=False, **extra).logits[0].float()
-        return [(logits[r.position, r.label_ids] / r.temperature).cpu().tolist() for r in prompt.reads]
+        keep = torch.tensor([read.position for read in prompt.reads], device=self.device)
+        logits = self.model(input_ids=ids, use_cache=False, logits_to_keep=keep, **extra).logits[0].float()
+        return [(logits[i, read.label_ids] / read.temperature).cpu().tolist() for i, read in enumerate(prompt.reads)]

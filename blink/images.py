@@ -19,30 +19,13 @@ import io
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .errors import InvalidRequest, PayloadTooLarge
 from .limits import ImageLimits
 
-# our own limit (max_image_source_pixels, checked from the header) replaces PIL's looser bomb check, which
-# would raise from Image.open with a message that names no limit of ours
-from PIL import Image as _PIL  # noqa: E402
-
-_PIL.MAX_IMAGE_PIXELS = None
-
 DATA_URI = re.compile(r"^data:image/(png|jpe?g|webp|gif);base64,", re.IGNORECASE)
 FORMATS = {"PNG": "png", "JPEG": "jpeg"}
-
-
-@dataclass
-class RequestImages:
-    """The decoded images of a request, keyed by placeholder, and what they cost."""
-
-    images: dict = field(default_factory=dict)   # placeholder -> PIL.Image (RGB, resized)
-    pixels: int = 0                              # after resizing, summed
-
-    def __bool__(self) -> bool:
-        return bool(self.images)
 
 
 def _strings(value):
@@ -159,8 +142,23 @@ def gather(body: dict, parts: dict, limits: ImageLimits) -> tuple[dict, dict[str
     for name in raw:
         if name not in first and not any(name in text for text in texts):
             raise InvalidRequest(f"asset {name!r} is not referenced: put its placeholder in the state, the "
-                                 "instructions or the criteria", loc=["body", "assets", name], kind="unreferenced_asset")
+                                 "instructions or the criteria", loc=["body", "assets", name],
+                                 kind="unreferenced_asset")
     return body, raw, first
+
+
+def open_header(data: bytes):
+    """The image as PIL opens it, header read, pixels not yet decoded. PNG and JPEG are opened by their own
+    plugins, which skip `Image.open`'s bomb check: that one reads a process-wide limit and raises a message
+    naming no limit of ours; ours (`max_image_source_pixels`) is checked next. Other formats are opened only
+    to be named in the refusal."""
+    from PIL import Image, JpegImagePlugin, PngImagePlugin  # noqa: F401 - the imports register the plugins
+
+    for kind in ("PNG", "JPEG"):
+        factory, accept = Image.OPEN[kind]
+        if accept(data[:16]) is True:
+            return factory(io.BytesIO(data), "")
+    return Image.open(io.BytesIO(data))
 
 
 def decode(name: str, data: bytes, limits: ImageLimits):
@@ -170,7 +168,7 @@ def decode(name: str, data: bytes, limits: ImageLimits):
 
     loc = ["body", "assets", name]
     try:
-        image = Image.open(io.BytesIO(data))  # reads the header only
+        image = open_header(data)
     except Exception:  # noqa: BLE001 - not an image at all
         raise InvalidRequest(f"asset {name!r} is not a PNG or JPEG image", loc=loc, kind="not_an_image") from None
     if image.format not in FORMATS:
@@ -191,14 +189,11 @@ def decode(name: str, data: bytes, limits: ImageLimits):
     return image
 
 
-def load_images(body: dict, parts: dict, limits: ImageLimits) -> tuple[dict, RequestImages, list[str]]:
+def load_images(body: dict, parts: dict, limits: ImageLimits) -> tuple[dict, dict, list[str]]:
+    """The request with its images as placeholders, the decoded images by placeholder (PIL, RGB, resized), and
+    the placeholders that go first."""
     body, raw, first = gather(body, parts, limits)
-    out = RequestImages()
-    for name, data in raw.items():
-        image = decode(name, data, limits)
-        out.images[name] = image
-        out.pixels += image.size[0] * image.size[1]
-    return body, out, first
+    return body, {name: decode(name, data, limits) for name, data in raw.items()}, first
 
 
 def place_images(body: dict, first: list[str], layout: str, placeholders: list[str]) -> dict:
@@ -216,17 +211,3 @@ def place_images(body: dict, first: list[str], layout: str, placeholders: list[s
         text = state if isinstance(state, str) else json.dumps(state, ensure_ascii=False)
         return {**body, "state": "".join(first) + "\n" + text}
     return body
-
-
-def image_usage(prompts, processor) -> dict:
-    """What the images cost: pixels the model saw (after resizing) and visual tokens, each image counted
-    once per request however many questions show it."""
-    merge = processor.image_processor.merge_size
-    patch = processor.image_processor.patch_size
-    seen = {}
-    for prompt in prompts:
-        for image in prompt.images:
-            seen[image.key] = image.grid_thw
-    pixels = sum(h * w for _, h, w in seen.values()) * patch * patch
-    tokens = sum(t * h * w for t, h, w in seen.values()) // (merge * merge)
-    return {"image_pixels": pixels, "visual_tokens": tokens}

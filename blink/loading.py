@@ -153,7 +153,9 @@ class _fail_on_missing_adapter_keys(logging.Handler):
 
 def load(model: str, revision: str | None = None, adapter: str | None = None,
          adapter_revision: str | None = None, device: str | None = None, vision: bool = False,
-         vision_tower: str | None = None) -> Loaded:
+         vision_tower: str | None = None, max_image_pixels: int | None = None) -> Loaded:
+    """`max_image_pixels` (vision models): the processor's final resize is capped there, so what the model sees
+    (`image_pixels`) never exceeds --max-image-pixels, in decisions and chat alike (default: ImageLimits')."""
     go_offline_if_local(model)
     import torch
 
@@ -170,8 +172,12 @@ def load(model: str, revision: str | None = None, adapter: str | None = None,
     if vision or vision_tower:
         from .vision import load_processor, load_vision_model
 
+        if max_image_pixels is None:
+            from .images import ImageLimits
+
+            max_image_pixels = ImageLimits.max_image_pixels
         lm, processor_dir = load_vision_model(root, vision_tower, dtype)
-        processor = load_processor(processor_dir, tokenizer)
+        processor = load_processor(processor_dir, tokenizer, max_image_pixels)
     else:
         lm = AutoModelForCausalLM.from_pretrained(root, dtype=dtype)
     if adapter:

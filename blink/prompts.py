@@ -14,6 +14,7 @@ one, else the generic label prompt inside the model's chat template with thinkin
 from __future__ import annotations
 
 import bisect
+import copy
 import hashlib
 import json
 import string
@@ -25,8 +26,8 @@ from transformers.decision import DecisionConfig, label_token_ids, prepare_input
 from transformers.decision.template_utils import MARK, SPLIT
 
 from .errors import InvalidRequest
-from .executor import Image, Prompt, Read, common_prefix_length
 from .limits import Limits
+from .plan import Image, Prompt, Read, common_prefix_length, processed_tokens
 from .questions import Decision
 
 MAX_LABELS = 255
@@ -55,23 +56,34 @@ def decision_config_for(model_dir: str, tokenizer) -> DecisionConfig:
     return config
 
 
-def freeze_vocab(tokenizer) -> None:
-    """`prepare_inputs` checks `MARK in tokenizer.get_vocab()` on every request, which rebuilds a 248k-entry
-    dict (~0.2 s). Add its sentinel tokens once, then serve that check from a frozen copy of the vocabulary
-    (nothing adds tokens after start-up)."""
+def decision_tokenizer(tokenizer):
+    """The tokenizer prompts are rendered with: a shallow copy of the loaded one (the same vocabulary and
+    backend) with two methods of its own, so the tokenizer chat shares stays as loaded.
+
+    `get_vocab`: `prepare_inputs` checks `MARK in tokenizer.get_vocab()` on every request, which rebuilds a
+    248k-entry dict (~0.2 s); this copy answers from the vocabulary frozen once (nothing adds tokens after
+    start-up). `encode`: the prefix-reusing encoder. The sentinel tokens themselves go into the shared
+    vocabulary, as `prepare_inputs` would add them."""
     if MARK not in tokenizer.get_vocab():
         tokenizer.add_tokens([AddedToken(token, special=True, normalized=False) for token in (MARK, SPLIT)])
+    own = copy.copy(tokenizer)
     vocab = tokenizer.get_vocab()
-    tokenizer.get_vocab = lambda: vocab
-    if not isinstance(tokenizer.encode, PrefixReusingEncoder):
-        tokenizer.encode = PrefixReusingEncoder(tokenizer)
+    own.get_vocab = lambda: vocab
+    own.encode = PrefixReusingEncoder(tokenizer)
+    return own
+
+
+def with_tokenizer(processor, tokenizer):
+    """A shallow copy of `processor` that renders with `tokenizer` (its image processor stays shared)."""
+    own = copy.copy(processor)
+    own.tokenizer = tokenizer
+    return own
 
 
 class PromptBuilder:
     def __init__(self, tokenizer, config: DecisionConfig, limits: Limits, processor=None):
-        freeze_vocab(tokenizer)
-        self.tokenizer = tokenizer
-        self.processor = processor
+        self.tokenizer = decision_tokenizer(tokenizer)
+        self.processor = None if processor is None else with_tokenizer(processor, self.tokenizer)
         self.config = config
         self.limits = limits
         self._label_ids: dict[tuple, list[int]] = {}
@@ -123,14 +135,6 @@ def split_images(inputs: dict, shared: dict) -> list[Image]:
         key = hashlib.sha256(pixels.numpy().tobytes()).hexdigest()[:32] + "-" + "x".join(map(str, grid))
         out.append(shared.setdefault(key, Image(key, pixels, grid)))
     return out
-
-
-def processed_tokens(prompts: list[Prompt]) -> int:
-    """Tokens the executor runs for one request: the shared prefix once, then each prompt's suffix."""
-    if len(prompts) == 1:
-        return len(prompts[0].ids)
-    prefix = common_prefix_length([p.ids for p in prompts])
-    return prefix + sum(len(p.ids) - prefix for p in prompts)
 
 
 class PrefixReusingEncoder:

@@ -26,7 +26,8 @@ def build_context(settings: Settings, decide: Callable | None = None, chat: Call
     from .service import DecisionService
 
     loaded = loaded or load(settings.model, settings.revision, settings.adapter, settings.adapter_revision,
-                            vision=settings.vision, vision_tower=settings.vision_tower)
+                            vision=settings.vision, vision_tower=settings.vision_tower,
+                            max_image_pixels=settings.max_image_pixels)
     cache_bytes = None if settings.pass_cache_mib is None else int(settings.pass_cache_mib * 2**20)
     engine = Engine(loaded, settings.limits, settings.image_limits, settings.image_layout,
                     pass_cost_tokens=settings.pass_cost_tokens, pass_cache_bytes=cache_bytes)

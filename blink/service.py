@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
 from .batching import Batcher
-from .engine import Engine
-from .errors import EngineFailure
+from .engine import Engine, Prepared
 
 
 @dataclass
@@ -36,22 +36,32 @@ class Timing:
 
 @dataclass
 class Decided:
+    """A decided request: its answers, and what it was prepared into (the usage figures)."""
+
     answers: dict
-    input_tokens: int
-    batch_size: int
-    image_usage: dict | None = None  # image_pixels, visual_tokens (image requests only)
+    prepared: Prepared
+
+    @property
+    def input_tokens(self) -> int:
+        return self.prepared.input_tokens
+
+    @property
+    def image_usage(self) -> dict | None:
+        return self.prepared.image_usage
 
 
 class DecisionService:
-    def __init__(self, engine: Engine, decide: Callable[[list, Any], dict] | None = None, *, window_ms: float = 0.0,
-                 max_batch: int = 16, max_queued: int = 64):
-        """`decide(plans, caller)` runs one batch (default: the engine in this process, where the caller is moot)."""
+    def __init__(self, engine: Engine, score_batch: Callable[[list, Any], list] | None = None, *,
+                 window_ms: float = 0.0, max_batch: int = 16, max_queued: int = 64):
+        """`score_batch(plans, caller)` runs one batch and returns one `plan.Scored` per plan (default: the
+        engine in this process, where the caller is moot; the Space: its `@spaces.GPU` call, as the caller)."""
         self.engine = engine
-        self.batcher = Batcher(decide or (lambda plans, caller: engine.score_many(plans)), window_ms / 1000.0,
+        self.batcher = Batcher(score_batch or (lambda plans, caller: engine.score_many(plans)), window_ms / 1000.0,
                                max_batch, max_queued)
 
     async def decide(self, body, timing: Timing, parts: dict | None = None, caller=None) -> Decided:
-        """`caller`: who asked (opaque; on the Space their ZeroGPU identity), so their own quota pays."""
+        """The engine's prepare -> score -> answer, with the score step queued and batched with other
+        requests of the same `caller` (opaque; on the Space their ZeroGPU identity, so their own quota pays)."""
         t = time.perf_counter()
         self.batcher.expect(+1)
         try:
@@ -60,12 +70,10 @@ class DecisionService:
             job = self.batcher.submit(prepared.prompts, caller)
         finally:
             self.batcher.expect(-1)
-        status, scores = await asyncio.wrap_future(job.future)
+        scored = await asyncio.wrap_future(job.future)
         timing.add("queue", job.started_at - job.queued_at)
-        timing.add("model", job.compute_s)
-        if status != "ok":
-            raise EngineFailure(f"the model failed on this request: {scores}")
+        timing.add("model", scored.compute_s)
         t = time.perf_counter()
-        answers = self.engine.answer(prepared, scores)
+        answers = self.engine.answer(prepared, scored.result())
         timing.add("answer", time.perf_counter() - t)
-        return Decided(answers, prepared.input_tokens, job.batch_size, prepared.image_usage)
+        return Decided(answers, prepared)

@@ -1,6 +1,9 @@
 """Vision: the image processor of a Qwen3.5 vision-language model, and loading its vision tower (the model's
 own, or one borrowed from a matching base model at `repo@revision`).
 
+Also the image tensors a vision-language forward takes (pixels, grids, Qwen's 3-D rotary positions), shared
+by the decision executor and chat.
+
 Why a processor class of our own: `transformers`' `Qwen3VLProcessor` also builds a video processor, which
 needs torchvision; we take images only, so this subclass keeps its image-token expansion and chat-template
 handling and skips the video half. Images are preprocessed by the PIL image processor (no torchvision).
@@ -11,10 +14,35 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import torch
 from transformers import ProcessorMixin
 from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor
 
 log = logging.getLogger("blink")
+
+
+def pixels_and_grid(images: list, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The images' (`blink.plan.Image`) patches, concatenated, and their (t, h, w) grids: what the vision tower
+    takes."""
+    pixels = torch.cat([torch.as_tensor(i.pixel_values) for i in images]).to(device)
+    return pixels, torch.tensor([i.grid_thw for i in images], device=device)
+
+
+def image_inputs(images: list, input_ids: torch.Tensor, image_token_id: int, device) -> dict:
+    """A whole-prompt forward's image arguments (the plain path, chat's first step)."""
+    pixels, grid = pixels_and_grid(images, device)
+    return {"pixel_values": pixels, "image_grid_thw": grid,
+            "mm_token_type_ids": (input_ids == image_token_id).int().to(device)}
+
+
+def image_positions(inner, ids: list[int], images: list, image_token_id: int) -> tuple[torch.Tensor, int]:
+    """Qwen's 3-D rotary positions [3, n] of a prompt showing `images` (CPU), and the offset the text after
+    it continues from. `inner`: the vision-language model that owns `get_rope_index`."""
+    input_ids = torch.tensor([ids])
+    types = (input_ids == image_token_id).int()
+    grid = torch.tensor([i.grid_thw for i in images])
+    positions, deltas = inner.get_rope_index(input_ids, types, image_grid_thw=grid)
+    return positions[:, 0], int(deltas.view(-1)[0])
 
 
 class ImageTextProcessor(Qwen3VLProcessor):
@@ -38,9 +66,10 @@ def renders_images(template: str | None, tokenizer) -> bool:
     return "<|image_pad|>" in text
 
 
-def load_processor(folder: Path, tokenizer) -> ImageTextProcessor:
-    """The image processor of `folder` (the model's, or the borrowed tower's) with the model's tokenizer.
-    The chat template must place image tokens: the model's own, else the tower's; neither refuses to start."""
+def load_processor(folder: Path, tokenizer, max_pixels: int) -> ImageTextProcessor:
+    """The image processor of `folder` (the model's, or the borrowed tower's) with the model's tokenizer, its
+    final resize (to whole patches) capped at `max_pixels`. The chat template must place image tokens: the
+    model's own, else the tower's; neither refuses to start."""
     from transformers import AutoTokenizer
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
@@ -52,7 +81,9 @@ def load_processor(folder: Path, tokenizer) -> ImageTextProcessor:
                              "(<|vision_start|><|image_pad|><|vision_end|>) for image parts")
         tokenizer.chat_template = template  # chat and decisions then render images the same way
         log.info("using the vision tower's chat template, which places image tokens")
-    return ImageTextProcessor(Qwen2VLImageProcessorPil.from_pretrained(folder), tokenizer, chat_template=template)
+    images = Qwen2VLImageProcessorPil.from_pretrained(folder)
+    images.size["longest_edge"] = min(images.size["longest_edge"], max_pixels)
+    return ImageTextProcessor(images, tokenizer, chat_template=template)
 
 
 def split_tower(spec: str) -> tuple[str, str | None]:

@@ -72,18 +72,54 @@ def test_limits_locate_the_question(engine):
 
 def test_score_many_gives_each_request_its_own_outcome(engine):
     good = engine.prepare(REQUEST).prompts
-    from blink.executor import Prompt, Read
+    from blink.plan import Prompt, Read
 
     broken = [Prompt([1, 2, 3], [Read(2, [10**9])])]  # a label id past the vocabulary: this one request fails
-    out = engine.score_many([good, broken, good])["results"]
-    assert [status for status, _ in out] == ["ok", "error", "ok"]
-    assert out[0][1] == out[2][1]
+    out = engine.score_many([good, broken, good])
+    assert [scored.error is None for scored in out] == [True, False, True]
+    assert out[0].scores == out[2].scores
+    assert len({scored.compute_s for scored in out}) == 1 and out[0].compute_s > 0  # the one call's seconds
 
 
-def test_decide_many_each_request_its_own_answers_or_error(engine):
+def test_an_error_keeps_its_type_across_the_gpu_boundary(engine):
+    """What a ZeroGPU worker sends back is pickled: a failed request's error arrives as its own BlinkError
+    subclass, with its status, location and kind, and is raised where the outcome is read."""
+    import pickle
+
+    from blink.errors import EngineFailure
+    from blink.plan import Prompt, Read, Scored
+
+    broken = [Prompt([1, 2, 3], [Read(2, [10**9])])]
+    (scored,) = pickle.loads(pickle.dumps(engine.score_many([broken])))
+    assert type(scored.error) is EngineFailure and scored.error.status == 500
+    assert scored.error.message.startswith("the model failed on this request: IndexError")
+    with pytest.raises(EngineFailure):
+        scored.result()
+    refused = InvalidRequest("too many questions", loc=["body", "questions", "q7"], kind="too_many_questions")
+    back = pickle.loads(pickle.dumps(Scored(error=refused, compute_s=0.5)))
+    assert type(back.error) is InvalidRequest and back.compute_s == 0.5
+    assert (back.error.status, back.error.loc, back.error.kind) == (422, ["body", "questions", "q7"],
+                                                                   "too_many_questions")
+
+
+def test_the_service_gives_each_request_its_own_answers_or_error(engine):
+    """The routes' path (prepare -> batched score -> answer): requests scored in one call, a bad one refused on
+    its own, the others answered as if alone."""
+    import asyncio
+
+    from blink.service import DecisionService, Timing
+
     bad = {"state": "s", "questions": {"q": {"type": "boolean"}}}
     other = {"state": "another state entirely", "questions": {"x": {"type": "noul", "instructions": "Yes?"}}}
-    out = engine.decide_many([REQUEST, bad, other])
+    service = DecisionService(engine, window_ms=2000, max_batch=16)
+
+    async def together():
+        return await asyncio.gather(*(service.decide(b, Timing()) for b in (REQUEST, bad, other)),
+                                    return_exceptions=True)
+
+    out = asyncio.run(together())
+    assert service.batcher.batches == 1 and service.batcher.requests == 2  # the good two shared one call
+    out = [o if isinstance(o, Exception) else o.answers for o in out]
     alone = engine.decide(REQUEST)  # batched with others: equal within float tolerance, not bit for bit
     assert abs(out[0]["refund"]["noul"] - alone["refund"]["noul"]) < 1e-5
     assert out[0]["team"]["choice"] == alone["team"]["choice"]

@@ -83,7 +83,7 @@ def test_length_buckets_cost_model(engine):
     the runs of equal length (brute force) is found."""
     from itertools import combinations
 
-    from blink.executor import length_buckets
+    from blink.passes import length_buckets
 
     lengths = {"a": 100, "b": 90, "c": 50, "d": 49, "e": 10, "f": 5, "g": 5}
     assert length_buckets(list(lengths), lengths, max_rows=64, pass_cost=0) == [
@@ -141,7 +141,8 @@ def test_prompt_tokens_equal_the_plain_tokenizer(engine, demo_dir):
 
     from blink.prompts import PrefixReusingEncoder
 
-    assert isinstance(engine.tokenizer.encode, PrefixReusingEncoder) and engine.tokenizer.encode.enabled
+    assert isinstance(engine.prompts.tokenizer.encode, PrefixReusingEncoder) and engine.prompts.tokenizer.encode.enabled
+    assert not isinstance(engine.tokenizer.encode, PrefixReusingEncoder)  # chat's tokenizer stays as loaded
     plain = AutoTokenizer.from_pretrained(demo_dir)
     rng = random.Random(11)
     for trial in range(40):
@@ -162,7 +163,7 @@ def test_prompt_tokens_equal_the_plain_tokenizer(engine, demo_dir):
 
 
 def test_common_prefix_length_matches_a_token_by_token_scan():
-    from blink.executor import common_prefix_length
+    from blink.plan import common_prefix_length
 
     def scan(rows):
         n = min(map(len, rows))
@@ -198,3 +199,20 @@ def test_safe_cut_matches_a_character_scan():
         text = base[:rng.randint(0, len(base))] + "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6)))
         cutter.MAX_SCAN = rng.choice([3, 10, 4096])
         assert cutter._safe_cut(previous, text) == scan(previous, text, cutter.MAX_SCAN), (previous, text)
+
+
+def test_plan_and_rendering_import_no_torch():
+    """The plan types, the cost model and prompt rendering are plain Python: with torch blocked, they import
+    (and so does what the Space's duration estimate reads), and pull no torch in."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import blink.plan, blink.passes, blink.prompts\n"
+            "from blink.plan import Prompt, Read, processed_tokens\n"
+            "assert processed_tokens([Prompt([1, 2, 3], [Read(2, [5])]), Prompt([1, 2, 4, 5], [Read(3, [5])])]) == 5\n"
+            "assert sys.modules['torch'] is None\n")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

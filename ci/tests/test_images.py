@@ -150,6 +150,25 @@ def test_decompression_bomb_refused_before_decoding(vision_server):
     assert peak < 2 * 1024 * 1024, peak  # decoding would need 7.5 GB
 
 
+def test_image_decoding_leaves_pil_settings_alone():
+    """Importing and using blink's image code changes no process-wide PIL setting (the bomb limit is ours,
+    checked from the header), and the pixel cap is the processor's from loading, not set later by the engine."""
+    from PIL import Image
+
+    from blink.engine import Engine
+    from blink.images import ImageLimits, decode
+    from blink.loading import load
+
+    default = Image.MAX_IMAGE_PIXELS
+    assert default is not None
+    decode("<image:a>", png(size=(40, 40)), ImageLimits())
+    assert Image.MAX_IMAGE_PIXELS == default
+    loaded = load("demo-vision", vision=True, max_image_pixels=65536)
+    assert loaded.processor.image_processor.size["longest_edge"] == 65536
+    Engine(loaded, image_limits=ImageLimits(max_image_pixels=4 * 65536))
+    assert loaded.processor.image_processor.size["longest_edge"] == 65536
+
+
 def test_limits_name_themselves(vision_root):
     argv = vision_serve("--max-images", "1", "--max-image-bytes", "4096", "--max-image-pixels", "65536")
     small = base64.b64encode(png(size=(40, 40))).decode()

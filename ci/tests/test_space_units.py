@@ -13,6 +13,7 @@ import pytest
 import zerogpu
 from blink.batching import Batcher
 from blink.errors import EngineFailure, GPUUnavailable, QuotaExceeded
+from blink.plan import Scored
 
 
 # the titles and messages `spaces` 0.51.3 raises (spaces/zero/client.py, wrappers.py)
@@ -73,7 +74,7 @@ def test_a_batch_holds_one_callers_requests_and_runs_as_that_caller():
 
     def run(plans, caller):
         seen.append((caller, list(plans)))
-        return {"results": [("ok", p) for p in plans], "compute_s": 0.0}
+        return [Scored(p) for p in plans]
 
     batcher = Batcher(run, window_s=0.3, max_batch=16, max_queued=64)
     gate = threading.Event()
@@ -89,7 +90,7 @@ def test_a_batch_holds_one_callers_requests_and_runs_as_that_caller():
     time.sleep(0.05)
     gate.set()
     for job in jobs:
-        assert job.future.result(timeout=10)[0] == "ok"
+        assert job.future.result(timeout=10).error is None
     by_caller = {}
     for caller, plans in seen:
         by_caller.setdefault(caller, []).append(plans)

@@ -1,0 +1,97 @@
+"""The plan of a decision and its outcome: what crosses the GPU call each way, as plain data (no torch).
+
+A request becomes prompts (`prompts.py`, main process), the prompts cross to the GPU call (`executor.py`; on
+ZeroGPU by pickle) and a `Scored` per request comes back. The numbers that size and bill the call
+(`processed_tokens`, `image_usage`) are read from the prompts. Everything here is plain Python, so rendering,
+batching and the Space's duration estimate import no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import BlinkError
+
+
+@dataclass
+class Read:
+    """Where one question's answer is read in its prompt: the position, the label token ids, the temperature."""
+
+    position: int
+    label_ids: list[int]
+    temperature: float = 1.0
+
+
+@dataclass(eq=False)
+class Image:
+    """One image of a request, preprocessed (CPU tensors): shared by every prompt that shows it, so it is
+    pickled once and encoded once per call."""
+
+    key: str                  # content hash: prompts showing the same image share the prefix through it
+    pixel_values: object      # torch.Tensor [patches, dim], CPU
+    grid_thw: list[int]
+
+
+@dataclass
+class Prompt:
+    ids: list[int]
+    reads: list[Read]
+    images: list[Image] = field(default_factory=list)  # in order of appearance in `ids`
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One request's outcome of a GPU call: its label logits (per prompt, per read) or the error it failed with,
+    and the compute seconds of the whole call (every request of a batch carries the same). Plain data, so it
+    crosses from a ZeroGPU worker by pickle; a `BlinkError` keeps its type, status and location on the way."""
+
+    scores: list | None = None
+    error: BlinkError | None = None
+    compute_s: float = 0.0
+
+    def result(self) -> list:
+        """The scores, or raises the request's error: the one place an outcome is read."""
+        if self.error is not None:
+            raise self.error
+        return self.scores
+
+
+def common_prefix_length(rows: list) -> int:
+    """Length of the longest common prefix of sequences (token lists or strings): a binary search on slice
+    equality per row (list comparison runs in C, where a token-by-token Python loop over a 2,000-token state
+    per question costs milliseconds)."""
+    first, n = rows[0], min(len(r) for r in rows)
+    for row in rows[1:]:
+        if row[:n] == first[:n]:
+            continue
+        lo, hi = 0, n  # first[:lo] == row[:lo]; first[:hi] != row[:hi]
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if row[:mid] == first[:mid]:
+                lo = mid
+            else:
+                hi = mid
+        n = lo
+    return n
+
+
+def processed_tokens(prompts: list[Prompt]) -> int:
+    """Tokens the executor runs for one request: the shared prefix once, then each prompt's suffix."""
+    if len(prompts) == 1:
+        return len(prompts[0].ids)
+    prefix = common_prefix_length([p.ids for p in prompts])
+    return prefix + sum(len(p.ids) - prefix for p in prompts)
+
+
+def image_usage(prompts: list[Prompt], processor) -> dict:
+    """What the images cost: pixels the model saw (after resizing) and visual tokens, each image counted
+    once per request however many questions show it."""
+    merge = processor.image_processor.merge_size
+    patch = processor.image_processor.patch_size
+    seen = {}
+    for prompt in prompts:
+        for image in prompt.images:
+            seen[image.key] = image.grid_thw
+    pixels = sum(h * w for _, h, w in seen.values()) * patch * patch
+    tokens = sum(t * h * w for t, h, w in seen.values()) // (merge * merge)
+    return {"image_pixels": pixels, "visual_tokens": tokens}
