@@ -120,7 +120,7 @@ def scripted(demo_dir):
     model = ScriptedModel(loaded.model.config, loaded.tokenizer)
     engine = ChatEngine(Loaded(model, loaded.tokenizer, loaded.root))
     ctx = build_context(Settings(model=str(demo_dir), served_model_name="blink-scripted"), loaded=loaded,
-                        chat=engine.generate, chat_engine=engine)
+                        chat_engine=engine)
     open_server = Served(create_app(ctx))
     keyed = Served(create_app(dataclasses.replace(ctx, auth=ApiKey("sekret-key-123"))))
     yield SimpleNamespace(url=open_server.url, keyed_url=keyed.url, model=model, ctx=ctx, tokenizer=loaded.tokenizer)
@@ -235,9 +235,7 @@ def test_stop_strings_end_generation_and_are_not_sent(client):
 
 
 def test_keep_alive_comments_while_waiting_for_the_first_token(scripted, monkeypatch):
-    from blink import openai_routes
-
-    monkeypatch.setattr(openai_routes, "KEEPALIVE_S", 0.25)
+    monkeypatch.setattr(scripted.ctx, "sse_keepalive_s", 0.25)
     body = {"model": "x", "messages": ask("slow"), "stream": True, "stream_options": {"include_usage": True}}
     lines = []
     with httpx.stream("POST", scripted.url + "/v1/chat/completions", json=body, timeout=30) as r:
