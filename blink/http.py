@@ -75,31 +75,36 @@ class Call:
 Handler = Callable[[Call], Awaitable["dict | Response"]]
 
 
-def endpoint(ctx, wire: Wire, handler: Handler, *, auth: bool = True, read_body: bool = True,
-             cancel_on_disconnect: bool = False):
-    async def app(scope, receive, send) -> None:
+class endpoint:
+    """The ASGI app of one route (a class, so Starlette passes it the raw ASGI call, not a Request)."""
+
+    def __init__(self, ctx, wire: Wire, handler: Handler, *, auth: bool = True, read_body: bool = True,
+                 cancel_on_disconnect: bool = False):
+        self.ctx, self.wire, self.handler = ctx, wire, handler
+        self.auth, self.read_body, self.cancel_on_disconnect = auth, read_body, cancel_on_disconnect
+
+    async def __call__(self, scope, receive, send) -> None:
+        ctx, wire = self.ctx, self.wire
         request = Request(scope, receive)
         async with AsyncExitStack() as held:
             call = Call(request, new_request_id(), Timing(), held, caller=ctx.caller_of(request))
             try:
-                if auth and not ctx.auth.allows(request.headers.get("authorization")):
+                if self.auth and not ctx.auth.allows(request.headers.get("authorization")):
                     raise Unauthorized(UNAUTHORIZED)
-                if read_body:
+                if self.read_body:
                     call.body, call.parts = await read_request(request, ctx.limits)
             except ClientDisconnect:
                 return  # nobody to answer
             except BlinkError as error:
                 await wire.error_response(error, call.request_id, call.timing)(scope, receive, send)
                 return
-            if not cancel_on_disconnect:
-                await answer(wire, handler, call, send)
+            if not self.cancel_on_disconnect:
+                await answer(wire, self.handler, call, send)
                 return
             async with anyio.create_task_group() as group:
                 group.start_soon(cancel_when_gone, receive, group.cancel_scope)
-                await answer(wire, handler, call, send)
+                await answer(wire, self.handler, call, send)
                 group.cancel_scope.cancel()
-
-    return app
 
 
 async def answer(wire: Wire, handler: Handler, call: Call, send) -> None:

@@ -310,3 +310,37 @@ def test_api_key_on_openai_routes(scripted):
         bad.decisions.create(model="x", input="hi", questions=[{"type": "predicate", "instructions": "Is it?"}])
     good = openai.OpenAI(base_url=scripted.keyed_url + "/v1", api_key="sekret-key-123", max_retries=0)
     assert good.chat.completions.create(model="x", messages=ask("plain")).choices[0].message.content
+
+
+def test_stream_left_before_its_first_chunk_gives_its_slot_back(scripted):
+    """A client that sends a streamed chat and hangs up before reading anything: its slot comes back (one
+    slot here, so a leak would refuse every later chat with 529)."""
+    import socket
+
+    from blink.chat import ChatEngine
+    from blink.loading import Loaded
+    from blink.server import create_app
+    from blink.slots import ChatSlots
+
+    model = ScriptedModel(scripted.ctx.chat_engine.model.config, scripted.tokenizer)
+    engine = ChatEngine(Loaded(model, scripted.tokenizer, None))
+    ctx = dataclasses.replace(scripted.ctx, chat=lambda ids, params, caller: engine.generate(ids, params),
+                              chat_engine=engine, chat_slots=ChatSlots(1))
+    served = Served(create_app(ctx))
+    try:
+        body = json.dumps({"model": "x", "messages": ask("slow"), "stream": True}).encode()
+        head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()
+        for wait in (0.0, 0.02, 0.1, 0.3):
+            with socket.create_connection(("127.0.0.1", served.port)) as s:
+                s.sendall(head + body)
+                time.sleep(wait)
+        deadline = time.time() + 10
+        while httpx.get(served.url + "/healthz").json()["chat_slots"]["running"] and time.time() < deadline:
+            time.sleep(0.05)
+        assert httpx.get(served.url + "/healthz").json()["chat_slots"] == {"max_concurrent": 1, "running": 0}
+        out = openai.OpenAI(base_url=served.url + "/v1", api_key="x", max_retries=0).chat.completions.create(
+            model="x", messages=ask("plain"))
+        assert out.choices[0].message.content == SCRIPTS["plain"]
+    finally:
+        served.stop()
