@@ -21,7 +21,8 @@ import logging
 import uuid
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
+from collections.abc import Awaitable, Callable
 
 import anyio
 from starlette.requests import ClientDisconnect, Request

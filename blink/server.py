@@ -10,7 +10,7 @@ Space passes its `@spaces.GPU` wrappers and everything else passes the engine's 
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from .auth import ApiKey
 from .context import Context, anonymous

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable, Generic, Iterator, TypeVar
+from typing import Generic, TypeVar
+from collections.abc import Callable, Iterator
 
 import anyio
 
@@ -102,5 +103,5 @@ class GeneratorStream(Generic[T]):
             return
         try:
             await anyio.to_thread.run_sync(close)
-        except Exception:  # noqa: BLE001 - the client is gone; all that is left is to say it in the log
+        except Exception:  # noqa: BLE001 - the client is gone: all that is left is to say it in the log
             log.exception("closing a generator failed")

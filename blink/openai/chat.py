@@ -18,7 +18,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import StreamingResponse
