@@ -4,9 +4,9 @@ the chat slots and the health figures. Built once by the standalone server or th
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Callable
 
 from .auth import ApiKey
 from .limits import Limits

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Awaitable, Callable
 
 import anyio
 from starlette.requests import ClientDisconnect, Request

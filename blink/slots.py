@@ -7,8 +7,8 @@ One `ChatSlots` lives on the Context, so the API's chat and the Space's UI chat 
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 from .errors import Overloaded
 

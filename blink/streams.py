@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Generic, TypeVar
 from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
 
 import anyio
 

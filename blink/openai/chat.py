@@ -17,8 +17,8 @@ import json
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import StreamingResponse
