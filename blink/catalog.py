@@ -12,7 +12,7 @@ from starlette.routing import Route
 from . import systemone
 from .context import Context
 from .errors import BlinkError
-from .http import Call, Wire, endpoint
+from .http import Call, Endpoint, Wire
 from .openai import protocol
 
 
@@ -42,5 +42,5 @@ def routes(ctx: Context) -> list[Route]:
     async def healthz(call: Call) -> dict:
         return ctx.current_health()
 
-    return [Route("/v1/models", endpoint(ctx, WIRE, models, read_body=False), methods=["GET"]),
-            Route("/healthz", endpoint(ctx, WIRE, healthz, auth=False, read_body=False), methods=["GET"])]
+    return [Route("/v1/models", Endpoint(ctx, WIRE, models, read_body=False), methods=["GET"]),
+            Route("/healthz", Endpoint(ctx, WIRE, healthz, auth=False, read_body=False), methods=["GET"])]

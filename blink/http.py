@@ -1,6 +1,6 @@
 """One route wrapper per wire family: what every blink route does around its own few lines.
 
-`endpoint(ctx, wire, handler)` is the ASGI app of one route. It gives the request an id, checks the API key,
+`Endpoint(ctx, wire, handler)` is the ASGI app of one route. It gives the request an id, checks the API key,
 reads the body (blink.bodies), calls `handler(call)` and answers: a dict as JSON with 200, a Response as it
 is. A BlinkError is rendered in the wire's own shape; anything else is logged and answered 500 in that shape.
 Every response carries the request id (under the wire's header names) and `server-timing`.
@@ -10,7 +10,8 @@ onto Gradio's app where our handlers and middleware don't exist. For the same re
 methods under /v1/ are answered by routes too (`not_routed`, listed after the real ones).
 
 `cancel_on_disconnect=True` (chat): once the body is read, the client's disconnect cancels the handler and
-the response alike, as vLLM's `with_cancellation` does, so streamed and non-streamed chat stop the same way.
+the response alike, as vLLM's `with_cancellation` does, so streamed and non-streamed chat stop the same way
+(Starlette's StreamingResponse may notice first under ASGI 2.3; it cancels the same scope of work).
 What a handler holds for the exchange (`call.held`: a chat slot, a generator) is let go when it ends,
 however it ends.
 """
@@ -76,8 +77,8 @@ class Call:
 Handler = Callable[[Call], Awaitable["dict | Response"]]
 
 
-class endpoint:
-    """The ASGI app of one route (a class, so Starlette passes it the raw ASGI call, not a Request)."""
+class Endpoint:
+    """The ASGI app of one route (an object, not a function, so Starlette hands it the raw ASGI call)."""
 
     def __init__(self, ctx, wire: Wire, handler: Handler, *, auth: bool = True, read_body: bool = True,
                  cancel_on_disconnect: bool = False):
@@ -143,4 +144,4 @@ def not_routed(ctx, prefix: str, wire: Wire, routes: list) -> Route:
                           kind="method_not_allowed", headers={"Allow": ", ".join(allowed)})
         raise NoRoute(f"there is no route {method} {path} on this server", kind="unknown_route")
 
-    return Route(prefix + "{rest:path}", endpoint(ctx, wire, refuse, auth=False, read_body=False))
+    return Route(prefix + "{rest:path}", Endpoint(ctx, wire, refuse, auth=False, read_body=False))

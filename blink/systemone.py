@@ -12,7 +12,7 @@ from starlette.routing import Route
 
 from .context import Context
 from .errors import BlinkError, InvalidRequest
-from .http import Call, Wire, endpoint
+from .http import Call, Endpoint, Wire
 
 
 def error_body(error: BlinkError) -> dict:
@@ -32,4 +32,4 @@ def routes(ctx: Context) -> list[Route]:
             usage.update(decided.image_usage)
         return {"model": ctx.served_name, "answers": decided.answers, "usage": usage}
 
-    return [Route("/v1/systemone", endpoint(ctx, WIRE, systemone), methods=["POST"])]
+    return [Route("/v1/systemone", Endpoint(ctx, WIRE, systemone), methods=["POST"])]

@@ -27,7 +27,7 @@ from starlette.routing import Route
 from ..chat import ChatEnd
 from ..context import Context
 from ..errors import BlinkError, EngineFailure
-from ..http import Call, endpoint
+from ..http import Call, Endpoint
 from ..streams import KEEPALIVE, GeneratorStream
 from ..toolcalls import ToolStream, parse
 from .protocol import WIRE, ChatRequest, bad, parse_chat, render
@@ -86,7 +86,7 @@ def routes(ctx: Context) -> list[Route]:
         return StreamingResponse(events, media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-    return [Route("/v1/chat/completions", endpoint(ctx, WIRE, chat_completions, cancel_on_disconnect=True),
+    return [Route("/v1/chat/completions", Endpoint(ctx, WIRE, chat_completions, cancel_on_disconnect=True),
                   methods=["POST"])]
 
 

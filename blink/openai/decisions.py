@@ -13,7 +13,7 @@ from starlette.routing import Route
 
 from ..context import Context
 from ..errors import InvalidRequest
-from ..http import Call, endpoint
+from ..http import Call, Endpoint
 from .protocol import IMAGE_PARTS, WIRE, bad, data_url
 
 
@@ -220,4 +220,4 @@ def routes(ctx: Context) -> list[Route]:
                 "usage": {"input_tokens": n, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
                           "output_tokens": 0, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": n}}
 
-    return [Route("/v1/decisions", endpoint(ctx, WIRE, decisions), methods=["POST"])]
+    return [Route("/v1/decisions", Endpoint(ctx, WIRE, decisions), methods=["POST"])]
