@@ -122,7 +122,11 @@ async def answer(wire: Wire, handler: Handler, call: Call, send) -> None:
         log.exception("request %s failed", call.request_id)
         failure = EngineFailure(f"internal error: {type(exc).__name__}: {exc}")
         response = wire.error_response(failure, call.request_id, call.timing)
-    await response(call.request.scope, call.request.receive, send)
+    try:
+        await response(call.request.scope, call.request.receive, send)
+    except ClientDisconnect:
+        pass  # gone mid-answer (ASGI 2.4 servers say so on send): nobody is left to tell
+
 
 
 async def cancel_when_gone(receive, scope: anyio.CancelScope) -> None:
