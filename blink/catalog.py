@@ -2,26 +2,27 @@
 
 `/v1/models` is ONE body for both client families: OpenAI's `object`/`data[].id` (Open WebUI, the openai
 SDK) and TypeSafe's `models[].name/description/release_date` (its SDKs, jevcompat). Each reads its keys
-and ignores the others'.
+and ignores the others'; its errors (a 401) carry both shapes at once too.
 """
 
 from __future__ import annotations
 
-from starlette.requests import Request
 from starlette.routing import Route
 
+from . import systemone
 from .context import Context
-from .http import json_response, new_request_id
+from .errors import BlinkError
+from .http import Call, Endpoint, Wire
+from .openai import protocol
 
-UNAUTHORIZED = "missing or invalid API key: send Authorization: Bearer <key>"
+
+def both_shapes(error: BlinkError) -> tuple[int, dict]:
+    """OpenAI's `error` object and System One's `detail` object in one body."""
+    status, body = protocol.render(error)
+    return status, {"error": body["error"], "detail": systemone.error_body(error)["detail"]}
 
 
-def unauthorized_both_wires(request_id: str):
-    """A 401 both families read: OpenAI's `error` object and TypeSafe's `detail` object."""
-    body = {"error": {"message": UNAUTHORIZED, "type": "authentication_error", "param": None,
-                      "code": "invalid_api_key"},
-            "detail": {"error_type": "authentication_error", "message": UNAUTHORIZED}}
-    return json_response(body, 401, {"x-typesafe-request-id": request_id, "WWW-Authenticate": "Bearer"})
+WIRE = Wire(both_shapes, id_headers=("x-request-id", "x-typesafe-request-id"))
 
 
 def listing(ctx: Context) -> dict:
@@ -35,13 +36,11 @@ def listing(ctx: Context) -> dict:
 
 
 def routes(ctx: Context) -> list[Route]:
-    async def models(request: Request):
-        request_id = new_request_id()
-        if not ctx.auth.allows(request.headers.get("authorization")):
-            return unauthorized_both_wires(request_id)
-        return json_response(listing(ctx), 200, {"x-typesafe-request-id": request_id})
+    async def models(call: Call) -> dict:
+        return listing(ctx)
 
-    async def healthz(request: Request):
-        return json_response(ctx.current_health(), 200, {"x-typesafe-request-id": new_request_id()})
+    async def healthz(call: Call) -> dict:
+        return ctx.current_health()
 
-    return [Route("/v1/models", models, methods=["GET"]), Route("/healthz", healthz, methods=["GET"])]
+    return [Route("/v1/models", Endpoint(ctx, WIRE, models, read_body=False), methods=["GET"]),
+            Route("/healthz", Endpoint(ctx, WIRE, healthz, auth=False, read_body=False), methods=["GET"])]

@@ -18,14 +18,13 @@ stop string that completes ends generation without being sent.
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from .errors import InvalidRequest
 from .limits import Limits
-from .toolcalls import partial_marker_length
+from .text import partial_marker_length
 
 DEFAULT_MAX_OUTPUT_TOKENS = 4096
 
@@ -105,7 +104,7 @@ class ChatEngine:
                 if b["type"] != "image":
                     content.append(b)
                     continue
-                name, loc = image_name(b["loc"]), ["body", *b["loc"]]
+                name, loc = b["name"], ["body", *b["loc"]]
                 data = decode_base64(name, b["data_base64"], loc)
                 check_size(name, data, self.image_limits, loc)
                 content.append({"type": "image", "image": decode(name, data, self.image_limits)})
@@ -161,9 +160,6 @@ class ChatEngine:
         rendered = self.render(messages, tools)
         rendered.max_tokens = self.budget(rendered.ids, max_tokens)
         return rendered
-
-    def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     # the GPU step ----------------------------------------------------------------------------------------
     def generate(self, ids: list[int], params: dict) -> Iterator[Any]:
@@ -247,14 +243,6 @@ class ChatEngine:
             extra = image_inputs(images, torch.tensor([ids]), token, device)
         positions = torch.cat([torch.arange(n).view(1, 1, n), rope.reshape(3, 1, n)]).to(device)
         return {**extra, "position_ids": positions}, delta
-
-
-def image_name(loc: list) -> str:
-    """["messages", 0, "content", 1] -> "messages[0].content[1]" (how OpenAI names a field)."""
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
 
 
 def _sample(logits, temperature: float, top_p: float, top_k: int, generator) -> int:
@@ -345,15 +333,3 @@ class _StopStrings:
         out = self.pending[:len(self.pending) - keep]
         self.pending = self.pending[len(self.pending) - keep:]
         return out, False
-
-
-def arguments_for_template(arguments: Any) -> Any:
-    """Chat templates (Qwen's among them) iterate a tool call's arguments as a mapping; OpenAI sends a JSON
-    string. Parse it when it is a JSON object, else pass it through."""
-    if isinstance(arguments, str):
-        try:
-            parsed = json.loads(arguments)
-        except (json.JSONDecodeError, ValueError):
-            return arguments
-        return parsed if isinstance(parsed, dict) else arguments
-    return arguments

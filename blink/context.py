@@ -1,15 +1,17 @@
 """What every route needs: the decision service, the chat function, the key, the limits, the served names,
-and the health figures. Built once by the standalone server or the Space and handed to the routers."""
+the chat slots and the health figures. Built once by the standalone server or the Space, handed to the routers."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .auth import ApiKey
 from .limits import Limits
 from .service import DecisionService
+from .slots import ChatSlots
 
 
 def anonymous(request) -> None:
@@ -21,19 +23,22 @@ def anonymous(request) -> None:
 class Context:
     service: DecisionService
     served_name: str
+    # chat generation: `chat(ids, params, caller)`, a generator, plain data in and out (blink.chat)
+    chat: Callable[..., Any]
+    # the main-process half of chat (render, token budget): a blink.chat.ChatEngine
+    chat_engine: Any
     auth: ApiKey = field(default_factory=ApiKey)
     limits: Limits = field(default_factory=Limits)
     aliases: tuple[str, ...] = ()
     description: str = "blink: typed decisions (noul, choice, score) with option probabilities from one forward pass."
     release_date: str = "2026-10-01"
     health: dict = field(default_factory=dict)
-    # chat generation (OpenAI routes): `chat(ids, params, caller)`, a generator, plain data in and out (blink.chat)
-    chat: Callable[..., Any] | None = None
     # who a request is from, passed explicitly to the decision service and chat (the Space: ZeroGPU identity)
     caller_of: Callable[[Any], Any] = anonymous
-    # the main-process half of chat (render, token budget): a blink.chat.ChatEngine
-    chat_engine: Any = None
-    max_concurrent_chats: int = 4
+    # generations at once, shared by every chat surface (the API's and the Space's UI)
+    chat_slots: ChatSlots = field(default_factory=ChatSlots)
+    # seconds without a token before a streamed chat sends an SSE keep-alive comment
+    sse_keepalive_s: float = 5.0
     # extra health figures computed on request (e.g. the Space's GPU-duration accounting)
     live_health: list[Callable[[], dict]] = field(default_factory=list)
     created: int = field(default_factory=lambda: int(time.time()))
@@ -45,7 +50,7 @@ class Context:
     def current_health(self) -> dict:
         stats = self.service.batcher.stats()
         out = {**self.health, "ok": bool(self.health.get("ok", True)) and stats["worker_alive"], "batching": stats,
-               "api_key_required": self.auth.required}
+               "chat_slots": self.chat_slots.health(), "api_key_required": self.auth.required}
         for extra in self.live_health:
             out.update(extra())
         return out

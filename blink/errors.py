@@ -31,6 +31,13 @@ class InvalidRequest(BlinkError):
     error_type = "invalid_request_error"
 
 
+class NoRoute(BlinkError):
+    """No route here: an unknown path (404), or a known one asked with another method (405)."""
+
+    status = 404
+    error_type = "not_found_error"
+
+
 class PayloadTooLarge(BlinkError):
     status = 413
     error_type = "payload_too_large"

@@ -1,155 +1,151 @@
-"""HTTP plumbing shared by the wire families: request ids, bodies (size cap, zstd/gzip/deflate, multipart),
-and JSON responses.
+"""One route wrapper per wire family: what every blink route does around its own few lines.
 
-The routes read their bodies themselves instead of letting FastAPI validate them: the caps must apply
-while the body streams in, compressed bodies must be decoded first, and every error must come out in the
-wire's own shape (never FastAPI's defaults), including when the routes are grafted onto Gradio's app,
-where our exception handlers and middleware don't exist.
+`Endpoint(ctx, wire, handler)` is the ASGI app of one route. It gives the request an id, checks the API key,
+reads the body (blink.bodies), calls `handler(call)` and answers: a dict as JSON with 200, a Response as it
+is. A BlinkError is rendered in the wire's own shape; anything else is logged and answered 500 in that shape.
+Every response carries the request id (under the wire's header names) and `server-timing`.
+
+Routes are plain ASGI apps, not FastAPI dependencies or exception handlers, because the Space grafts them
+onto Gradio's app where our handlers and middleware don't exist. For the same reason unknown paths and
+methods under /v1/ are answered by routes too (`not_routed`, listed after the real ones).
+
+`cancel_on_disconnect=True` (chat): once the body is read, the client's disconnect cancels the handler and
+the response alike, as vLLM's `with_cancellation` does, so streamed and non-streamed chat stop the same way
+(Starlette's StreamingResponse may notice first under ASGI 2.3; it cancels the same scope of work).
+What a handler holds for the exchange (`call.held`: a chat slot, a generator) is let go when it ends,
+however it ends.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import uuid
-import zlib
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any
 
-from starlette.requests import Request
-from starlette.responses import JSONResponse
+import anyio
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Match, Route
 
-from .errors import BlinkError, InvalidRequest, PayloadTooLarge
-from .limits import Limits
+from .bodies import read_request
+from .errors import BlinkError, EngineFailure, NoRoute, Unauthorized
+from .service import Timing
+
+log = logging.getLogger("blink")
+
+UNAUTHORIZED = "missing or invalid API key: send Authorization: Bearer <key>"
 
 
 def new_request_id() -> str:
     return "req_" + uuid.uuid4().hex
 
 
-class CompactJSONResponse(JSONResponse):
-    """Compact UTF-8 JSON (as the live API sends), keys in the order given, never NaN."""
+@dataclass(frozen=True)
+class Wire:
+    """How one wire family answers: `render(error) -> (status, body)` and the headers that carry the id."""
 
-    def render(self, content) -> bytes:
-        return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+    render: Callable[[BlinkError], tuple[int, dict]]
+    id_headers: tuple[str, ...] = ("x-typesafe-request-id",)
 
+    def headers(self, request_id: str, timing: Timing) -> dict:
+        return {**{name: request_id for name in self.id_headers}, "server-timing": timing.header()}
 
-def json_response(body, status: int = 200, headers: dict | None = None) -> JSONResponse:
-    return CompactJSONResponse(body, status_code=status, headers=headers)
-
-
-async def read_body(request: Request, limits: Limits) -> bytes:
-    """The raw body, refused with 413 as soon as it passes the cap (a 100 MB body is never held whole)."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limits.max_body_bytes:
-        raise PayloadTooLarge(f"the body is {int(declared)} bytes; this server accepts at most "
-                              f"{limits.max_body_bytes} bytes per request", kind="body_too_large")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limits.max_body_bytes:
-            raise PayloadTooLarge(f"the body is over {limits.max_body_bytes} bytes, this server's limit per request",
-                                  kind="body_too_large")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    def error_response(self, error: BlinkError, request_id: str, timing: Timing) -> Response:
+        status, body = self.render(error)
+        headers = {**self.headers(request_id, timing), **error.headers}
+        if isinstance(error, Unauthorized):
+            headers["WWW-Authenticate"] = "Bearer"
+        return JSONResponse(body, status, headers)
 
 
-def decode_body(raw: bytes, encoding: str | None, limits: Limits) -> bytes:
-    """Undo `Content-Encoding` (zstd, gzip, deflate), with the decoded size capped (no decompression bombs)."""
-    encoding = (encoding or "identity").strip().lower()
-    if encoding in ("", "identity"):
-        return raw
-    cap = limits.max_decoded_bytes
+@dataclass
+class Call:
+    """One request as its handler sees it: checked, its body read, named and timed."""
+
+    request: Request
+    request_id: str
+    timing: Timing
+    held: AsyncExitStack  # let go when the exchange ends: a chat slot, a generator
+    caller: Any = None
+    body: Any = None
+    parts: dict = field(default_factory=dict)  # multipart assets: {name: (content type, bytes)}
+
+
+Handler = Callable[[Call], Awaitable["dict | Response"]]
+
+
+class Endpoint:
+    """The ASGI app of one route (an object, not a function, so Starlette hands it the raw ASGI call)."""
+
+    def __init__(self, ctx, wire: Wire, handler: Handler, *, auth: bool = True, read_body: bool = True,
+                 cancel_on_disconnect: bool = False):
+        self.ctx, self.wire, self.handler = ctx, wire, handler
+        self.auth, self.read_body, self.cancel_on_disconnect = auth, read_body, cancel_on_disconnect
+
+    async def __call__(self, scope, receive, send) -> None:
+        ctx, wire = self.ctx, self.wire
+        request = Request(scope, receive)
+        async with AsyncExitStack() as held:
+            call = Call(request, new_request_id(), Timing(), held, caller=ctx.caller_of(request))
+            try:
+                if self.auth and not ctx.auth.allows(request.headers.get("authorization")):
+                    raise Unauthorized(UNAUTHORIZED)
+                if self.read_body:
+                    call.body, call.parts = await read_request(request, ctx.limits)
+            except ClientDisconnect:
+                return  # nobody to answer
+            except BlinkError as error:
+                await wire.error_response(error, call.request_id, call.timing)(scope, receive, send)
+                return
+            if not self.cancel_on_disconnect:
+                await answer(wire, self.handler, call, send)
+                return
+            async with anyio.create_task_group() as group:
+                group.start_soon(cancel_when_gone, receive, group.cancel_scope)
+                await answer(wire, self.handler, call, send)
+                group.cancel_scope.cancel()
+
+
+async def answer(wire: Wire, handler: Handler, call: Call, send) -> None:
     try:
-        if encoding == "zstd":
-            import zstandard
-
-            reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
-            data = reader.read(cap + 1)
-        elif encoding in ("gzip", "x-gzip", "deflate"):
-            # gzip: wbits 16+; deflate: zlib-wrapped per RFC 9110, raw deflate accepted as clients do send it
-            wbits = 16 + zlib.MAX_WBITS if "gzip" in encoding else (zlib.MAX_WBITS if raw[:1] == b"\x78"
-                                                                    else -zlib.MAX_WBITS)
-            inflater = zlib.decompressobj(wbits)
-            data = inflater.decompress(raw, cap + 1)
-            if len(data) <= cap and not inflater.eof:
-                raise ValueError("truncated stream")
-        else:
-            raise BlinkError(f"unsupported Content-Encoding {encoding!r}: send zstd, gzip, deflate or none",
-                             status=415, kind="unsupported_encoding")
-    except BlinkError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - any decoder failure is the client's data
-        raise BlinkError(f"the body is not valid {encoding} data: {exc}", status=400, kind="invalid_encoding") from None
-    if len(data) > cap:
-        raise PayloadTooLarge(f"the body decompresses to more than {cap} bytes, this server's limit",
-                              kind="body_too_large")
-    return data
-
-
-def parse_json(data: bytes):
+        result = await handler(call)
+        response = result if isinstance(result, Response) else JSONResponse(result)
+        response.headers.update(wire.headers(call.request_id, call.timing))
+    except BlinkError as error:
+        if isinstance(error, EngineFailure):
+            log.error("request %s failed: %s", call.request_id, error.message)
+        response = wire.error_response(error, call.request_id, call.timing)
+    except Exception as exc:  # noqa: BLE001 - our fault: say so, log it, keep serving
+        log.exception("request %s failed", call.request_id)
+        failure = EngineFailure(f"internal error: {type(exc).__name__}: {exc}")
+        response = wire.error_response(failure, call.request_id, call.timing)
     try:
-        return json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        pos = getattr(exc, "pos", 0)
-        raise InvalidRequest(f"the body is not valid JSON: {exc}", loc=["body", pos], kind="json_invalid") from None
+        await response(call.request.scope, call.request.receive, send)
+    except ClientDisconnect:
+        pass  # gone mid-answer (ASGI 2.4 servers say so on send): nobody is left to tell
 
 
-def parse_multipart(data: bytes, content_type: str) -> tuple[dict, dict[str, tuple[str, bytes]]]:
-    """TypeSafe's multipart wire: a `request` part with the JSON, then one part per asset.
-    Returns the request and the other parts as {name: (content_type, bytes)}."""
-    from python_multipart.multipart import MultipartParser, parse_options_header
 
-    _, options = parse_options_header(content_type)
-    boundary = options.get(b"boundary")
-    if not boundary:
-        raise InvalidRequest("multipart/form-data without a boundary", loc=["body"], kind="multipart_invalid")
-    parts: dict[str, tuple[str, bytes]] = {}
-    current: dict = {}
-
-    def on_part_begin():
-        current.clear()
-        current.update(headers={}, data=[], field=b"", value=b"")
-
-    def on_header_field(b, s, e):
-        current["field"] += b[s:e]
-
-    def on_header_value(b, s, e):
-        current["value"] += b[s:e]
-
-    def on_header_end():
-        current["headers"][current["field"].decode("latin-1").lower()] = current["value"].decode("latin-1")
-        current["field"], current["value"] = b"", b""
-
-    def on_part_data(b, s, e):
-        current["data"].append(b[s:e])
-
-    def on_part_end():
-        _, disposition = parse_options_header(current["headers"].get("content-disposition", ""))
-        name = disposition.get(b"name", b"").decode("utf-8", "replace")
-        if name in parts:
-            raise InvalidRequest(f"multipart part {name!r} appears twice", loc=["body", name], kind="multipart_invalid")
-        parts[name] = (current["headers"].get("content-type", ""), b"".join(current["data"]))
-
-    parser = MultipartParser(boundary, callbacks={
-        "on_part_begin": on_part_begin, "on_header_field": on_header_field, "on_header_value": on_header_value,
-        "on_header_end": on_header_end, "on_part_data": on_part_data, "on_part_end": on_part_end})
-    try:
-        parser.write(data)
-        parser.finalize()
-    except BlinkError:
-        raise
-    except Exception as exc:  # noqa: BLE001
-        raise InvalidRequest(f"invalid multipart body: {exc}", loc=["body"], kind="multipart_invalid") from None
-    if "request" not in parts:
-        raise InvalidRequest("a multipart body needs a `request` part holding the JSON request",
-                             loc=["body", "request"], kind="missing")
-    body = parse_json(parts.pop("request")[1])
-    return body, parts
+async def cancel_when_gone(receive, scope: anyio.CancelScope) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()
 
 
-async def read_request(request: Request, limits: Limits) -> tuple[object, dict]:
-    """The decoded request body (JSON, or multipart with its extra parts)."""
-    raw = await read_body(request, limits)
-    data = decode_body(raw, request.headers.get("content-encoding"), limits)
-    content_type = request.headers.get("content-type", "")
-    if content_type.lower().startswith("multipart/form-data"):
-        return parse_multipart(data, content_type)
-    return parse_json(data), {}
+def not_routed(ctx, prefix: str, wire: Wire, routes: list) -> Route:
+    """The route after the real ones for every path under `prefix`: 405 (with `Allow`) for a known path asked
+    with another method, 404 for the rest, in the wire's own shape with a request id."""
+
+    async def refuse(call: Call):
+        method, path = call.request.method, call.request.url.path
+        allowed = sorted({m for r in routes if isinstance(r, Route) and r.methods
+                          and r.matches(call.request.scope)[0] is Match.PARTIAL for m in r.methods})
+        if allowed:
+            raise NoRoute(f"{path} does not accept {method}; it takes {', '.join(allowed)}", status=405,
+                          kind="method_not_allowed", headers={"Allow": ", ".join(allowed)})
+        raise NoRoute(f"there is no route {method} {path} on this server", kind="unknown_route")
+
+    return Route(prefix + "{rest:path}", Endpoint(ctx, wire, refuse, auth=False, read_body=False))

@@ -1,19 +1,21 @@
 """The standalone server (`python -m blink serve`) and the pieces the Space reuses.
 
 `build_context` loads the model and the engine and runs the warm-up; `api_routes` is the list of routes
-both the standalone app and the Space (grafted ahead of Gradio's) serve; `create_app` wraps them in a
-plain FastAPI app for uvicorn and tests. The GPU functions are injected (`decide=`, `chat=`), so the Space
-passes its `@spaces.GPU` wrappers and everything else passes the engine's own methods.
+both the standalone app and the Space (grafted ahead of Gradio's) serve, ending with the routes that answer
+unknown paths and methods under /v1/ in each wire's shape; `create_app` wraps them in a plain FastAPI app
+for uvicorn and tests. The GPU functions are injected into `build_context` (`decide=`, `chat=`), so the
+Space passes its `@spaces.GPU` wrappers and everything else passes the engine's own methods.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from .auth import ApiKey
 from .context import Context, anonymous
 from .settings import Settings
+from .slots import ChatSlots
 
 log = logging.getLogger("blink")
 
@@ -55,7 +57,7 @@ def build_context(settings: Settings, decide: Callable | None = None, chat: Call
     return Context(service=service, served_name=settings.served_name, auth=ApiKey(settings.api_key),
                    limits=settings.limits, aliases=settings.model_aliases, health=health,
                    chat=chat or local_chat(chat_engine), chat_engine=chat_engine,
-                   max_concurrent_chats=settings.max_concurrent_chats, caller_of=caller_of or anonymous)
+                   chat_slots=ChatSlots(settings.max_concurrent_chats), caller_of=caller_of or anonymous)
 
 
 def local_chat(chat_engine):
@@ -67,33 +69,20 @@ def local_chat(chat_engine):
 
 
 def api_routes(ctx: Context) -> list:
-    from . import catalog, systemone
+    from . import catalog, openai, systemone
+    from .http import not_routed
+    from .openai import protocol
 
-    routes = catalog.routes(ctx) + systemone.routes(ctx)
-    try:
-        from . import openai_routes
-    except ImportError:  # pragma: no cover - the OpenAI wire is optional for the engine
-        return routes
-    return routes + openai_routes.routes(ctx)
+    routes = catalog.routes(ctx) + systemone.routes(ctx) + openai.routes(ctx)
+    # the more specific prefix first: /v1/systemone* answers in System One's shape, the rest of /v1/ in OpenAI's
+    return routes + [not_routed(ctx, "/v1/systemone", systemone.WIRE, routes),
+                     not_routed(ctx, "/v1/", protocol.WIRE, routes)]
 
 
 def create_app(ctx: Context):
     from fastapi import FastAPI
-    from starlette.middleware.base import BaseHTTPMiddleware
-
-    from .http import new_request_id
 
     app = FastAPI(title="blink", routes=api_routes(ctx), docs_url=None, redoc_url=None, openapi_url=None)
-
-    class RequestId(BaseHTTPMiddleware):
-        """Responses our routes didn't build (404, 405) get a request id too."""
-
-        async def dispatch(self, request, call_next):
-            response = await call_next(request)
-            response.headers.setdefault("x-typesafe-request-id", new_request_id())
-            return response
-
-    app.add_middleware(RequestId)
     app.state.blink = ctx
     return app
 

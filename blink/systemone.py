@@ -3,24 +3,16 @@
 Bodies: success `{"model","answers","usage"}` (compact, live key order); validation errors 422
 `{"error": <message>, "detail": [{"type","loc","msg"}]}`; other errors
 `{"error": <message>, "detail": {"error_type","message"}}`. The SDKs show the top-level `error` string.
-Every response carries `x-typesafe-request-id: req_<32 hex>` and `server-timing`.
+Every response carries `x-typesafe-request-id: req_<32 hex>` and `server-timing` (blink.http).
 """
 
 from __future__ import annotations
 
-import logging
-
-from starlette.requests import Request
 from starlette.routing import Route
 
 from .context import Context
-from .errors import BlinkError, EngineFailure, InvalidRequest, Unauthorized
-from .http import json_response, new_request_id, read_request
-from .service import Timing
-
-log = logging.getLogger("blink")
-
-UNAUTHORIZED = "missing or invalid API key: send Authorization: Bearer <key>"
+from .errors import BlinkError, InvalidRequest
+from .http import Call, Endpoint, Wire
 
 
 def error_body(error: BlinkError) -> dict:
@@ -29,32 +21,15 @@ def error_body(error: BlinkError) -> dict:
     return {"error": error.message, "detail": {"error_type": error.error_type, "message": error.message}}
 
 
-def error_response(error: BlinkError, request_id: str, timing: Timing):
-    headers = {"x-typesafe-request-id": request_id, "server-timing": timing.header(), **error.headers}
-    if isinstance(error, Unauthorized):
-        headers["WWW-Authenticate"] = "Bearer"
-    return json_response(error_body(error), error.status, headers)
+WIRE = Wire(lambda error: (error.status, error_body(error)))
 
 
 def routes(ctx: Context) -> list[Route]:
-    async def systemone(request: Request):
-        request_id, timing = new_request_id(), Timing()
-        try:
-            if not ctx.auth.allows(request.headers.get("authorization")):
-                raise Unauthorized(UNAUTHORIZED)
-            body, parts = await read_request(request, ctx.limits)
-            decided = await ctx.service.decide(body, timing, parts, caller=ctx.caller_of(request))
-        except BlinkError as error:
-            if isinstance(error, EngineFailure):
-                log.error("request %s failed: %s", request_id, error.message)
-            return error_response(error, request_id, timing)
-        except Exception as exc:  # noqa: BLE001 - our fault: say so, log it, keep serving
-            log.exception("request %s failed", request_id)
-            return error_response(EngineFailure(f"internal error: {type(exc).__name__}: {exc}"), request_id, timing)
+    async def systemone(call: Call) -> dict:
+        decided = await ctx.service.decide(call.body, call.timing, call.parts, caller=call.caller)
         usage = {"input_tokens": decided.input_tokens, "output_tokens": 0}
-        if decided.image_usage:  # image requests only: text-only responses stay exactly as before
+        if decided.image_usage:  # image counts only when there are images
             usage.update(decided.image_usage)
-        body = {"model": ctx.served_name, "answers": decided.answers, "usage": usage}
-        return json_response(body, 200, {"x-typesafe-request-id": request_id, "server-timing": timing.header()})
+        return {"model": ctx.served_name, "answers": decided.answers, "usage": usage}
 
-    return [Route("/v1/systemone", systemone, methods=["POST"])]
+    return [Route("/v1/systemone", Endpoint(ctx, WIRE, systemone), methods=["POST"])]

@@ -25,6 +25,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from .text import partial_marker_length
+
 WRAPPERS = ("tool_call", "function_call", "functioncall")
 # a wrapper block; the last one may be unclosed when generation stopped inside it
 _WRAPPED = re.compile(r"<(tool_call|function_call|functioncall)>(.*?)(?:</\1>|\Z)", re.S)
@@ -36,18 +38,6 @@ _EMPTY_FENCE = re.compile(r"```[A-Za-z0-9_+-]*\s*```")
 
 # where a call may begin, for streaming
 START_MARKERS = tuple(f"<{w}>" for w in WRAPPERS) + ("<function=",)
-
-
-def partial_marker_length(text: str, markers) -> int:
-    """How many trailing characters of `text` could be the start of one of `markers`: text a stream must
-    hold back until the next piece says whether a marker (a tool-call tag, a stop string) is coming."""
-    keep = 0
-    for marker in markers:
-        for n in range(min(len(marker) - 1, len(text)), keep, -1):
-            if text.endswith(marker[:n]):
-                keep = n
-                break
-    return keep
 
 
 @dataclass

@@ -120,7 +120,7 @@ def scripted(demo_dir):
     model = ScriptedModel(loaded.model.config, loaded.tokenizer)
     engine = ChatEngine(Loaded(model, loaded.tokenizer, loaded.root))
     ctx = build_context(Settings(model=str(demo_dir), served_model_name="blink-scripted"), loaded=loaded,
-                        chat=engine.generate, chat_engine=engine)
+                        chat_engine=engine)
     open_server = Served(create_app(ctx))
     keyed = Served(create_app(dataclasses.replace(ctx, auth=ApiKey("sekret-key-123"))))
     yield SimpleNamespace(url=open_server.url, keyed_url=keyed.url, model=model, ctx=ctx, tokenizer=loaded.tokenizer)
@@ -235,9 +235,7 @@ def test_stop_strings_end_generation_and_are_not_sent(client):
 
 
 def test_keep_alive_comments_while_waiting_for_the_first_token(scripted, monkeypatch):
-    from blink import openai_routes
-
-    monkeypatch.setattr(openai_routes, "KEEPALIVE_S", 0.25)
+    monkeypatch.setattr(scripted.ctx, "sse_keepalive_s", 0.25)
     body = {"model": "x", "messages": ask("slow"), "stream": True, "stream_options": {"include_usage": True}}
     lines = []
     with httpx.stream("POST", scripted.url + "/v1/chat/completions", json=body, timeout=30) as r:
@@ -312,3 +310,37 @@ def test_api_key_on_openai_routes(scripted):
         bad.decisions.create(model="x", input="hi", questions=[{"type": "predicate", "instructions": "Is it?"}])
     good = openai.OpenAI(base_url=scripted.keyed_url + "/v1", api_key="sekret-key-123", max_retries=0)
     assert good.chat.completions.create(model="x", messages=ask("plain")).choices[0].message.content
+
+
+def test_stream_left_before_its_first_chunk_gives_its_slot_back(scripted):
+    """A client that sends a streamed chat and hangs up before reading anything: its slot comes back (one
+    slot here, so a leak would refuse every later chat with 529)."""
+    import socket
+
+    from blink.chat import ChatEngine
+    from blink.loading import Loaded
+    from blink.server import create_app
+    from blink.slots import ChatSlots
+
+    model = ScriptedModel(scripted.ctx.chat_engine.model.config, scripted.tokenizer)
+    engine = ChatEngine(Loaded(model, scripted.tokenizer, None))
+    ctx = dataclasses.replace(scripted.ctx, chat=lambda ids, params, caller: engine.generate(ids, params),
+                              chat_engine=engine, chat_slots=ChatSlots(1))
+    served = Served(create_app(ctx))
+    try:
+        body = json.dumps({"model": "x", "messages": ask("slow"), "stream": True}).encode()
+        head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()
+        for wait in (0.0, 0.02, 0.1, 0.3):
+            with socket.create_connection(("127.0.0.1", served.port)) as s:
+                s.sendall(head + body)
+                time.sleep(wait)
+        deadline = time.time() + 10
+        while httpx.get(served.url + "/healthz").json()["chat_slots"]["running"] and time.time() < deadline:
+            time.sleep(0.05)
+        assert httpx.get(served.url + "/healthz").json()["chat_slots"] == {"max_concurrent": 1, "running": 0}
+        out = openai.OpenAI(base_url=served.url + "/v1", api_key="x", max_retries=0).chat.completions.create(
+            model="x", messages=ask("plain"))
+        assert out.choices[0].message.content == SCRIPTS["plain"]
+    finally:
+        served.stop()

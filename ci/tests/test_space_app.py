@@ -102,6 +102,15 @@ def test_ui_page_serves_with_theme_and_caveat(space):
         or "blink-caveat" in text
 
 
+def test_unrouted_v1_requests_answer_in_the_wire_shape_on_the_space(space):
+    """The routes grafted onto Gradio answer unknown /v1/ paths and methods themselves, in each wire's shape."""
+    from test_bad_input import UNROUTED, check_unrouted
+
+    for method, path, status in UNROUTED:
+        check_unrouted(httpx.request(method, space + path), path, status)
+    assert httpx.get(space + "/config").status_code == 200  # Gradio's own routes are untouched
+
+
 def test_api_key_guards_v1_only_and_never_leaks(keyed_space, demo_root):
     from gradio_client import Client
     from openai import AuthenticationError, OpenAI

@@ -1,0 +1,223 @@
+"""`POST /v1/decisions`: OpenAI's Decisions wire (`client.decisions.create`) mapped onto the decision service
+`/v1/systemone` uses (predicate -> noul, choice -> criteria, score -> levels), so both wires give the same
+probabilities for the same question. System One's validation errors come back with OpenAI's field names.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.routing import Route
+
+from ..context import Context
+from ..errors import InvalidRequest
+from ..http import Call, Endpoint
+from .protocol import IMAGE_PARTS, WIRE, bad, data_url
+
+
+@dataclass
+class Mapped:
+    """An OpenAI Decisions request as a System One body, and the way back for its answers and errors."""
+
+    body: dict
+    questions: list[dict]  # per question: kind, name, and the typed values for the answer
+
+    def relocate(self, error: InvalidRequest) -> InvalidRequest:
+        """System One locations (["body","questions","questions[3]",...]) and names -> OpenAI params."""
+        loc = list(error.loc)
+        message = error.message
+        if loc[:2] == ["body", "questions"] and len(loc) > 2 and str(loc[2]).startswith("questions["):
+            qid = str(loc[2])
+            message = message.replace(f"question {qid!r}", qid)
+            loc = ["body", qid, *loc[3:]]
+        elif loc[:2] == ["body", "state"]:
+            loc = ["body", "input"]
+            message = message.replace("`state`", "`input`").replace("the state", "the input")
+        else:
+            message = message.replace("the state", "the input")
+        return InvalidRequest(message, loc=loc, kind=error.kind)
+
+    def answers(self, answers: dict) -> list[dict]:
+        out = []
+        for i, q in enumerate(self.questions):
+            raw = answers[f"questions[{i}]"]
+            if q["kind"] == "predicate":
+                out.append({"type": "predicate", "name": q["name"], "probability": raw["noul"]})
+            elif q["kind"] == "choice":
+                probs = raw["probabilities"]
+                by_key = dict(zip(q["keys"], q["values"]))
+                out.append({"type": "choice", "name": q["name"], "choice": by_key[raw["choice"]],
+                            "confidence": raw["confidence"],
+                            "probabilities": [{"value": v, "probability": probs[k]}
+                                              for k, v in zip(q["keys"], q["values"])]})
+            else:
+                probs = raw["probabilities"]
+                out.append({"type": "score", "name": q["name"], "score": raw["score"], "confidence": raw["confidence"],
+                            "probabilities": [{"value": j, "label": label, "probability": probs[str(j)]}
+                                              for j, label in enumerate(q["labels"])]})
+        return out
+
+
+def _image_placeholder(part: dict, images: list, loc: tuple) -> str:
+    """An `input_image` / `image_url` part as a System One asset: the data URL's bytes under a placeholder
+    that stands where the image was (the engine refuses it if the model reads text only)."""
+    fmt, data = data_url(part, *loc)
+    placeholder = f"<image:input-{len(images)}>"
+    images.append((placeholder, {"type": "image", "format": fmt, "data_base64": data}))
+    return placeholder
+
+
+def _parts_text(content: Any, *loc, allow_json: bool = True, images: list | None = None) -> Any:
+    """Decision input content: a string, or text/JSON/image parts. A lone JSON part stays JSON; images
+    become placeholders (collected in `images`)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise bad("content must be a string or a list of parts", *loc)
+    if len(content) == 1 and isinstance(content[0], dict) and content[0].get("type") == "input_json" and allow_json:
+        data = content[0].get("data")
+        if not isinstance(data, (dict, list)):
+            raise bad("an input_json part needs `data` (an object or a list of objects)", *loc, 0, "data")
+        return data
+    texts = []
+    for i, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("input_text", "output_text", "text"):
+            if not isinstance(part.get("text"), str):
+                raise bad("a text part needs a string `text`", *loc, i, "text")
+            texts.append(part["text"])
+        elif kind == "input_json":
+            texts.append(json.dumps(part.get("data"), ensure_ascii=False))
+        elif kind == "refusal":
+            texts.append(str(part.get("refusal", "")))
+        elif kind in IMAGE_PARTS and images is not None:
+            texts.append(_image_placeholder(part, images, (*loc, i)))
+        else:
+            raise bad(f"unsupported content part type {kind!r}", *loc, i, "type")
+    return "\n".join(texts)
+
+
+def _input_state(value: Any, images: list) -> Any:
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list) or not value:
+        raise bad("`input` must be a string or a non-empty list of messages", "input",
+                  kind="missing" if value is None else "invalid_value")
+    items = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise bad("an input item must be an object", "input", i)
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "developer", "system", "assistant"):
+                raise bad(f"`role` must be user, developer, system or assistant; got {role!r}", "input", i, "role")
+            items.append((role, _parts_text(item.get("content"), "input", i, "content", allow_json=len(value) == 1,
+                                            images=images)))
+        elif kind in ("function_call", "custom_tool_call"):
+            args = item.get("arguments") if kind == "function_call" else item.get("input")
+            items.append(("tool call", f"{item.get('name')}({args if isinstance(args, str) else json.dumps(args)})"))
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            items.append(("tool output", _parts_text(item.get("output"), "input", i, "output", allow_json=False)))
+        else:
+            raise bad(f"unsupported input item type {kind!r}", "input", i, "type")
+    if len(items) == 1 and items[0][0] == "user":
+        return items[0][1]  # one user message: its text (or JSON) is the state, as /v1/systemone would take it
+    return "\n\n".join(f"{role}: {text if isinstance(text, str) else json.dumps(text)}" for role, text in items)
+
+
+def to_systemone(body: Any) -> Mapped:
+    if not isinstance(body, dict):
+        raise bad("the body must be a JSON object with `model`, `input` and `questions`")
+    if body.get("model") is not None and not isinstance(body["model"], str):
+        raise bad("`model` must be a string", "model")
+    if "input" not in body:
+        raise bad("`input` is required", "input", kind="missing")
+    images: list = []
+    state = _input_state(body["input"], images)
+    questions = body.get("questions")
+    if questions is None:
+        raise bad("`questions` is required", "questions", kind="missing")
+    if not isinstance(questions, list) or not questions:
+        raise bad("`questions` must be a non-empty list of questions", "questions")
+    out_questions: dict = {}
+    plan: list[dict] = []
+    for i, q in enumerate(questions):
+        qid = f"questions[{i}]"
+        if not isinstance(q, dict):
+            raise bad("a question must be an object with a `type`", qid)
+        kind = q.get("type")
+        name = q.get("name")
+        if name is not None and not isinstance(name, str):
+            raise bad("`name` must be a string", qid, "name")
+        if "instructions" not in q:
+            raise bad("`instructions` is required", qid, "instructions", kind="missing")
+        instructions = _parts_text(q["instructions"], qid, "instructions", allow_json=False)
+        if kind == "predicate":
+            out_questions[qid] = {"type": "noul", "instructions": instructions}
+            plan.append({"kind": "predicate", "name": name})
+        elif kind == "choice":
+            choices = q.get("choices")
+            if not isinstance(choices, list) or len(choices) < 2:
+                raise bad("a choice question needs `choices`: a list of at least 2 {value, description}", qid,
+                          "choices")
+            criteria, keys, values = {}, [], []
+            for j, c in enumerate(choices):
+                value = c.get("value") if isinstance(c, dict) else None
+                if not isinstance(value, (str, bool)):
+                    raise bad("a choice needs a `value` (a string or a boolean)", qid, "choices", j, "value")
+                key = value if isinstance(value, str) else ("true" if value else "false")
+                if key in criteria:
+                    raise bad(f"choice values must be unique; {key!r} appears twice", qid, "choices", j, "value")
+                description = c.get("description")
+                if description is not None and not isinstance(description, str):
+                    raise bad("`description` must be a string", qid, "choices", j, "description")
+                criteria[key] = description
+                keys.append(key)
+                values.append(value)
+            out_questions[qid] = {"type": "choice", "instructions": instructions, "criteria": criteria}
+            plan.append({"kind": "choice", "name": name, "keys": keys, "values": values})
+        elif kind == "score":
+            levels = q.get("levels")
+            if not isinstance(levels, list) or not levels:
+                raise bad("a score question needs `levels`: a list of {label, description}, lowest first", qid,
+                          "levels")
+            criteria, labels = [], []
+            for j, level in enumerate(levels):
+                label = level.get("label") if isinstance(level, dict) else None
+                if not isinstance(label, str):
+                    raise bad("a level needs a string `label`", qid, "levels", j, "label")
+                description = level.get("description")
+                if description is not None and not isinstance(description, str):
+                    raise bad("`description` must be a string", qid, "levels", j, "description")
+                criteria.append(f"{label}: {description}" if description else label)
+                labels.append(label)
+            out_questions[qid] = {"type": "score", "instructions": instructions, "criteria": criteria}
+            plan.append({"kind": "score", "name": name, "labels": labels})
+        else:
+            raise bad(f"`type` must be predicate, choice or score; got {kind!r}", qid, "type")
+    mapped = {"state": state, "questions": out_questions}
+    if images:
+        mapped["assets"] = dict(images)
+    if isinstance(body.get("model"), str):
+        mapped["model"] = body["model"]
+    return Mapped(mapped, plan)
+
+
+def routes(ctx: Context) -> list[Route]:
+    async def decisions(call: Call) -> dict:
+        if call.parts:
+            raise bad("send decision requests as JSON (application/json), not multipart", kind="unsupported_media")
+        mapped = to_systemone(call.body)
+        try:
+            decided = await ctx.service.decide(mapped.body, call.timing, caller=call.caller)
+        except InvalidRequest as error:
+            raise mapped.relocate(error) from None
+        n = decided.input_tokens
+        return {"object": "decision", "model": ctx.served_name, "answers": mapped.answers(decided.answers),
+                "usage": {"input_tokens": n, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                          "output_tokens": 0, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": n}}
+
+    return [Route("/v1/decisions", Endpoint(ctx, WIRE, decisions), methods=["POST"])]
