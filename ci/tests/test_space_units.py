@@ -114,12 +114,14 @@ def test_callers_keep_arrival_order_without_a_window():
 
 
 def test_the_key_is_scrubbed_from_every_log_record(capsys):
-    import auth
+    import ui
+    from blink.auth import ApiKey
     from blink.settings import Settings
 
     secret = "sk-unit-Wq93-never-logged"
     settings = Settings.from_values({"api_key": secret}, env={})
-    key = auth.api_key(settings)
+    key = ApiKey(settings.api_key)
+    zerogpu.keep_secrets_out_of_logs(settings.api_key)
     assert key.required and secret not in repr(key)
     handler = logging.StreamHandler()
     logger = logging.getLogger("blink.test-scrub")
@@ -130,12 +132,12 @@ def test_the_key_is_scrubbed_from_every_log_record(capsys):
     finally:
         logger.removeHandler(handler)
     err = capsys.readouterr().err
-    assert secret not in err and err.count(auth.REDACTED) == 2
-    assert secret not in auth.describe(key)
+    assert secret not in err and err.count(zerogpu.REDACTED) == 2
+    assert secret not in ui.key_note_md(key)
 
 
 def test_scheduler_urls_are_scrubbed_from_logs(capsys):
-    zerogpu.keep_tokens_out_of_logs()
+    zerogpu.keep_secrets_out_of_logs()
     handler = logging.StreamHandler()
     logger = logging.getLogger("blink.test-url-scrub")
     logger.addHandler(handler)
@@ -147,3 +149,34 @@ def test_scheduler_urls_are_scrubbed_from_logs(capsys):
     err = capsys.readouterr().err
     assert "eyJ.secret.tok" not in err and "abc123" not in err and "durationSeconds=5" in err
     assert logging.getLogger("httpx").level == logging.WARNING
+
+
+@pytest.mark.parametrize("line,secret,kept", [
+    ('"GET /v1/models?api_key=sk-q-771 HTTP/1.1" 200', "sk-q-771", '"GET /v1/models?api_key='),
+    ("GET /healthz?key=k-q-772&x=1", "k-q-772", "&x=1"),
+    ("GET /v1/models?foo=1&access_token=at-q-773", "at-q-773", "?foo=1&access_token="),
+    ("GET /v1/models?HF_TOKEN=hf_q774#frag", "hf_q774", "#frag"),
+    ("GET /v1/models?x=1&client_secret=cs-q-775'", "cs-q-775", "?x=1&client_secret="),
+])
+def test_any_credential_in_a_query_string_is_scrubbed(capsys, line, secret, kept):
+    """One scrubber for every record: a query value named like a key or token never reaches the log, while
+    the rest of the line (path, other parameters, status) stays readable."""
+    zerogpu.keep_secrets_out_of_logs()
+    handler = logging.StreamHandler()
+    logger = logging.getLogger("blink.test-query-scrub")
+    logger.addHandler(handler)
+    try:
+        logger.error("%s", line)
+    finally:
+        logger.removeHandler(handler)
+    err = capsys.readouterr().err
+    assert secret not in err and zerogpu.REDACTED in err and kept in err
+
+
+def test_one_log_record_factory_however_often_it_is_installed():
+    zerogpu.keep_secrets_out_of_logs("s-one")
+    factory = logging.getLogRecordFactory()
+    zerogpu.keep_secrets_out_of_logs("s-two")
+    zerogpu.keep_secrets_out_of_logs("s-one")
+    assert logging.getLogRecordFactory() is factory and isinstance(factory, zerogpu.ScrubbedRecords)
+    assert factory.secrets.count("s-one") == 1 and "s-two" in factory.secrets
