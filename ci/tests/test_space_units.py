@@ -180,3 +180,116 @@ def test_one_log_record_factory_however_often_it_is_installed():
     zerogpu.keep_secrets_out_of_logs("s-one")
     assert logging.getLogRecordFactory() is factory and isinstance(factory, zerogpu.ScrubbedRecords)
     assert factory.secrets.count("s-one") == 1 and "s-two" in factory.secrets
+
+
+def test_a_gpu_call_asks_once_runs_as_the_caller_and_accounts_what_it_used():
+    """GpuCall: the seconds it records as requested are the seconds its duration callable hands ZeroGPU, the
+    first step runs as the caller, and the compute seconds the worker reports are accounted as used."""
+    from gradio.context import LocalContext
+
+    from blink.durations import DurationEstimator
+
+    estimator = DurationEstimator(min_s=2, max_s=60, cold_s=5)
+    seen = {}
+
+    def worker(plans, seconds):  # where the `@spaces.GPU` function would run
+        seen.update(duration=zerogpu.GpuCall.duration(plans, seconds=seconds),
+                    token=LocalContext.request.get().headers.get("x-ip-token"))
+        return {"compute_s": 0.25}
+
+    with zerogpu.GpuCall("decide", estimator, zero_gpu=False, caller=(("x-ip-token", "tok-u"),),
+                         prefill_tokens=300, max_s=30) as call:
+        out = call.run(worker, ["plan"])
+        call.used(out["compute_s"])
+    ledger = estimator.health()["decide"]
+    assert ledger["calls"] == 1 and ledger["last_requested_s"] == seen["duration"] == call.seconds
+    assert 2 <= call.seconds <= 30 and seen["token"] == "tok-u"
+    assert ledger["used_s"] == 0.25 and estimator.warm and estimator.prefill.observations == 1
+
+
+def test_a_gpu_stream_left_early_closes_the_worker_and_is_accounted_once():
+    from blink.chat import ChatEnd
+    from blink.durations import DurationEstimator
+
+    estimator = DurationEstimator()
+    closed = []
+
+    def worker(ids, params, seconds):
+        try:
+            for i in range(100):
+                yield f"t{i} "
+            yield ChatEnd("length", len(ids), 100, compute_s=1.0)
+        finally:
+            closed.append(True)
+
+    def chat():
+        with zerogpu.GpuCall("chat", estimator, zero_gpu=False, caller=None, prefill_tokens=3,
+                             decode_tokens=100) as call:
+            yield from call.stream(worker([1, 2, 3], {}, seconds=call.seconds))
+
+    stream = chat()
+    assert [next(stream) for _ in range(3)] == ["t0 ", "t1 ", "t2 "]
+    stream.close()  # the client left
+    assert closed == [True]
+    ledger = estimator.health()["chat"]
+    assert ledger["calls"] == 1 and ledger["used_s"] == 0.0 and estimator.ledger("chat").wall_s > 0
+    assert estimator.decode.observations == 0  # nothing learned from a turn that did not finish
+
+    items = list(chat())  # a turn that finishes: its ChatEnd's compute seconds are used and learned from
+    assert isinstance(items[-1], ChatEnd) and len(items) == 101
+    ledger = estimator.health()["chat"]
+    assert ledger["calls"] == 2 and ledger["used_s"] == 1.0 and estimator.decode.observations == 1
+
+
+@pytest.mark.parametrize("title,cls,cold", [("ZeroGPU worker error", EngineFailure, True),
+                                            ("ZeroGPU quota exceeded", QuotaExceeded, False)])
+def test_a_failed_gpu_call_leaves_as_the_wire_error_and_only_a_worker_failure_makes_it_cold(title, cls, cold):
+    from blink.durations import DurationEstimator
+
+    estimator = DurationEstimator()
+    estimator.warm = True
+
+    def worker(plans, seconds):
+        raise gr.Error("GPU task aborted. Try again in 0:00:05.", title=title)
+
+    with pytest.raises(cls):
+        with zerogpu.GpuCall("decide", estimator, zero_gpu=True, caller=None, prefill_tokens=10) as call:
+            call.run(worker, [])
+    assert estimator.warm is (not cold)
+    assert estimator.health()["decide"]["used_s"] == 0.0 and estimator.health()["decide"]["calls"] == 1
+
+
+def test_app_reads_top_to_bottom_and_builds_its_context_complete():
+    """app.py: every module-level function uses only names bound above it (no forward reference: a GPU function
+    reading a global defined later), and nothing bound at module scope is mutated after it is built
+    (no `CTX.auth = ...`, no `CTX.live_health.append(...)`)."""
+    import ast
+    import builtins
+
+    from conftest import ROOT
+
+    tree = ast.parse((ROOT / "app.py").read_text())
+    bound: set[str] = set(dir(builtins))
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            local = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
+            local |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            local |= {n.name for n in ast.walk(node) if isinstance(n, ast.ExceptHandler) and n.name}
+            used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+            assert used - local <= bound | {node.name}, (node.name, sorted(used - local - bound))
+        for target in [t for n in ast.walk(node) if isinstance(n, (ast.Assign, ast.AugAssign))
+                       for t in (n.targets if isinstance(n, ast.Assign) else [n.target])]:
+            assert not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+                        and target.value.id in bound), f"line {target.lineno}: {ast.unparse(target)} mutates a global"
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            func = node.value.func
+            assert not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute)
+                        and isinstance(func.value.value, ast.Name) and func.value.value.id == "CTX"), \
+                f"line {node.lineno}: {ast.unparse(node)} changes the context after it is built"
+        for n in ast.walk(node) if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else [node]:
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                bound.add(n.id)
+            elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                bound |= {(a.asname or a.name).split(".")[0] for a in n.names}
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(n.name)
