@@ -22,6 +22,7 @@ import spaces  # noqa: I001 - first, before anything imports torch (ZeroGPU patc
 
 import logging
 import os
+from pathlib import Path
 
 import space_config
 from blink.loading import go_offline_if_local
@@ -138,7 +139,8 @@ CTX = build_context(SETTINGS, decide=score_batch, chat=chat, engine=ENGINE, chat
                                           "gpu_size": GPU_SIZE if ZERO_GPU else None}])
 
 # --- the UI, the queue, launch -----------------------------------------------------------------------------
-demo = ui.build(CTX, title=TITLE, description=DESCRIPTION, caveat=CAVEAT, chat_max_tokens=UI_CHAT_MAX_TOKENS)
+demo = ui.build(CTX, title=TITLE, description=DESCRIPTION, caveat=CAVEAT, chat_max_tokens=UI_CHAT_MAX_TOKENS,
+                demo_model=(Path(LOADED.root) / "blink_demo.json").is_file())  # make-demo-model's marker
 
 
 def main() -> None:

@@ -293,3 +293,11 @@ def test_app_reads_top_to_bottom_and_builds_its_context_complete():
                 bound |= {(a.asname or a.name).split(".")[0] for a in n.names}
             elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 bound.add(n.name)
+
+
+def test_the_api_tab_openai_snippet_sets_max_tokens():
+    import ui
+    from blink.auth import ApiKey
+
+    snippet = ui.snippets_md("http://127.0.0.1:7860", "blink-4b", ApiKey())
+    assert "client.chat.completions.create(" in snippet and "max_tokens=256" in snippet
