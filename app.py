@@ -76,15 +76,13 @@ UI_CHAT_MAX_TOKENS = space_value("UI_CHAT_MAX_TOKENS", int) or 512
 DURATION_MAX_S = space_value("DURATION_MAX_S", int)
 CHAT_DURATION_MAX_S = space_value("CHAT_DURATION_MAX_S", int)
 
-import gradio as gr  # noqa: E402
-
 import theme  # noqa: E402
 import ui  # noqa: E402
-from zerogpu import GpuCall, caller_from_headers, keep_secrets_out_of_logs  # noqa: E402
 from blink import durations  # noqa: E402
 from blink.loading import load  # noqa: E402
 from blink.prompts import processed_tokens  # noqa: E402
 from blink.server import api_routes, build_chat_engine, build_context, build_engine  # noqa: E402
+from zerogpu import GpuCall, caller_from_headers, keep_secrets_out_of_logs  # noqa: E402
 
 keep_secrets_out_of_logs(SETTINGS.api_key)  # the key, and callers' ZeroGPU tokens in the scheduler's URLs
 

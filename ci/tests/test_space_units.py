@@ -301,3 +301,24 @@ def test_the_api_tab_openai_snippet_sets_max_tokens():
 
     snippet = ui.snippets_md("http://127.0.0.1:7860", "blink-4b", ApiKey())
     assert "client.chat.completions.create(" in snippet and "max_tokens=256" in snippet
+
+
+def test_the_decide_form_is_checked_box_by_box_within_the_limits():
+    import ui_form
+    from blink.errors import InvalidRequest
+    from blink.limits import Limits
+
+    limits = Limits(max_options=3, max_levels=3)
+    assert ui_form.options_problem("choice", "a\nb\nc\nd", limits) == "4 options: this Space answers at most 3."
+    assert "Line 2 has no option name" in ui_form.options_problem("choice", "a: x\n: y", limits)
+    assert ui_form.options_problem("choice", "a: first\nb", limits) is None
+    assert ui_form.options_problem("score", "low\nhigh", limits) is None
+    slots = ["team", "choice", "Which?", "a\nb", "team", "noul", "", "", "q3", "noul", "", "", "q4", "noul", "", ""]
+    # only the questions asked (count) are checked; positions are the Decide event's inputs
+    assert ui_form.form_problems("x", 1, slots, limits) == {}
+    assert set(ui_form.form_problems("x", 2, slots, limits)) == {6, 8}
+    assert ui_form.box_name(6) == "Question 2 id" and ui_form.box_name(8) == "Question 2 instructions"
+    refused = InvalidRequest("question 'team': a choice question's `criteria` maps option names to descriptions",
+                             loc=["body", "questions", "team"])
+    assert ui_form.wire_error_message(refused, ["urgent", "team"]) == \
+        "Question 2 (team): the Options box maps option names to descriptions"
