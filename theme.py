@@ -37,5 +37,9 @@ CSS = """
 .blink-bar.blink-top .blink-fill { background: #16a34a; }
 .blink-bar .blink-p { text-align: right; font-variant-numeric: tabular-nums; }
 .blink-error { color: #b91c1c; }
+.blink-demo { border: 2px dashed #dc2626; background: rgba(220, 38, 38, .08); padding: .5rem .75rem;
+              border-radius: 6px; font-weight: 600; }
+.blink-note { border-left: 4px solid #0284c7; background: rgba(2, 132, 199, .10); padding: .4rem .7rem;
+              border-radius: 6px; font-size: .9rem; margin-bottom: .5rem; }
 .blink-snippet pre { font-size: .82rem; }
 """

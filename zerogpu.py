@@ -1,4 +1,5 @@
-"""ZeroGPU glue for the Space: whose quota a GPU call spends, and what ZeroGPU's refusals mean over HTTP.
+"""The Space's glue around ZeroGPU: whose quota a GPU call spends, what ZeroGPU's refusals mean over HTTP, the
+main-process side of every GPU call, and the secrets kept out of the Space log.
 
 Kept apart from app.py so it can be tested without loading a model; blink/ itself stays free of gradio and
 spaces (it passes the caller along as an opaque value: `Context.caller_of(request)`, a batcher job's `caller`).
@@ -14,18 +15,27 @@ Errors. `spaces` raises `gr.Error` with a title; `zerogpu_error` turns each into
 wire renders in its own body shape: quota (and illegal duration, pending credits) 429 with Retry-After and
 `x-should-retry: false`; no GPU, queue timeout, expired proxy token 503 with Retry-After; worker failure 500
 (the worker's traceback is already in the log; we log the summary).
+
+Calls. `GpuCall` wraps one call of a `@spaces.GPU` function: the seconds it asks for, the caller it runs as,
+its errors, and its requested-vs-used accounting (blink/durations.py), the same for decisions and chat.
+
+Logs. One log record factory scrubs the API key and any credential-like query value (`token=`, `api_key=`...)
+from every record of the process.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import time
 from contextlib import contextmanager
+from typing import Iterator
 
 import gradio as gr
 from gradio.context import LocalContext
 from starlette.requests import Request
 
+from blink.chat import ChatEnd
 from blink.errors import BlinkError, EngineFailure, GPUUnavailable, QuotaExceeded
 
 log = logging.getLogger("blink.space")
@@ -59,32 +69,6 @@ def as_caller(caller: tuple | None):
         yield
     finally:
         LocalContext.request.reset(token)
-
-
-_TOKEN_IN_URL = re.compile(r"([?&](?:token|allowToken)=)[^&\s\"']+")
-
-
-def keep_tokens_out_of_logs() -> None:
-    """Callers' ZeroGPU tokens travel in the scheduler's URLs (`/schedule?...&token=...`), which httpx logs
-    at INFO: keep httpx quiet, and scrub any such URL from every log record as well."""
-    for name in ("httpx", "httpcore"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    previous = logging.getLogRecordFactory()
-    if getattr(previous, "zerogpu_scrub", False):
-        return
-
-    def factory(*args, **kwargs):
-        record = previous(*args, **kwargs)
-        try:
-            message = record.getMessage()
-        except Exception:  # noqa: BLE001
-            return record
-        if "token=" in message.lower():
-            record.msg, record.args = _TOKEN_IN_URL.sub(r"\1[redacted]", message), ()
-        return record
-
-    factory.zerogpu_scrub = True
-    logging.setLogRecordFactory(factory)
 
 
 # --- errors ------------------------------------------------------------------------------------------------
@@ -133,3 +117,136 @@ def map_gpu_errors(exc: BaseException, zero_gpu: bool) -> BaseException:
     if isinstance(exc, gr.Error) or (zero_gpu and isinstance(exc, RuntimeError) and "ZeroGPU" in str(exc)):
         return zerogpu_error(exc)
     return exc
+
+
+# --- one GPU call, its main-process side -------------------------------------------------------------------
+class GpuCall:
+    """The main-process side of one GPU call, decisions and chat alike. It asks for the seconds its work needs
+    (estimated once, accounted as requested, and passed to the GPU function as `seconds=`, which its `duration`
+    callable, `GpuCall.duration`, reads back: what ZeroGPU is asked for is what the ledger records), runs the
+    call's first step as the caller, maps ZeroGPU's errors to the wire's, and accounts the compute seconds the
+    worker reports as used, calibrating the estimate from them. Use it as a context manager: a call that
+    fails or is abandoned is accounted as having used nothing that came back."""
+
+    def __init__(self, kind: str, estimator, *, zero_gpu: bool, caller: tuple | None, prefill_tokens: int,
+                 decode_tokens: int = 0, max_s: int | None = None):
+        self.kind, self.estimator, self.zero_gpu, self.caller = kind, estimator, zero_gpu, caller
+        self.prefill_tokens, self.decode_tokens = prefill_tokens, decode_tokens
+        self.seconds = estimator.seconds(prefill_tokens, decode_tokens, max_s)
+        estimator.requested(kind, self.seconds)
+        self.started = time.perf_counter()
+        self.scheduled = False  # ZeroGPU schedules the GPU at the call's first step
+        self.accounted = False
+
+    @staticmethod
+    def duration(*args, seconds: int, **kwargs) -> int:
+        """The `duration` callable of every `@spaces.GPU` function here: the seconds its GpuCall asked for."""
+        return seconds
+
+    def __enter__(self) -> GpuCall:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if not self.accounted:
+            self.estimator.used(self.kind, 0.0, time.perf_counter() - self.started)
+            self.accounted = True
+
+    @contextmanager
+    def step(self):
+        """One step of the call: the whole of a plain function, or one item of a generator. The first runs as
+        the caller (its ZeroGPU identity is read then); any step's error leaves as the wire's error."""
+        try:
+            if self.scheduled:
+                yield
+            else:
+                self.scheduled = True
+                with as_caller(self.caller):
+                    yield
+        except Exception as exc:  # noqa: BLE001 - mapped to the wire's status; the caller renders it
+            raise self.failure(exc) from None
+
+    def failure(self, exc: BaseException) -> BaseException:
+        """The error as the wire's; a failure in the worker (not a refusal by the scheduler) makes the next
+        call cold again: ZeroGPU does not reuse a failed worker."""
+        mapped = map_gpu_errors(exc, self.zero_gpu)
+        if not isinstance(mapped, (QuotaExceeded, GPUUnavailable)):
+            self.estimator.failed()
+        return mapped
+
+    def used(self, compute_s: float, prefill_tokens: int | None = None, decode_tokens: int | None = None) -> None:
+        """The compute seconds the worker measured (for the token counts it really processed, when known)."""
+        prefill = self.prefill_tokens if prefill_tokens is None else prefill_tokens
+        decode = self.decode_tokens if decode_tokens is None else decode_tokens
+        self.estimator.observe(prefill, decode, compute_s)
+        self.estimator.used(self.kind, compute_s, time.perf_counter() - self.started)
+        self.accounted = True
+
+    def run(self, function, *args):
+        """A plain GPU function, called once."""
+        with self.step():
+            return function(*args, seconds=self.seconds)
+
+    def stream(self, generator: Iterator) -> Iterator:
+        """A GPU generator's items as they come; the last is a `ChatEnd`, whose compute seconds are accounted.
+        Closing this stream (a client that left) closes the GPU generator, which stops the worker."""
+        try:
+            while True:
+                with self.step():
+                    item = next(generator, None)
+                if item is None:
+                    return
+                if isinstance(item, ChatEnd):
+                    with self.step():
+                        next(generator, None)  # let the GPU generator finish, so the worker ends cleanly
+                    self.used(item.compute_s, item.prompt_tokens, item.completion_tokens)
+                yield item
+        finally:
+            generator.close()
+
+
+# --- secrets kept out of the log ---------------------------------------------------------------------------
+REDACTED = "[redacted]"
+# a query value whose name says it is a credential: ZeroGPU's `token=` and `allowToken=`, `api_key=`, `key=`,
+# `access_token=`, `hf_token=`, `client_secret=`, `password=` ...
+SECRET_IN_QUERY = re.compile(r"([?&][\w.\-]*(?:token|key|secret|password|signature)[\w.\-]*=)[^&#\s\"']+",
+                             re.IGNORECASE)
+
+
+def scrub(text: str, secrets=()) -> str:
+    """`text` with every secret, and every credential-like query value, redacted."""
+    for secret in secrets:
+        text = text.replace(secret, REDACTED)
+    return SECRET_IN_QUERY.sub(rf"\1{REDACTED}", text) if "=" in text else text
+
+
+class ScrubbedRecords:
+    """A log record factory: every record's message is scrubbed once it is made, whoever logs it (defence in
+    depth: nothing should log a secret, and if anything ever does, the Space log still won't show it)."""
+
+    def __init__(self, previous):
+        self.previous = previous
+        self.secrets: list[str] = []
+
+    def __call__(self, *args, **kwargs):
+        record = self.previous(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record is the logging module's to report
+            return record
+        scrubbed = scrub(message, self.secrets)
+        if scrubbed != message:
+            record.msg, record.args = scrubbed, ()
+        return record
+
+
+def keep_secrets_out_of_logs(*secrets: str | None) -> None:
+    """From now on, no log record of this process carries `secrets` (the API key) or a credential in a URL
+    (callers' ZeroGPU tokens travel in the scheduler's `/schedule?...&token=...`, which httpx logs at INFO:
+    httpx is kept quiet as well)."""
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    factory = logging.getLogRecordFactory()
+    if not isinstance(factory, ScrubbedRecords):
+        factory = ScrubbedRecords(factory)
+        logging.setLogRecordFactory(factory)
+    factory.secrets += [secret for secret in secrets if secret and secret not in factory.secrets]

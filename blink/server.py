@@ -10,7 +10,7 @@ Space passes its `@spaces.GPU` wrappers and everything else passes the engine's 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from .auth import ApiKey
 from .context import Context, anonymous
@@ -20,19 +20,38 @@ from .slots import ChatSlots
 log = logging.getLogger("blink")
 
 
-def build_context(settings: Settings, decide: Callable | None = None, chat: Callable | None = None,
-                  loaded=None, warmup: bool = True, chat_engine=None, caller_of: Callable | None = None) -> Context:
-    from .chat import ChatEngine
+def build_engine(settings: Settings, loaded):
+    """The decision engine over a loaded model, as the settings configure it."""
     from .engine import Engine
+
+    cache_bytes = None if settings.pass_cache_mib is None else int(settings.pass_cache_mib * 2**20)
+    return Engine(loaded, settings.limits, settings.image_limits, settings.image_layout,
+                  pass_cost_tokens=settings.pass_cost_tokens, pass_cache_bytes=cache_bytes)
+
+
+def build_chat_engine(settings: Settings, loaded):
+    """The main-process half of chat (render, token budget) and the generator the GPU step runs."""
+    from .chat import ChatEngine
+
+    return ChatEngine(loaded, settings.limits, system_prompt=settings.system_prompt,
+                      max_output_tokens=settings.max_output_tokens, enable_thinking=settings.enable_thinking,
+                      image_limits=settings.image_limits)
+
+
+def build_context(settings: Settings, decide: Callable | None = None, chat: Callable | None = None,
+                  loaded=None, warmup: bool = True, chat_engine=None, caller_of: Callable | None = None,
+                  engine=None, description: str | None = None, live_health: Iterable[Callable[[], dict]] = ()
+                  ) -> Context:
+    """The complete context: `engine`, `chat_engine` and `loaded` are built from the settings unless given
+    (the Space builds them first, at module scope, for its GPU functions)."""
     from .loading import load, versions
     from .service import DecisionService
 
+    loaded = engine.loaded if engine is not None else loaded
     loaded = loaded or load(settings.model, settings.revision, settings.adapter, settings.adapter_revision,
                             vision=settings.vision, vision_tower=settings.vision_tower,
                             max_image_pixels=settings.max_image_pixels)
-    cache_bytes = None if settings.pass_cache_mib is None else int(settings.pass_cache_mib * 2**20)
-    engine = Engine(loaded, settings.limits, settings.image_limits, settings.image_layout,
-                    pass_cost_tokens=settings.pass_cost_tokens, pass_cache_bytes=cache_bytes)
+    engine = engine or build_engine(settings, loaded)
     # warmup=False: the Space on ZeroGPU, where the main process holds only emulated CUDA tensors
     repeat_identical = engine.warmup() if warmup else None
     service = DecisionService(engine, decide, window_ms=settings.batch_window_ms,
@@ -50,14 +69,12 @@ def build_context(settings: Settings, decide: Callable | None = None, chat: Call
     if engine.accepts_images:
         health.update(image_layout=engine.image_layout, image_limits=vars(settings.image_limits),
                       vision_tower=settings.vision_tower)
-    chat_engine = chat_engine or ChatEngine(loaded, settings.limits, system_prompt=settings.system_prompt,
-                                            max_output_tokens=settings.max_output_tokens,
-                                            enable_thinking=settings.enable_thinking,
-                                            image_limits=settings.image_limits)
+    chat_engine = chat_engine or build_chat_engine(settings, loaded)
     return Context(service=service, served_name=settings.served_name, auth=ApiKey(settings.api_key),
                    limits=settings.limits, aliases=settings.model_aliases, health=health,
                    chat=chat or local_chat(chat_engine), chat_engine=chat_engine,
-                   chat_slots=ChatSlots(settings.max_concurrent_chats), caller_of=caller_of or anonymous)
+                   chat_slots=ChatSlots(settings.max_concurrent_chats), caller_of=caller_of or anonymous,
+                   live_health=list(live_health), description=description or Context.description)
 
 
 def local_chat(chat_engine):

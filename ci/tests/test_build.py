@@ -223,16 +223,8 @@ def test_dry_run_lists_repo_hardware_secret_names_and_files(capsys, monkeypatch,
         section = out.split(f"Space {fleet.owner}/{space.name}\n", 1)[1].split("\nSpace ", 1)[0]
         assert "zero-a10g" in section and f"size {space.hardware['size']}" in section
         assert "BLINK_API_KEY" in section and "(set)" in section
-        for rel in (
-            "README.md",
-            "space_config.py",
-            "app.py",
-            "auth.py",
-            "theme.py",
-            "requirements.txt",
-            "blink/__init__.py",
-            "blink/settings.py",
-        ):
+        for rel in ("README.md", "space_config.py", "app.py", "ui.py", "theme.py", "requirements.txt",
+                    "blink/__init__.py", "blink/settings.py"):
             assert re.search(rf"^\s+{re.escape(rel)}$", section, re.M), f"{rel} not listed for {space.name}"
 
 
@@ -336,7 +328,7 @@ def test_the_command_line_fails_with_the_message(tmp_path):
 
 def test_a_missing_shared_file_fails_clearly(tmp_path):
     """A copy of the repository without app.py: the build refuses and says which file."""
-    for name in ("build.py", "spaces.toml", "requirements.txt", "auth.py", "theme.py"):
+    for name in ("build.py", "spaces.toml", "requirements.txt", "ui.py", "theme.py"):
         if (ROOT / name).is_file():
             shutil.copyfile(ROOT / name, tmp_path / name)
     for folder in ("blink", "fleet"):

@@ -145,3 +145,60 @@ def test_api_key_guards_v1_only_and_never_leaks(keyed_space, demo_root):
     port = url.rsplit(":", 1)[1]
     log = (ARTIFACTS / f"space-keyed-{port}.log").read_text()
     assert KEY not in log
+
+
+def slots(*questions):
+    """The Decide event's 16 question-slot inputs: the given (id, type, instructions, options), then blanks."""
+    out = [v for q in questions for v in q]
+    for i in range(len(questions), 4):
+        out += [f"q{i + 1}", "noul", "", ""]
+    return out
+
+
+@pytest.mark.parametrize("state,questions,box,words", [
+    ("A ticket.", [("team", "choice", "Which team?", "billing\nbilling\nshipping")], "Question 1 options",
+     "listed more than once"),
+    ("A ticket.", [("team", "choice", "Which team?", "billing")], "Question 1 options", "at least two options"),
+    ("A ticket.", [("x", "noul", "Urgent?", ""), ("x", "noul", "Angry?", "")], "Question 2 id", "already has the id"),
+    ("   ", [("urgent", "noul", "Urgent?", "")], "State", "Write the text"),
+    ("A ticket.", [("urgent", "noul", "  ", "")], "Question 1 instructions", "Say what the model should decide"),
+    ("A ticket.", [("mood", "score", "How upset?", "calm\ncalm")], "Question 1 options", "listed more than once"),
+    ("A ticket.", [("urgent", "noul", "Urgent?", "yes\nno")], "Question 1 options", "takes no options"),
+])
+def test_ui_refuses_a_bad_form_naming_the_box(space, state, questions, box, words):
+    """The Decide form is checked before the request (Gradio's validator: the message sits next to the box it
+    concerns, and gradio_client gets it as a ValidationError); nothing reaches the model."""
+    from gradio_client import Client
+    from gradio_client.exceptions import ValidationError
+
+    before = httpx.get(space + "/healthz").json()["batching"]["requests"]
+    with pytest.raises(ValidationError) as info:
+        Client(space, verbose=False).predict(state, len(questions), *slots(*questions), api_name="/decide")
+    assert f"{box}: " in str(info.value) and words in str(info.value), str(info.value)
+    assert httpx.get(space + "/healthz").json()["batching"]["requests"] == before
+
+
+def test_ui_answers_name_the_level_and_warn_about_broken_json(space):
+    from gradio_client import Client
+
+    ui = Client(space, verbose=False)
+    bars, raw = ui.predict(*ui.predict(api_name="/example_sentiment"), api_name="/decide")
+    levels = ["Very negative", "Negative", "Mixed", "Positive", "Very positive"]
+    top = max(raw["answers"]["sentiment"]["probabilities"].items(), key=lambda kv: kv[1])[0]
+    assert f"level: <b>{levels[int(top)]}</b> ({int(top) + 1} of 5)" in bars
+    bars, raw = ui.predict('{"ticket": "charged twice",', 1, *slots(("urgent", "noul", "Urgent?", "")),
+                           api_name="/decide")
+    assert "looks like JSON but does not parse" in bars and "sent as plain text" in bars
+    assert raw["answers"]["urgent"]["type"] == "noul"
+
+
+def test_ui_page_has_the_demo_banner_chat_examples_and_its_own_chat_caveat(space):
+    import html
+
+    import ui
+
+    text = str(httpx.get(space + "/config", timeout=30).json())
+    assert "blink-demo-banner" in text and "random weights" in text  # the served model is the demo
+    assert html.escape(ui.CHAT_CAVEAT) in text and ui.CHAT_EXAMPLES[0] in text
+    assert "`name: description`" not in text  # no literal backticks in the options label
+    assert "noul: a yes/no question" in text  # the type explained where it is picked

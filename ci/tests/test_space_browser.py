@@ -84,3 +84,16 @@ def test_decide_in_a_real_browser(space, browser):
     shot = ARTIFACTS / "space-ui-answered.png"
     browser.save_screenshot(str(shot))
     assert shot.stat().st_size > 10_000
+
+    # the demo model is announced; a bad form is refused before any request, the message next to its box
+    assert "random weights" in browser.find_element(By.ID, "blink-demo-banner").text
+    from selenium.webdriver.common.keys import Keys
+
+    options = browser.find_element(By.CSS_SELECTOR, "#q0-options textarea")
+    options.send_keys(Keys.CONTROL, "a")
+    options.send_keys("billing\nbilling\nshipping")
+    browser.find_element(By.ID, "blink-decide").click()
+    wait.until(lambda d: "listed more than once" in d.find_element(By.ID, "q0-options").text)
+    shot = ARTIFACTS / "space-ui-refused.png"
+    browser.save_screenshot(str(shot))
+    assert shot.stat().st_size > 10_000

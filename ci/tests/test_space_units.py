@@ -115,12 +115,14 @@ def test_callers_keep_arrival_order_without_a_window():
 
 
 def test_the_key_is_scrubbed_from_every_log_record(capsys):
-    import auth
+    import ui
+    from blink.auth import ApiKey
     from blink.settings import Settings
 
     secret = "sk-unit-Wq93-never-logged"
     settings = Settings.from_values({"api_key": secret}, env={})
-    key = auth.api_key(settings)
+    key = ApiKey(settings.api_key)
+    zerogpu.keep_secrets_out_of_logs(settings.api_key)
     assert key.required and secret not in repr(key)
     handler = logging.StreamHandler()
     logger = logging.getLogger("blink.test-scrub")
@@ -131,12 +133,12 @@ def test_the_key_is_scrubbed_from_every_log_record(capsys):
     finally:
         logger.removeHandler(handler)
     err = capsys.readouterr().err
-    assert secret not in err and err.count(auth.REDACTED) == 2
-    assert secret not in auth.describe(key)
+    assert secret not in err and err.count(zerogpu.REDACTED) == 2
+    assert secret not in ui.key_note_md(key)
 
 
 def test_scheduler_urls_are_scrubbed_from_logs(capsys):
-    zerogpu.keep_tokens_out_of_logs()
+    zerogpu.keep_secrets_out_of_logs()
     handler = logging.StreamHandler()
     logger = logging.getLogger("blink.test-url-scrub")
     logger.addHandler(handler)
@@ -148,3 +150,176 @@ def test_scheduler_urls_are_scrubbed_from_logs(capsys):
     err = capsys.readouterr().err
     assert "eyJ.secret.tok" not in err and "abc123" not in err and "durationSeconds=5" in err
     assert logging.getLogger("httpx").level == logging.WARNING
+
+
+@pytest.mark.parametrize("line,secret,kept", [
+    ('"GET /v1/models?api_key=sk-q-771 HTTP/1.1" 200', "sk-q-771", '"GET /v1/models?api_key='),
+    ("GET /healthz?key=k-q-772&x=1", "k-q-772", "&x=1"),
+    ("GET /v1/models?foo=1&access_token=at-q-773", "at-q-773", "?foo=1&access_token="),
+    ("GET /v1/models?HF_TOKEN=hf_q774#frag", "hf_q774", "#frag"),
+    ("GET /v1/models?x=1&client_secret=cs-q-775'", "cs-q-775", "?x=1&client_secret="),
+])
+def test_any_credential_in_a_query_string_is_scrubbed(capsys, line, secret, kept):
+    """One scrubber for every record: a query value named like a key or token never reaches the log, while
+    the rest of the line (path, other parameters, status) stays readable."""
+    zerogpu.keep_secrets_out_of_logs()
+    handler = logging.StreamHandler()
+    logger = logging.getLogger("blink.test-query-scrub")
+    logger.addHandler(handler)
+    try:
+        logger.error("%s", line)
+    finally:
+        logger.removeHandler(handler)
+    err = capsys.readouterr().err
+    assert secret not in err and zerogpu.REDACTED in err and kept in err
+
+
+def test_one_log_record_factory_however_often_it_is_installed():
+    zerogpu.keep_secrets_out_of_logs("s-one")
+    factory = logging.getLogRecordFactory()
+    zerogpu.keep_secrets_out_of_logs("s-two")
+    zerogpu.keep_secrets_out_of_logs("s-one")
+    assert logging.getLogRecordFactory() is factory and isinstance(factory, zerogpu.ScrubbedRecords)
+    assert factory.secrets.count("s-one") == 1 and "s-two" in factory.secrets
+
+
+def test_a_gpu_call_asks_once_runs_as_the_caller_and_accounts_what_it_used():
+    """GpuCall: the seconds it records as requested are the seconds its duration callable hands ZeroGPU, the
+    first step runs as the caller, and the compute seconds the worker reports are accounted as used."""
+    from gradio.context import LocalContext
+
+    from blink.durations import DurationEstimator
+
+    estimator = DurationEstimator(min_s=2, max_s=60, cold_s=5)
+    seen = {}
+
+    def worker(plans, seconds):  # where the `@spaces.GPU` function would run
+        seen.update(duration=zerogpu.GpuCall.duration(plans, seconds=seconds),
+                    token=LocalContext.request.get().headers.get("x-ip-token"))
+        return {"compute_s": 0.25}
+
+    with zerogpu.GpuCall("decide", estimator, zero_gpu=False, caller=(("x-ip-token", "tok-u"),),
+                         prefill_tokens=300, max_s=30) as call:
+        out = call.run(worker, ["plan"])
+        call.used(out["compute_s"])
+    ledger = estimator.health()["decide"]
+    assert ledger["calls"] == 1 and ledger["last_requested_s"] == seen["duration"] == call.seconds
+    assert 2 <= call.seconds <= 30 and seen["token"] == "tok-u"
+    assert ledger["used_s"] == 0.25 and estimator.warm and estimator.prefill.observations == 1
+
+
+def test_a_gpu_stream_left_early_closes_the_worker_and_is_accounted_once():
+    from blink.chat import ChatEnd
+    from blink.durations import DurationEstimator
+
+    estimator = DurationEstimator()
+    closed = []
+
+    def worker(ids, params, seconds):
+        try:
+            for i in range(100):
+                yield f"t{i} "
+            yield ChatEnd("length", len(ids), 100, compute_s=1.0)
+        finally:
+            closed.append(True)
+
+    def chat():
+        with zerogpu.GpuCall("chat", estimator, zero_gpu=False, caller=None, prefill_tokens=3,
+                             decode_tokens=100) as call:
+            yield from call.stream(worker([1, 2, 3], {}, seconds=call.seconds))
+
+    stream = chat()
+    assert [next(stream) for _ in range(3)] == ["t0 ", "t1 ", "t2 "]
+    stream.close()  # the client left
+    assert closed == [True]
+    ledger = estimator.health()["chat"]
+    assert ledger["calls"] == 1 and ledger["used_s"] == 0.0 and estimator.ledger("chat").wall_s > 0
+    assert estimator.decode.observations == 0  # nothing learned from a turn that did not finish
+
+    items = list(chat())  # a turn that finishes: its ChatEnd's compute seconds are used and learned from
+    assert isinstance(items[-1], ChatEnd) and len(items) == 101
+    ledger = estimator.health()["chat"]
+    assert ledger["calls"] == 2 and ledger["used_s"] == 1.0 and estimator.decode.observations == 1
+
+
+@pytest.mark.parametrize("title,cls,cold", [("ZeroGPU worker error", EngineFailure, True),
+                                            ("ZeroGPU quota exceeded", QuotaExceeded, False)])
+def test_a_failed_gpu_call_leaves_as_the_wire_error_and_only_a_worker_failure_makes_it_cold(title, cls, cold):
+    from blink.durations import DurationEstimator
+
+    estimator = DurationEstimator()
+    estimator.warm = True
+
+    def worker(plans, seconds):
+        raise gr.Error("GPU task aborted. Try again in 0:00:05.", title=title)
+
+    with pytest.raises(cls):
+        with zerogpu.GpuCall("decide", estimator, zero_gpu=True, caller=None, prefill_tokens=10) as call:
+            call.run(worker, [])
+    assert estimator.warm is (not cold)
+    assert estimator.health()["decide"]["used_s"] == 0.0 and estimator.health()["decide"]["calls"] == 1
+
+
+def test_app_reads_top_to_bottom_and_builds_its_context_complete():
+    """app.py: every module-level function uses only names bound above it (no forward reference: a GPU function
+    reading a global defined later), and nothing bound at module scope is mutated after it is built
+    (no `CTX.auth = ...`, no `CTX.live_health.append(...)`)."""
+    import ast
+    import builtins
+
+    from conftest import ROOT
+
+    tree = ast.parse((ROOT / "app.py").read_text())
+    bound: set[str] = set(dir(builtins))
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            local = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
+            local |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            local |= {n.name for n in ast.walk(node) if isinstance(n, ast.ExceptHandler) and n.name}
+            used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+            assert used - local <= bound | {node.name}, (node.name, sorted(used - local - bound))
+        for target in [t for n in ast.walk(node) if isinstance(n, (ast.Assign, ast.AugAssign))
+                       for t in (n.targets if isinstance(n, ast.Assign) else [n.target])]:
+            assert not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+                        and target.value.id in bound), f"line {target.lineno}: {ast.unparse(target)} mutates a global"
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            func = node.value.func
+            assert not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute)
+                        and isinstance(func.value.value, ast.Name) and func.value.value.id == "CTX"), \
+                f"line {node.lineno}: {ast.unparse(node)} changes the context after it is built"
+        for n in ast.walk(node) if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else [node]:
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                bound.add(n.id)
+            elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                bound |= {(a.asname or a.name).split(".")[0] for a in n.names}
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(n.name)
+
+
+def test_the_api_tab_openai_snippet_sets_max_tokens():
+    import ui
+    from blink.auth import ApiKey
+
+    snippet = ui.snippets_md("http://127.0.0.1:7860", "blink-4b", ApiKey())
+    assert "client.chat.completions.create(" in snippet and "max_tokens=256" in snippet
+
+
+def test_the_decide_form_is_checked_box_by_box_within_the_limits():
+    import ui_form
+    from blink.errors import InvalidRequest
+    from blink.limits import Limits
+
+    limits = Limits(max_options=3, max_levels=3)
+    assert ui_form.options_problem("choice", "a\nb\nc\nd", limits) == "4 options: this Space answers at most 3."
+    assert "Line 2 has no option name" in ui_form.options_problem("choice", "a: x\n: y", limits)
+    assert ui_form.options_problem("choice", "a: first\nb", limits) is None
+    assert ui_form.options_problem("score", "low\nhigh", limits) is None
+    slots = ["team", "choice", "Which?", "a\nb", "team", "noul", "", "", "q3", "noul", "", "", "q4", "noul", "", ""]
+    # only the questions asked (count) are checked; positions are the Decide event's inputs
+    assert ui_form.form_problems("x", 1, slots, limits) == {}
+    assert set(ui_form.form_problems("x", 2, slots, limits)) == {6, 8}
+    assert ui_form.box_name(6) == "Question 2 id" and ui_form.box_name(8) == "Question 2 instructions"
+    refused = InvalidRequest("question 'team': a choice question's `criteria` maps option names to descriptions",
+                             loc=["body", "questions", "team"])
+    assert ui_form.wire_error_message(refused, ["urgent", "team"]) == \
+        "Question 2 (team): the Options box maps option names to descriptions"
