@@ -8,6 +8,7 @@ passes its `@spaces.GPU` wrappers and everything else passes the engine's own me
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Callable
 
@@ -82,7 +83,21 @@ def create_app(ctx: Context):
 
     from .http import new_request_id
 
-    app = FastAPI(title="blink", routes=api_routes(ctx), docs_url=None, redoc_url=None, openapi_url=None)
+    from starlette.routing import Route
+
+    from .mcp_tool import McpEndpoint, build_mcp
+    from .systemone import decide_body
+
+    mcp = McpEndpoint(build_mcp(lambda body, caller: decide_body(ctx, body, caller), ctx.caller_of, ctx.served_name),
+                      ctx.auth.allows)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        async with mcp.running():
+            yield
+
+    app = FastAPI(title="blink", routes=api_routes(ctx) + [Route("/mcp", mcp, methods=["GET", "POST", "DELETE"])],
+                  docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
 
     class RequestId(BaseHTTPMiddleware):
         """Responses our routes didn't build (404, 405) get a request id too."""

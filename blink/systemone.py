@@ -36,6 +36,18 @@ def error_response(error: BlinkError, request_id: str, timing: Timing):
     return json_response(error_body(error), error.status, headers)
 
 
+def response_body(ctx: Context, decided) -> dict:
+    usage = {"input_tokens": decided.input_tokens, "output_tokens": 0}
+    if decided.image_usage:  # image requests only
+        usage.update(decided.image_usage)
+    return {"model": ctx.served_name, "answers": decided.answers, "usage": usage}
+
+
+async def decide_body(ctx: Context, body: dict, caller=None) -> dict:
+    """A System One body decided and answered as /v1/systemone answers it (for MCP and the Gradio API)."""
+    return response_body(ctx, await ctx.service.decide(body, Timing(), caller=caller))
+
+
 def routes(ctx: Context) -> list[Route]:
     async def systemone(request: Request):
         request_id, timing = new_request_id(), Timing()
@@ -51,10 +63,6 @@ def routes(ctx: Context) -> list[Route]:
         except Exception as exc:  # noqa: BLE001 - our fault: say so, log it, keep serving
             log.exception("request %s failed", request_id)
             return error_response(EngineFailure(f"internal error: {type(exc).__name__}: {exc}"), request_id, timing)
-        usage = {"input_tokens": decided.input_tokens, "output_tokens": 0}
-        if decided.image_usage:  # image requests only: text-only responses stay exactly as before
-            usage.update(decided.image_usage)
-        body = {"model": ctx.served_name, "answers": decided.answers, "usage": usage}
-        return json_response(body, 200, {"x-typesafe-request-id": request_id, "server-timing": timing.header()})
+        return json_response(response_body(ctx, decided), 200, {"x-typesafe-request-id": request_id, "server-timing": timing.header()})
 
     return [Route("/v1/systemone", systemone, methods=["POST"])]
