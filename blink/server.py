@@ -9,6 +9,7 @@ Space passes its `@spaces.GPU` wrappers and everything else passes the engine's 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterable
 
@@ -97,9 +98,24 @@ def api_routes(ctx: Context) -> list:
 
 
 def create_app(ctx: Context):
+    """The standalone app: the API routes, and the `decide` tool over MCP at /mcp (the Space serves it through
+    Gradio's MCP server instead)."""
     from fastapi import FastAPI
+    from starlette.routing import Route
 
-    app = FastAPI(title="blink", routes=api_routes(ctx), docs_url=None, redoc_url=None, openapi_url=None)
+    from .mcp_tool import McpEndpoint, build_mcp
+    from .systemone import decide_body
+
+    mcp = McpEndpoint(build_mcp(lambda body, caller: decide_body(ctx, body, caller), ctx.caller_of, ctx.served_name),
+                      ctx.auth.allows)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        async with mcp.running():
+            yield
+
+    routes = [Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]), *api_routes(ctx)]
+    app = FastAPI(title="blink", routes=routes, docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.state.blink = ctx
     return app
 

@@ -13,6 +13,7 @@ from starlette.routing import Route
 from .context import Context
 from .errors import BlinkError, InvalidRequest
 from .http import Call, Endpoint, Wire
+from .service import Timing
 
 
 def error_body(error: BlinkError) -> dict:
@@ -24,12 +25,20 @@ def error_body(error: BlinkError) -> dict:
 WIRE = Wire(lambda error: (error.status, error_body(error)))
 
 
+def response_body(ctx: Context, decided) -> dict:
+    usage = {"input_tokens": decided.input_tokens, "output_tokens": 0}
+    if decided.image_usage:  # image counts only when there are images
+        usage.update(decided.image_usage)
+    return {"model": ctx.served_name, "answers": decided.answers, "usage": usage}
+
+
+async def decide_body(ctx: Context, body, caller=None, timing: Timing | None = None, parts: dict | None = None) -> dict:
+    """A System One body decided and answered exactly as `/v1/systemone` answers it (also for MCP and the UI)."""
+    return response_body(ctx, await ctx.service.decide(body, timing or Timing(), parts, caller=caller))
+
+
 def routes(ctx: Context) -> list[Route]:
     async def systemone(call: Call) -> dict:
-        decided = await ctx.service.decide(call.body, call.timing, call.parts, caller=call.caller)
-        usage = {"input_tokens": decided.input_tokens, "output_tokens": 0}
-        if decided.image_usage:  # image counts only when there are images
-            usage.update(decided.image_usage)
-        return {"model": ctx.served_name, "answers": decided.answers, "usage": usage}
+        return await decide_body(ctx, call.body, call.caller, call.timing, call.parts)
 
     return [Route("/v1/systemone", Endpoint(ctx, WIRE, systemone), methods=["POST"])]

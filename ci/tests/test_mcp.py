@@ -1,0 +1,72 @@
+"""MCP: a real `mcp` client lists and calls the `decide` tool on the standalone server (`/mcp`), with and
+without a key; the answers are the ones `/v1/systemone` gives for the same body."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+QUESTIONS = {
+    "spam": {"type": "noul", "instructions": "Is this message spam?"},
+    "topic": {"type": "choice", "instructions": "What is it about?",
+              "criteria": {"billing": "money, invoices", "shipping": None, "other": None}},
+    "urgency": {"type": "score", "instructions": "How urgent is it?", "criteria": ["low", "medium", "high"]},
+}
+STATE = "My parcel never arrived and I was charged twice. Please help today."
+
+
+async def _session(url: str, key: str | None, work):
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamablehttp_client
+
+    headers = {"Authorization": f"Bearer {key}"} if key else None
+    async with streamablehttp_client(url + "/mcp", headers=headers) as (read, write, _):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            return await work(session)
+
+
+def call(url: str, work, key: str | None = None):
+    return asyncio.run(_session(url, key, work))
+
+
+def test_decide_tool_is_listed_with_a_schema(server):
+    tools = call(server, lambda s: s.list_tools()).tools
+    assert [t.name for t in tools] == ["decide"]
+    tool = tools[0]
+    assert "probability" in tool.description
+    props = tool.inputSchema["properties"]
+    assert set(tool.inputSchema["required"]) == {"state", "questions"}
+    assert "state" in props and "questions" in props
+
+
+def test_decide_tool_answers_as_systemone_does(server):
+    result = call(server, lambda s: s.call_tool("decide", {"state": STATE, "questions": QUESTIONS}))
+    assert not result.isError, result.content
+    body = result.structuredContent
+    direct = httpx.post(server + "/v1/systemone", json={"state": STATE, "questions": QUESTIONS}, timeout=60).json()
+    assert body["answers"].keys() == QUESTIONS.keys()
+    assert body == direct  # the same engine, the same prompts: the same numbers
+
+
+def test_a_bad_question_is_a_tool_error_naming_it(server):
+    bad = {"pick": {"type": "choice", "instructions": "Pick one", "criteria": {}}}
+    result = call(server, lambda s: s.call_tool("decide", {"state": STATE, "questions": bad}))
+    assert result.isError
+    text = result.content[0].text
+    assert "422" in text and "pick" in text
+
+
+def test_the_key_guards_mcp(keyed_server):
+    with pytest.raises(Exception):
+        call(keyed_server, lambda s: s.list_tools())
+    reply = httpx.post(keyed_server + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                       headers={"Accept": "application/json, text/event-stream"}, timeout=10)
+    assert reply.status_code == 401 and reply.headers["www-authenticate"] == "Bearer"
+    tools = call(keyed_server, lambda s: s.list_tools(), key="sekret-key-123").tools
+    assert [t.name for t in tools] == ["decide"]
+    result = call(keyed_server, lambda s: s.call_tool("decide", {"state": STATE, "questions": QUESTIONS}),
+                  key="sekret-key-123")
+    assert not result.isError and result.structuredContent["answers"].keys() == QUESTIONS.keys()
