@@ -22,7 +22,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from .errors import InvalidRequest
+from .errors import InvalidRequest, param_of
 from .limits import Limits
 from .text import partial_marker_length
 
@@ -104,7 +104,7 @@ class ChatEngine:
                 if b["type"] != "image":
                     content.append(b)
                     continue
-                name, loc = b["name"], ["body", *b["loc"]]
+                name, loc = param_of(b["loc"]), ["body", *b["loc"]]
                 data = decode_base64(name, b["data_base64"], loc)
                 check_size(name, data, self.image_limits, loc)
                 content.append({"type": "image", "image": decode(name, data, self.image_limits)})

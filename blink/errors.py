@@ -6,6 +6,19 @@ The engine raises these; each wire family (System One, OpenAI) renders them in i
 from __future__ import annotations
 
 
+def param_of(loc: list) -> str | None:
+    """A location as the field name OpenAI's clients read: ["body", "messages", 2, "content"] ->
+    "messages[2].content" (the wire's `param`, and the name an image is refused under)."""
+    parts = list(loc[1:] if loc and loc[0] == "body" else loc)
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or None
+
+
 class BlinkError(Exception):
     """A request blink won't answer. `status` is the HTTP status; `loc` locates the fault in the body
     (FastAPI style, starting with "body"); `kind` is the machine-readable reason."""

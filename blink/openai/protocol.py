@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import BlinkError, InvalidRequest, NoRoute, PayloadTooLarge, Unauthorized
+from ..errors import BlinkError, InvalidRequest, NoRoute, PayloadTooLarge, Unauthorized, param_of
 from ..http import Wire
 
 MAX_STOP_SEQUENCES = 4
@@ -25,18 +25,6 @@ IMAGE_PARTS = {"image_url", "input_image", "image"}
 
 
 # errors ------------------------------------------------------------------------------------------------------
-def param_of(loc: list) -> str | None:
-    """["body", "messages", 2, "content"] -> "messages[2].content"."""
-    parts = list(loc[1:] if loc and loc[0] == "body" else loc)
-    out = ""
-    for part in parts:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out or None
-
-
 def render(error: BlinkError) -> tuple[int, dict]:
     """The status and body OpenAI's clients read (the live API's `type` names)."""
     status = 400 if isinstance(error, InvalidRequest) else error.status
@@ -106,8 +94,7 @@ def text_of(content: Any, *loc) -> str | list:
             texts.append(text)
             blocks.append({"type": "text", "text": text})
         elif kind in IMAGE_PARTS:
-            blocks.append({"type": "image", "data_base64": data_url(part, *loc, i)[1], "loc": [*loc, i],
-                           "name": param_of([*loc, i])})
+            blocks.append({"type": "image", "data_base64": data_url(part, *loc, i)[1], "loc": [*loc, i]})
         elif kind == "refusal":
             continue
         else:
