@@ -28,8 +28,10 @@ def build_context(settings: Settings, decide: Callable | None = None, chat: Call
     loaded = loaded or load(settings.model, settings.revision, settings.adapter, settings.adapter_revision,
                             vision=settings.vision, vision_tower=settings.vision_tower)
     cache_bytes = None if settings.pass_cache_mib is None else int(settings.pass_cache_mib * 2**20)
+    calibration = calibration_for(settings, loaded)
     engine = Engine(loaded, settings.limits, settings.image_limits, settings.image_layout,
-                    pass_cost_tokens=settings.pass_cost_tokens, pass_cache_bytes=cache_bytes)
+                    pass_cost_tokens=settings.pass_cost_tokens, pass_cache_bytes=cache_bytes,
+                    calibration=calibration, order=settings.x_order)
     # warmup=False: the Space on ZeroGPU, where the main process holds only emulated CUDA tensors
     repeat_identical = engine.warmup() if warmup else None
     service = DecisionService(engine, decide, window_ms=settings.batch_window_ms,
@@ -43,6 +45,7 @@ def build_context(settings: Settings, decide: Callable | None = None, chat: Call
         "limits": vars(settings.limits),
         "passes": {"pass_cost_tokens": engine.executor.pass_cost_tokens, "max_rows": engine.executor.max_rows,
                    "pass_cache_mib": engine.executor.pass_cache_bytes / 2**20},
+        "calibration": calibration.health(), "x_order": engine.order,
     }
     if engine.accepts_images:
         health.update(image_layout=engine.image_layout, image_limits=vars(settings.image_limits),
@@ -55,6 +58,14 @@ def build_context(settings: Settings, decide: Callable | None = None, chat: Call
                    limits=settings.limits, aliases=settings.model_aliases, health=health,
                    chat=chat or chat_engine.generate, chat_engine=chat_engine,
                    max_concurrent_chats=settings.max_concurrent_chats)
+
+
+def calibration_for(settings: Settings, loaded):
+    """--calibration FILE (or `off`), else calibration.json beside the weights; checked against these weights."""
+    from .calibration import for_model, weights_fingerprint
+
+    fingerprint = weights_fingerprint(loaded.root, settings.adapter, settings.adapter_revision)
+    return for_model(settings.calibration, loaded.root, fingerprint)
 
 
 def api_routes(ctx: Context) -> list:

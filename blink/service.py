@@ -40,6 +40,7 @@ class Decided:
     input_tokens: int
     batch_size: int
     image_usage: dict | None = None  # image_pixels, visual_tokens (image requests only)
+    calibration: dict | None = None  # {"applied", "temperatures"}: what the answers got
 
 
 class DecisionService:
@@ -65,4 +66,5 @@ class DecisionService:
         t = time.perf_counter()
         answers = self.engine.answer(prepared, scores)
         timing.add("answer", time.perf_counter() - t)
-        return Decided(answers, prepared.input_tokens, job.batch_size, prepared.image_usage)
+        return Decided(answers, prepared.input_tokens, job.batch_size, prepared.image_usage,
+                       self.engine.calibration_fact(prepared))

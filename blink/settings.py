@@ -91,6 +91,12 @@ def text(value) -> str | None:
     return str(value) if value not in (None, "") else None
 
 
+def order(value) -> str:
+    if value not in ("fixed", "rotate"):
+        raise argparse.ArgumentTypeError("must be fixed or rotate")
+    return value
+
+
 # name, type, default, help. The env var is BLINK_<NAME>; the flag --<name with dashes>.
 KNOBS = [
     ("model", str, "demo", "Hub repo id, local folder, `demo` or `demo-vision` (offline random demo models)"),
@@ -128,6 +134,10 @@ KNOBS = [
      "pixels per image after resizing (larger images are scaled down)"),
     ("max_image_source_pixels", int_range(65_536, 64_000_000), ImageLimits.max_image_source_pixels,
      "declared pixels per image before decoding (larger is refused unread)"),
+    ("calibration", text, None, "calibration file to apply (python -m blink calibrate writes one); default: "
+     "calibration.json beside the weights when there is one; `off`: none"),
+    ("x_order", order, "fixed", "default `x_order` of a decision: fixed (options read as given) or rotate (each "
+     "choice read once per rotation of its options, probabilities averaged); a request's own `x_order` wins"),
 ]
 
 
@@ -162,6 +172,8 @@ class Settings:
     max_image_bytes: int = ImageLimits.max_image_bytes
     max_image_pixels: int = ImageLimits.max_image_pixels
     max_image_source_pixels: int = ImageLimits.max_image_source_pixels
+    calibration: str | None = None
+    x_order: str = "fixed"
     extra: dict = field(default_factory=dict)
 
     @property

@@ -54,7 +54,8 @@ def routes(ctx: Context) -> list[Route]:
         usage = {"input_tokens": decided.input_tokens, "output_tokens": 0}
         if decided.image_usage:  # image requests only: text-only responses stay exactly as before
             usage.update(decided.image_usage)
-        body = {"model": ctx.served_name, "answers": decided.answers, "usage": usage}
+        body = {"model": ctx.served_name, "answers": decided.answers, "usage": usage,
+                "x_calibration": decided.calibration}
         return json_response(body, 200, {"x-typesafe-request-id": request_id, "server-timing": timing.header()})
 
     return [Route("/v1/systemone", systemone, methods=["POST"])]
