@@ -230,7 +230,6 @@ def fit_temperature(examples: list[Example], bounds: tuple[float, float] = BOUND
             lo, a, fa = a, b, fb
             b = lo + ratio * (hi - lo)
             fb = nll(examples, math.exp(b))
-    best = (lo + hi) / 2
     # the bounds themselves are candidates: a minimum at the edge (labels the model always gets right) lands there
-    candidates = [(nll(examples, math.exp(x)), x) for x in (math.log(bounds[0]), best, math.log(bounds[1]))]
-    return math.exp(min(candidates)[1])
+    candidates = (bounds[0], math.exp((lo + hi) / 2), bounds[1])
+    return min(candidates, key=lambda t: nll(examples, t))
