@@ -410,7 +410,8 @@ async def ui_decide(request: gr.Request, state: str, count: float, *slots: str):
         log.exception("UI decision failed")
         return f'<div class="blink-error">Internal error: {html.escape(type(exc).__name__)}</div>', None
     response = {"model": CTX.served_name, "answers": decided.answers,
-                "usage": {"input_tokens": decided.input_tokens, "output_tokens": 0}}
+                "usage": {"input_tokens": decided.input_tokens, "output_tokens": 0},
+                "x_calibration": decided.calibration}
     return bars_html(decided.answers, questions), response
 
 

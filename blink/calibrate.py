@@ -41,7 +41,8 @@ def label_index(question, label) -> int:
     """The index of the true option among `question.options`; BadLine says why a label doesn't fit."""
     if question.type == "noul":
         if not isinstance(label, bool):
-            raise BadLine(f"the label of noul question {question.name!r} must be true or false, got {json.dumps(label)}")
+            raise BadLine(f"the label of noul question {question.name!r} must be true or false, "
+                          f"got {json.dumps(label)}")
         return question.options.index("true" if label else "false")
     if question.type == "choice":
         if not isinstance(label, str) or label not in question.options:

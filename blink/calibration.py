@@ -62,6 +62,7 @@ class Calibration:
         return {"applied": bool(temperatures), "temperatures": temperatures}
 
     def health(self) -> dict:
+        """`weights`: the fingerprint the file is bound to (null: a file that applies to any weights)."""
         return {"loaded": bool(self.temperatures), "source": self.source, "temperatures": dict(self.temperatures),
                 "weights": self.weights}
 
@@ -134,7 +135,7 @@ def for_model(setting: str | None, root: Path, fingerprint: str) -> Calibration:
             f"calibration file {path} was fitted on other weights ({calibration.weights}); this model's are "
             f"{fingerprint}. Refit it on this model (python -m blink calibrate --model ... DATA.jsonl --out FILE), "
             "or remove its `weights` line to apply it anyway.")
-    return Calibration(calibration.temperatures, str(path), fingerprint)
+    return calibration
 
 
 def to_file(temperatures: dict, fingerprint: str, fit: dict) -> dict:

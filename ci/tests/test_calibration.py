@@ -166,8 +166,8 @@ def test_a_file_fitted_on_other_weights_refuses_to_start(demo_root, tmp_path):
     path = calibration_file(tmp_path / "c.json", {"choice": 2.0}, "sha256:" + "0" * 64)
     argv = blink_serve()
     argv[argv.index("{port}")] = "0"
-    done = subprocess.run(argv, capture_output=True, text=True, env=server_env(demo_root, {"BLINK_CALIBRATION": str(path)}),
-                          cwd=ROOT, timeout=300)
+    env = server_env(demo_root, {"BLINK_CALIBRATION": str(path)})
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert done.returncode != 0
     assert f"calibration file {path} was fitted on other weights (sha256:{'0' * 64})" in done.stderr
     assert "python -m blink calibrate" in done.stderr
@@ -246,7 +246,8 @@ def test_rotate_answers_the_same_for_every_rotation_of_the_options(server):
         assert abs(answers["team"]["confidence"] - first["team"]["confidence"]) <= 1e-6
         # noul and score are read once, as given
         assert abs(answers["urgent"]["noul"] - first["urgent"]["noul"]) <= 1e-6
-        assert all(abs(answers["anger"]["probabilities"][k] - p) <= 1e-6 for k, p in first["anger"]["probabilities"].items())
+        for k, p in first["anger"]["probabilities"].items():
+            assert abs(answers["anger"]["probabilities"][k] - p) <= 1e-6
     # every rotation is read: the mean of the fixed readings of all rotations, by option name
     for k in TEAMS:
         mean = sum(f["answers"]["team"]["probabilities"][k] for f in fixed) / len(fixed)
