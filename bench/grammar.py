@@ -295,14 +295,15 @@ def coverage(engine, tokenizer, eos: int) -> list[dict]:
 
 
 def punctuation_tilt(tokenizer, vocab_size: int):
-    """+6 on tokens made of JSON punctuation, digits or short words: a random model whose strings end."""
+    """+6 on tokens made of JSON punctuation, digits or short words, +9 on those that close a string, an object
+    or an array: a random model whose texts end."""
     import torch
 
     tilt = torch.zeros(vocab_size)
     for token_id in range(len(tokenizer)):
         text = tokenizer.decode([token_id])
         if text and (all(c in '{}[]",: 0123456789.-' for c in text) or (text.isalpha() and len(text) <= 3)):
-            tilt[token_id] = 6.0
+            tilt[token_id] = 9.0 if any(c in text for c in '"}]') else 6.0
     return tilt
 
 

@@ -196,8 +196,6 @@ class ChatEngine:
         import torch
         from transformers import DynamicCache
 
-        from .structured import apply_mask
-
         started = time.perf_counter()
         max_tokens = int(params.get("max_tokens") or self.max_output_tokens)
         temperature = float(params["temperature"] if params.get("temperature") is not None
@@ -237,7 +235,7 @@ class ChatEngine:
                 extra = {}
                 logits = out.logits[0, -1].float()
                 if matcher is not None:  # EOS stays masked until the grammar accepts
-                    apply_mask(logits, matcher)
+                    self.grammars.apply_mask(logits, matcher)
                 token, distribution = _sample(logits, temperature, top_p, top_k, generator,
                                               keep_distribution=logprobs is not None)
             if matcher is not None and not matcher.consume_token(token):

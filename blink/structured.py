@@ -13,7 +13,7 @@ A constraint is a plain dict (it crosses to the GPU worker inside `params["const
 `check_constraint` runs in the main process before any GPU work: a schema feature the engine cannot enforce, a
 broken `$ref`, an unknown `format` or a regex it cannot compile is an `InvalidRequest` naming the feature and where
 it sits in the body. In the worker, `Grammars` turns a checked constraint into a matcher (compiled matchers are
-cached by constraint, a bounded LRU, each request gets its own copy) and `apply_mask` removes the tokens the
+cached by constraint, a bounded LRU, each request gets its own copy) and `Grammars.apply_mask` removes the tokens the
 matcher forbids from a logits row, EOS included until the grammar accepts.
 
 The engine is llguidance (bench/grammar.py, numbers in bench/RESULTS.md), over xgrammar, measured side by side on
@@ -104,7 +104,9 @@ def _check_schema(schema: dict, loc: list) -> None:
         text = (f"the schema uses {names} at schema{where}, which constrained decoding cannot enforce; remove it "
                 "(a keyword is never silently ignored)")
     else:
-        text = f"the schema cannot be enforced at schema{where}: {message.splitlines()[0]}"
+        lines = [line.strip() for line in message.splitlines() if line.strip()]
+        detail = lines[0] if len(lines) == 1 else f"{lines[0]} {lines[-1]}"  # a regex error: what, then why
+        text = f"the schema cannot be enforced at schema{where}: {detail}"
     raise InvalidRequest(text, loc=[*loc, *path], kind="unsupported_schema_feature")
 
 
@@ -217,6 +219,7 @@ class Grammars:
         self.tool_format = tool_format
         self.size = size
         self._tokenizer = None
+        self.mask_size = self.vocab_size
         self._cache: OrderedDict[str, object] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -227,7 +230,10 @@ class Grammars:
             if self._tokenizer is None:
                 import llguidance.hf
 
-                self._tokenizer = llguidance.hf.from_tokenizer(self.hf_tokenizer, n_vocab=self.vocab_size,
+                # the tokenizer may hold more tokens than the model has logits (the decision engine adds its
+                # sentinels): the mask covers both, and tokens past the logits are never drawn
+                self.mask_size = max(self.vocab_size, len(self.hf_tokenizer))
+                self._tokenizer = llguidance.hf.from_tokenizer(self.hf_tokenizer, n_vocab=self.mask_size,
                                                                eos_token=self.eos_ids)
             return self._tokenizer
 
@@ -252,21 +258,15 @@ class Grammars:
         return compiled.deep_copy()
 
 
-_BITS = {}
+    def apply_mask(self, logits, matcher) -> None:
+        """Set to -inf, in place, every logit the matcher forbids at this step (a 1-D row of the model's
+        vocabulary). The mask is computed and unpacked on the CPU (a bit per token, little-endian words)."""
+        import numpy as np
+        import torch
+        from llguidance.torch import allocate_token_bitmask, fill_next_token_bitmask
 
-
-def apply_mask(logits, matcher) -> None:
-    """Set to -inf, in place, every logit the matcher forbids at this step (a 1-D row of the full vocabulary)."""
-    import torch
-    from llguidance.torch import allocate_token_bitmask, fill_next_token_bitmask
-
-    vocab = logits.shape[-1]
-    bitmask = allocate_token_bitmask(1, vocab)
-    fill_next_token_bitmask(matcher, bitmask, 0)
-    bits = _BITS.get(logits.device)
-    if bits is None:
-        bits = _BITS[logits.device] = torch.tensor([1 << i for i in range(31)] + [-(1 << 31)], dtype=torch.int32,
-                                                   device=logits.device)
-    words = bitmask[0].to(logits.device, non_blocking=True)
-    allowed = (words.unsqueeze(1) & bits).ne(0).reshape(-1)[:vocab]
-    logits.masked_fill_(~allowed, float("-inf"))
+        bitmask = allocate_token_bitmask(1, self.mask_size)
+        fill_next_token_bitmask(matcher, bitmask, 0)
+        allowed = np.unpackbits(bitmask.numpy().view(np.uint8), bitorder="little")[:logits.shape[-1]]
+        forbidden = torch.from_numpy(allowed).to(logits.device, non_blocking=True) == 0
+        logits.masked_fill_(forbidden, float("-inf"))
