@@ -13,8 +13,9 @@ tokens) and the same token streams. For every schema:
   the dangerous case), `refused` = the engine would not compile the schema, `WRONG` = a valid instance refused;
 - random walks: a random "model" (noise logits, tilted toward JSON's punctuation so strings end) samples under the
   mask until EOS is allowed and drawn; every finished text is checked with `jsonschema` (format checker on);
-- per token: mask computation, mask application to a float32 logits row of the full vocabulary, and accepting
-  the drawn token, timed step by step over the walks (medians and p95, microseconds).
+- per token: mask computation, mask application to a float32 logits row of the full vocabulary (xgrammar's own
+  CPU kernel; for llguidance the unpacking blink does), and accepting the drawn token, timed step by step over
+  the walks (medians and p95, microseconds). torch runs on one thread.
 """
 
 from __future__ import annotations
@@ -235,9 +236,12 @@ class LLGuidance:
         self.llg.torch.fill_next_token_bitmask(matcher, bitmask, 0)
 
     def apply(self, logits, bitmask):
-        import xgrammar  # the same CPU kernel for both: llguidance's own applier is a torch.compile kernel
+        """What blink.structured.Grammars.apply_mask does (llguidance's own applier is a torch.compile kernel)."""
+        import numpy as np
+        import torch
 
-        xgrammar.apply_token_bitmask_inplace(logits, bitmask)
+        allowed = np.unpackbits(bitmask.numpy().view(np.uint8), bitorder="little")[:logits.shape[-1]]
+        logits.masked_fill_(torch.from_numpy(allowed) == 0, float("-inf"))
 
     def accept(self, matcher, token: int) -> bool:
         return matcher.consume_token(token)

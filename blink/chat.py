@@ -87,7 +87,8 @@ class ChatEngine:
         # constrained decoding: the model's tool-call markup (Qwen3.5 writes XML-style calls, Qwen3 / Hermes JSON)
         template = str(getattr(self.tokenizer, "chat_template", None) or "")
         self.grammars = Grammars(self.tokenizer, self.model.config.get_text_config().vocab_size, self.eos_ids,
-                                 tool_format="xml" if "<function=" in template else "json")
+                                 tool_format="xml" if "<function=" in template else "json",
+                                 reasoning=self.enable_thinking)
         # sampling defaults when the request sends none: the model's generation_config, else OpenAI's (1, 1)
         sample = bool(getattr(gen, "do_sample", False))
         self.defaults = {

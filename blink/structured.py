@@ -154,25 +154,29 @@ def _fault_path(schema, message: str) -> list:
 
 
 # the GPU worker ------------------------------------------------------------------------------------------------
-def lark_grammar(constraint: dict, tool_format: str = "json") -> str:
+def lark_grammar(constraint: dict, tool_format: str = "json", reasoning: bool = False) -> str:
     """The llguidance grammar text of a checked constraint. `tool_format` is the model's tool-call markup:
     "json" (`<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, Hermes / Qwen3) or "xml"
-    (`<tool_call>\\n<function=NAME>\\n<parameter=KEY>\\nVALUE\\n</parameter>\\n</function>\\n</tool_call>`, Qwen3.5)."""
+    (`<tool_call>\\n<function=NAME>\\n<parameter=KEY>\\nVALUE\\n</parameter>\\n</function>\\n</tool_call>`,
+    Qwen3.5). With `reasoning` (thinking on), free text up to `</think>` comes first, and the constraint after it."""
     from llguidance import LLMatcher
 
     kind = constraint["type"]
-    if kind == "json_object":
-        return LLMatcher.grammar_from_json_schema({"type": "object"}, overrides=JSON_OPTIONS)
-    if kind == "json_schema":
-        return LLMatcher.grammar_from_json_schema(constraint["schema"], overrides=JSON_OPTIONS)
-    rules = []
+    schema = {"type": "object"} if kind == "json_object" else constraint.get("schema")
+    if schema is not None and not reasoning:
+        return LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS)
+    lines = [r'think: <think>? THOUGHT </think> /\n*/', r"THOUGHT: /(.|\n)*/"] if reasoning else []
+    head = "start: think answer" if reasoning else "start: answer"
+    if schema is not None:
+        return LLMatcher.grammar_from_lark("\n".join([head, f"answer: {_embedded(schema)}", *lines]))
     names = []
     for i, tool in enumerate(constraint["tools"]):
         names.append(f"call_{i}")
-        rules.append(f"call_{i}: " + (_xml_call(tool) if tool_format == "xml" and _flat(tool["parameters"])
+        lines.append(f"call_{i}: " + (_xml_call(tool) if tool_format == "xml" and _flat(tool["parameters"])
                                       else _json_call(tool)))
     repeat = ' ("\\n" call)*' if constraint["parallel"] else ""
-    lines = [f"start: call{repeat}", 'call: <tool_call> "\\n" (' + " | ".join(names) + ') "\\n" </tool_call>', *rules]
+    lines = [head, f"answer: call{repeat}", 'call: <tool_call> "\\n" (' + " | ".join(names) + ') "\\n" </tool_call>',
+             *lines]
     return LLMatcher.grammar_from_lark("\n".join(lines))
 
 
@@ -212,11 +216,12 @@ class Grammars:
     """Matchers for checked constraints on one tokenizer, compiled once per constraint (a bounded LRU cache)."""
 
     def __init__(self, tokenizer, vocab_size: int, eos_ids: list[int], tool_format: str = "json",
-                 size: int = CACHE_SIZE):
+                 reasoning: bool = False, size: int = CACHE_SIZE):
         self.hf_tokenizer = tokenizer
         self.vocab_size = int(vocab_size)
         self.eos_ids = list(eos_ids)
         self.tool_format = tool_format
+        self.reasoning = reasoning
         self.size = size
         self._tokenizer = None
         self.mask_size = self.vocab_size
@@ -241,14 +246,15 @@ class Grammars:
         """A fresh matcher at the start of the constraint's grammar."""
         from llguidance import LLMatcher
 
-        key = json.dumps(constraint, sort_keys=True) + "|" + self.tool_format
+        key = json.dumps([constraint, self.tool_format, self.reasoning], sort_keys=True)
         tokenizer = self.tokenizer
         with self._lock:
             compiled = self._cache.get(key)
             if compiled is not None:
                 self._cache.move_to_end(key)
         if compiled is None:
-            compiled = LLMatcher(tokenizer, lark_grammar(constraint, self.tool_format), log_level=0)
+            compiled = LLMatcher(tokenizer, lark_grammar(constraint, self.tool_format, self.reasoning),
+                                 log_level=0)
             if compiled.is_error():  # check_constraint ran in the main process: this is our fault, not the client's
                 raise RuntimeError(f"the constraint's grammar did not compile: {compiled.get_error()}")
             with self._lock:

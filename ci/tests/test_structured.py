@@ -331,3 +331,22 @@ def test_logprobs_under_a_grammar_and_a_stop_string(chat, prompt):
     assert end.finish_reason == "stop" and cut == text[:text.index(stop)]
     sent = b"".join(bytes(e["bytes"]) for e in entries_of(items))
     assert sent.startswith(cut.encode()) and len(sent) < len(cut.encode()) + len(stop.encode()) + 8
+
+
+def test_with_thinking_on_the_constraint_starts_after_the_reasoning(chat):
+    """Thinking on: free reasoning up to `</think>`, then the constrained answer (JSON or a tool call)."""
+    grammars = sibling(chat.grammars, reasoning=True)
+    schema = check_constraint({"type": "json_schema", "schema": HAND["$defs"]["step"]})
+    calls = tool_constraint(WEATHER, parallel=False)
+    cases = [(schema, '<think>\nLet me think.\n</think>\n\n{"n": 3, "what": "123e4567-e89b-12d3-a456-426614174000"}',
+              True),
+             (schema, 'Short.\n</think>\n\n{"n": 3, "what": "123e4567-e89b-12d3-a456-426614174000"}', True),
+             (schema, '{"n": 3, "what": "123e4567-e89b-12d3-a456-426614174000"}', False),  # still reasoning
+             (schema, '<think>\nok\n</think>\n\n{"n": "3"}', False),
+             (calls, '<think>\nok\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", '
+                     '"unit": "c"}}\n</tool_call>', True)]
+    for constraint, text, complete in cases:
+        matcher = grammars.matcher(constraint)
+        ids = chat.tokenizer(text, add_special_tokens=False)["input_ids"]
+        consumed = all(matcher.consume_token(t) for t in ids)
+        assert (consumed and matcher.is_accepting()) == complete, text
