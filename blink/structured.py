@@ -20,7 +20,7 @@ The engine is llguidance (bench/grammar.py, numbers in bench/RESULTS.md), over x
 this tokenizer: llguidance refuses the keywords it cannot enforce (uniqueItems, contains, propertyNames,
 dependentRequired, if/then, not), naming them, where xgrammar 0.2.8 compiled allOf, uniqueItems, contains,
 dependentRequired and not and then let instances violating them through, and refused valid instances of
-patternProperties and if/then/else; llguidance compiles a schema in 1-8 ms where xgrammar took 36 ms to 6 s (a
+patternProperties and if/then/else; llguidance compiles a schema in 1-25 ms where xgrammar took 36 ms to 18 s (a
 pydantic model); both compute a mask in tens of microseconds per token; and llguidance installs without
 dependencies, where xgrammar requires triton.
 """
