@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> None:
     demo.add_argument("--shape", choices=("demo", "large"), default="demo",
                       help="demo: 16M params (tests); large: ~150M params (CPU benchmarks)")
     demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--arch", choices=("qwen3_5", "qwen3"), default="qwen3_5",
+                      help="qwen3_5: the hybrid architecture blink serves; qwen3: plain attention (vLLM's CPU build)")
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=getattr(args, "log_level", "info").upper(), format="%(asctime)s %(name)s %(message)s")
@@ -39,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from .demo import make_demo_model
 
-        print(make_demo_model(args.dir, args.shape, args.seed))
+        print(make_demo_model(args.dir, args.shape, args.seed, arch=args.arch))
         return
 
     settings = from_args(args)
