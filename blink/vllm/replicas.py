@@ -21,7 +21,8 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import httpx
 
@@ -225,3 +226,9 @@ class Replicas:
 
     def close(self) -> None:
         self.client.close()
+
+    def __enter__(self) -> "Replicas":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -59,7 +59,7 @@ class VllmScorer:
             return "overloaded", error.message
         except InvalidRequest as error:
             return "invalid", error.message
-        except Exception as error:  # noqa: BLE001 - each request keeps its own outcome
+        except Exception as error:  # each request keeps its own outcome
             log.exception("scoring through vLLM failed")
             return "error", error.message if isinstance(error, BlinkError) else f"{type(error).__name__}: {error}"
 
