@@ -1,22 +1,19 @@
 """vLLM replicas behind one blink: prefix-affinity routing, a load-aware fallback, retries and health.
 
-Affinity is rendezvous hashing: a request's key (the leading tokens of its prompt: the template head and the
-state) is hashed with each replica's URL and the replicas are tried in decreasing hash order. The same state
-goes to the same replica, whose prefix cache still holds it, and a replica that leaves moves only its own keys.
+The order in which replicas are tried for a request comes from `affinity` (where its prefix was last served,
+else rendezvous hashing of its head). Load is bounded the way "consistent hashing with bounded loads" (Mirrokni et
+al., 2018) bounds it: a replica takes a new request only while its requests in flight (ours) stay under
+(1 + spill) times the average over the replicas that are up, and under `max_in_flight`. A busy preferred replica
+thus spills to the next one in the request's order, the same for every request of that prefix, so a spilled
+state warms one more cache, not all of them.
 
-Load is bounded the way "consistent hashing with bounded loads" (Mirrokni et al., 2018) bounds it: a replica
-takes a new request only while its requests in flight (ours) stay under (1 + spill) times the average over the
-replicas that are up, and under `max_in_flight`. A busy preferred replica thus spills to the next one in the
-key's order, which is the same for every request of that key, so the spilled state warms one more cache, not all.
-
-A replica that can't be reached (or answers 502/503/504, or 429) is marked down for a back-off that doubles per
+A replica that can't be reached (or answers 429/502/503/504) is marked down for a back-off that doubles per
 consecutive failure, and the request moves on to the next one. When none can take it the request is answered
 `Overloaded` (529 with Retry-After). A 400 is the request's own fault: it is never retried.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import threading
 import time
@@ -27,6 +24,7 @@ from typing import TypeVar
 import httpx
 
 from ..errors import BlinkError, EngineFailure, InvalidRequest, Overloaded
+from .affinity import PrefixTable, Route, rendezvous
 
 T = TypeVar("T")
 
@@ -56,17 +54,6 @@ class Replica:
         return self.down_until <= now
 
 
-def affinity_order(key: bytes, replicas: list[Replica]) -> list[Replica]:
-    """Rendezvous (highest random weight) order of `replicas` for `key`."""
-    return sorted(replicas, key=lambda r: hashlib.blake2b(key + r.url.encode(), digest_size=8).digest(),
-                  reverse=True)
-
-
-def affinity_key(ids: list[int], tokens: int) -> bytes:
-    """The routing key of a prompt: its first `tokens` token ids (the template head and the state's start)."""
-    return b",".join(str(i).encode() for i in ids[:tokens])
-
-
 def check(response: httpx.Response) -> dict:
     """The JSON body of a vLLM answer, or the exception that says whose fault a failure is."""
     if response.status_code == 200:
@@ -87,7 +74,8 @@ class Replicas:
     """The replicas one blink routes to. Thread-safe: the scorer and chat call it from many threads."""
 
     def __init__(self, urls: list[str], *, max_in_flight: int = 64, spill: float = 0.25, backoff_s: float = 1.0,
-                 max_backoff_s: float = 30.0, timeout_s: float = 300.0, api_key: str | None = None):
+                 max_backoff_s: float = 30.0, timeout_s: float = 300.0, api_key: str | None = None,
+                 table: PrefixTable | None = None):
         if not urls:
             raise ValueError("the vllm engine needs at least one replica URL")
         self.replicas = [Replica(url.rstrip("/")) for url in urls]
@@ -95,6 +83,7 @@ class Replicas:
         self.spill = spill
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
+        self.table = table or PrefixTable()
         self.lock = threading.Lock()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=5.0), headers=headers,
@@ -105,11 +94,20 @@ class Replicas:
         average = (sum(r.in_flight for r in up) + 1) / max(1, len(up))
         return min(self.max_in_flight, max(1, math.ceil((1 + self.spill) * average)))
 
-    def _take(self, key: bytes, tried: set[str]) -> Replica | None:
+    def order(self, route: Route) -> list[Replica]:
+        """The replicas in the order a request on `route` tries them (before load and health)."""
+        by_url = {r.url: r for r in self.replicas}
+        urls = rendezvous(route.key, list(by_url))
+        if (preferred := self.table.lookup(route)) in by_url:
+            urls.remove(preferred)
+            urls.insert(0, preferred)
+        return [by_url[url] for url in urls]
+
+    def _take(self, route: Route, tried: set[str]) -> Replica | None:
         """The replica the next try goes to (its in-flight count taken), or None when none can take it."""
+        order = [r for r in self.order(route) if r.url not in tried]
         with self.lock:
             now = time.monotonic()
-            order = [r for r in affinity_order(key, self.replicas) if r.url not in tried]
             up = [r for r in self.replicas if r.is_up(now)]
             capacity = self._capacity(up)
             chosen = next((r for r in order if r.is_up(now) and r.in_flight < capacity), None)
@@ -137,13 +135,13 @@ class Replicas:
             replica.served += error is None
             self._record(replica, error, down)
 
-    def call(self, key: bytes, work: Callable[[Replica], T], *, hold: bool = False) -> T:
-        """`work(replica)` on the key's replica, retried on the next ones while replicas fail. With `hold`, the
+    def call(self, route: Route, work: Callable[[Replica], T], *, hold: bool = False) -> T:
+        """`work(replica)` on the route's first replica, retried on the next ones while replicas fail. With `hold`, the
         replica stays counted in flight after `work` returns and the result is (replica, result): the caller
         ends it with `finish` (a stream that is still being read)."""
         tried: set[str] = set()
         refused: str | None = None
-        while (replica := self._take(key, tried)) is not None:
+        while (replica := self._take(route, tried)) is not None:
             tried.add(replica.url)
             try:
                 result = work(replica)
@@ -159,6 +157,7 @@ class Replicas:
                 self._release(replica, error if isinstance(error, Exception) else None)
                 raise
             else:
+                self.table.remember(route, replica.url)
                 if hold:
                     return replica, result
                 self._release(replica, None)
@@ -167,8 +166,8 @@ class Replicas:
             raise EngineFailure(f"every model server failed on this request: {refused}")
         raise Overloaded("every model server is busy or unreachable. Retry after a short delay.")
 
-    def start_stream(self, key: bytes, body: dict, path: str = "/v1/completions"):
-        """An open streaming response from the key's replica, retried elsewhere until one starts streaming.
+    def start_stream(self, route: Route, body: dict, path: str = "/v1/completions"):
+        """An open streaming response from the route's replica, retried elsewhere until one starts streaming.
         Returns (replica, response); the caller reads it, then calls `finish(replica, response, error)`."""
         def start(replica: Replica) -> httpx.Response:
             request = self.client.build_request("POST", replica.url + path, json=self.with_model(replica, body))
@@ -179,7 +178,7 @@ class Replicas:
                 check(response)
             return response
 
-        return self.call(key, start, hold=True)
+        return self.call(route, start, hold=True)
 
     def finish(self, replica: Replica, response: httpx.Response, error: Exception | None = None) -> None:
         response.close()
@@ -200,19 +199,22 @@ class Replicas:
         return check(self.client.post(replica.url + path, json=self.with_model(replica, body)))
 
     # health -----------------------------------------------------------------------------------------------
+    def _probe(self, replica: Replica) -> None:
+        try:
+            answered = self.client.get(replica.url + "/health", timeout=2.0).status_code
+            error = None if answered == 200 else ReplicaDown(f"/health answered {answered}")
+        except httpx.HTTPError as exc:
+            error = exc
+        with self.lock:
+            if error is None or replica.is_up(time.monotonic()):  # a down one keeps its back-off
+                self._record(replica, error, down=True)
+
     def health(self, probe: bool = True) -> dict:
         """Each replica's state for /healthz. With `probe`, each is asked its /health first (2 s at most); a
         replica that answers comes back up at once, one that doesn't is marked down."""
         if probe:
-            for replica in self.replicas:
-                try:
-                    answered = self.client.get(replica.url + "/health", timeout=2.0).status_code
-                    error = None if answered == 200 else ReplicaDown(f"/health answered {answered}")
-                except httpx.HTTPError as exc:
-                    error = exc
-                with self.lock:
-                    if error is None or replica.is_up(time.monotonic()):  # a down one keeps its back-off
-                        self._record(replica, error, down=True)
+            with ThreadPoolExecutor(len(self.replicas)) as pool:  # side by side: one slow replica, 2 s in all
+                list(pool.map(self._probe, self.replicas))
         with self.lock:
             now = time.monotonic()
             rows = []

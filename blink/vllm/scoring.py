@@ -19,8 +19,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import BlinkError, EngineFailure, InvalidRequest, Overloaded
-from ..executor import Prompt, common_prefix_length
-from .replicas import Replica, Replicas, affinity_key
+from ..executor import Prompt
+from .affinity import Route, route_for
+from .replicas import Replica, Replicas
 
 log = logging.getLogger("blink")
 
@@ -32,17 +33,18 @@ MAX_LABEL_IDS = 128
 class VllmScorer:
     """`score_many` with the contract of `Engine.score_many`, answered by vLLM replicas."""
 
-    def __init__(self, replicas: Replicas, *, affinity_tokens: int = 256, workers: int = 16,
-                 max_label_ids: int = MAX_LABEL_IDS):
+    def __init__(self, replicas: Replicas, *, workers: int = 16, max_label_ids: int = MAX_LABEL_IDS):
         self.replicas = replicas
-        self.affinity_tokens = affinity_tokens
         self.max_label_ids = max_label_ids
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="blink-vllm")
 
-    def key(self, plan: list[Prompt]) -> bytes:
-        """The plan's routing key: the leading tokens its prompts share (template head and state)."""
-        shared = common_prefix_length([p.ids for p in plan]) if len(plan) > 1 else len(plan[0].ids)
-        return affinity_key(plan[0].ids[:shared], self.affinity_tokens)
+    @staticmethod
+    def prompts(plan: list[Prompt]) -> list[list[int]]:
+        """What vLLM is sent: each read's prompt, cut just after its read position."""
+        return [prompt.ids[:read.position + 1] for prompt in plan for read in prompt.reads]
+
+    def route(self, plan: list[Prompt]) -> Route:
+        return route_for(self.prompts(plan))
 
     def score_many(self, plans: list[list[Prompt]]) -> dict:
         """Scores many requests, each on its own replica (in parallel). Each gets ("ok", scores), ("error",
@@ -73,10 +75,10 @@ class VllmScorer:
         for p, read in reads:
             if not 0 <= read.position < len(plan[p].ids):
                 raise EngineFailure(f"read position {read.position} is outside its prompt")
-        prompts = [plan[p].ids[:read.position + 1] for p, read in reads]
+        prompts = self.prompts(plan)
         labels = sorted({token for _, read in reads for token in read.label_ids})
         chunks = [labels[c:c + self.max_label_ids] for c in range(0, len(labels), self.max_label_ids)]
-        logprobs = self.replicas.call(self.key(plan), lambda replica: self._read(replica, prompts, chunks))
+        logprobs = self.replicas.call(route_for(prompts), lambda replica: self._read(replica, prompts, chunks))
         scores, k = [], 0
         for prompt in plan:
             per_prompt = []
