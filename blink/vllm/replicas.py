@@ -17,8 +17,9 @@ from __future__ import annotations
 import math
 import threading
 import time
-from dataclasses import dataclass
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TypeVar
 
 import httpx

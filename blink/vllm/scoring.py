@@ -25,7 +25,7 @@ from .replicas import Replica, Replicas
 
 log = logging.getLogger("blink")
 
-# vLLM's cap on `logprob_token_ids` per request (vllm.sampling_params.MAX_LOGPROB_TOKEN_IDS in 0.32 and 0.33):
+# vLLM's cap on `logprob_token_ids` per request (vllm.sampling_params.MAX_LOGPROB_TOKEN_IDS, 0.32 and main):
 # a read with more labels is split into several requests, each a full prefix-cache hit after the first
 MAX_LABEL_IDS = 128
 
