@@ -168,7 +168,8 @@ def main(argv=None) -> None:
 
     print(f"\n### blink vs blink -> vLLM ({args.shape} qwen3, fp32), {time.strftime('%Y-%m-%d')}, "
           f"{platform.machine()} x {os.cpu_count()} cores, torch.compile {'off' if args.no_compile else 'on'}\n")
-    print(f"local side: {name}. Two replicas started side by side in {start_s:.0f} s; first requests {first_s:.1f} s.\n")
+    print(f"local side: {name}. Two replicas started side by side in {start_s:.0f} s; "
+          f"first requests {first_s:.1f} s.\n")
     print("| cell | local ms | vLLM x1 ms | vLLM x2 ms | x1 / local |")
     print("|---|---|---|---|---|")
     for label, row in rows:
