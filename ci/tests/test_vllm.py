@@ -88,7 +88,7 @@ def vllm_replicas(vllm_venv, qwen3_dir):
     started = time.perf_counter()
     procs = []
     # blink's own context limit (32,768 tokens a prompt), so vLLM never refuses what blink accepted
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "MAX_MODEL_LEN": "32768"}
+    env = {**os.environ, "MAX_MODEL_LEN": "32768"}
     try:
         for name in ("a", "b"):
             port = free_port()
