@@ -92,6 +92,17 @@ def local_side(engine):
                 lambda plans: [workload.plain_scores(model, plan) for plan in plans])
 
 
+def scores_of(scorer):
+    """The scorer's scores; any request it could not score stops the run (a dead replica must not look fast)."""
+    def score(plans):
+        results = scorer.score_many(plans)["results"]
+        failed = [message for status, message in results if status != "ok"]
+        if failed:
+            raise SystemExit(f"{len(failed)} of {len(results)} requests failed: {failed[0]}")
+        return [scores for _, scores in results]
+    return score
+
+
 def timed(fn, repeat: int) -> float:
     times = []
     for _ in range(repeat):
@@ -124,8 +135,7 @@ def main(argv=None) -> None:
     start_s = time.perf_counter() - started
     urls = [url for url, _ in replicas]
     one, two = Replicas(urls[:1]), Replicas(urls)
-    sides = {"local": local, "vllm x1": lambda plans, s=VllmScorer(one): [r for _, r in s.score_many(plans)["results"]],
-             "vllm x2": lambda plans, s=VllmScorer(two): [r for _, r in s.score_many(plans)["results"]]}
+    sides = {"local": local, "vllm x1": scores_of(VllmScorer(one)), "vllm x2": scores_of(VllmScorer(two))}
     try:
         first = time.perf_counter()
         warm = engine.prepare(workload.body(tokenizer, "m", 64, 3, 99)).prompts
