@@ -33,6 +33,8 @@ def main(argv: list[str] | None = None) -> None:
         help="demo: 16M params (tests); large: ~150M params (CPU benchmarks)",
     )
     demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--arch", choices=("qwen3_5", "qwen3"), default="qwen3_5",
+                      help="qwen3_5: the hybrid architecture blink serves; qwen3: plain attention (vLLM's CPU build)")
 
     from .calibrate import add_arguments as add_calibrate_arguments
 
@@ -47,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from .demo import make_demo_model
 
-        print(make_demo_model(args.dir, args.shape, args.seed))
+        print(make_demo_model(args.dir, args.shape, args.seed, arch=args.arch))
         return
 
     if args.command == "calibrate":

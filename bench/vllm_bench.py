@@ -1,0 +1,196 @@
+"""blink's own engine vs blink -> vLLM (one and two replicas), on the CPU model (`make-demo-model --arch qwen3`).
+
+    .venv/bin/python bench/vllm_bench.py [--shape demo|large] [--quick] [--no-compile]
+
+Every side scores the same prepared decisions (blink renders and tokenizes them once): the local side is
+blink's executor in this process (or, while the executor can't run a standard-RoPE model, the plain per-question
+forward, said so in the table), the vLLM sides are `blink.vllm.VllmScorer` over real replicas started by
+`ci/vllm-serve.sh` (fp32, so answers can be compared; torch.compile on unless --no-compile). Rows: median
+latency of one request per cell (state tokens x questions, one client), then throughput with concurrent
+clients on distinct states, and max |dp| of the vLLM answers against the local ones. A markdown table on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import httpx  # noqa: E402
+import workload  # noqa: E402
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_replicas(model_dir: Path, count: int, compile_: bool, logdir: Path) -> list[tuple[str, subprocess.Popen]]:
+    subprocess.run(["bash", "ci/vllm-venv.sh"], cwd=ROOT, check=True)
+    out = []
+    for i in range(count):
+        port = free_port()
+        argv = ["bash", "ci/vllm-serve.sh", str(model_dir), str(port), "--dtype", "float32"]
+        argv += [] if compile_ else ["-O0"]
+        with open(logdir / f"vllm-{i}.log", "w") as fh:
+            proc = subprocess.Popen(argv, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        out.append((f"http://127.0.0.1:{port}", proc))
+    deadline = time.time() + 1200
+    for url, proc in out:
+        while True:
+            if proc.poll() is not None or time.time() > deadline:
+                raise SystemExit(f"vLLM at {url} did not start: see {logdir}")
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+    return out
+
+
+def stop(replicas) -> None:
+    import signal
+
+    for _, proc in replicas:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=30)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def local_side(engine):
+    """blink's executor when it serves this architecture; else the plain per-question forward."""
+    from blink.errors import BlinkError
+
+    try:
+        engine.warmup()
+        return "blink engine (executor)", lambda plans: [s for _, s in engine.score_many(plans)["results"]]
+    except BlinkError:
+        model = engine.executor.model
+        return ("plain per-question forward (executor fix pending)",
+                lambda plans: [workload.plain_scores(model, plan) for plan in plans])
+
+
+def scores_of(scorer):
+    """The scorer's scores; any request it could not score stops the run (a dead replica must not look fast)."""
+    def score(plans):
+        results = scorer.score_many(plans)["results"]
+        failed = [message for status, message in results if status != "ok"]
+        if failed:
+            raise SystemExit(f"{len(failed)} of {len(results)} requests failed: {failed[0]}")
+        return [scores for _, scores in results]
+    return score
+
+
+def timed(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", choices=("demo", "large"), default="large")
+    ap.add_argument("--quick", action="store_true", help="fewer cells and repeats (~5 min)")
+    ap.add_argument("--no-compile", action="store_true", help="start vLLM with -O0 (faster start, slower runs)")
+    args = ap.parse_args(argv)
+
+    from blink.demo import make_demo_model
+    from blink.engine import Engine
+    from blink.loading import load
+    from blink.vllm import Replicas, VllmScorer
+
+    work = Path(tempfile.mkdtemp(prefix="blink-vllm-bench-"))
+    model_dir = make_demo_model(work / "model", args.shape, arch="qwen3")
+    engine = Engine(load(str(model_dir)))
+    tokenizer = engine.tokenizer
+    name, local = local_side(engine)
+    log(f"local side: {name}; starting two vLLM replicas")
+    started = time.perf_counter()
+    replicas = start_replicas(model_dir, 2, not args.no_compile, work)
+    start_s = time.perf_counter() - started
+    urls = [url for url, _ in replicas]
+    one, two = Replicas(urls[:1]), Replicas(urls)
+    sides = {"local": local, "vllm x1": scores_of(VllmScorer(one)), "vllm x2": scores_of(VllmScorer(two))}
+    try:
+        first = time.perf_counter()
+        warm = engine.prepare(workload.body(tokenizer, "m", 64, 3, 99)).prompts
+        for side in ("vllm x1", "vllm x2"):
+            sides[side]([warm, warm])
+        first_s = time.perf_counter() - first
+
+        cells = [(64, 1), (512, 8), (2000, 16)] if args.quick else [(64, 1), (64, 8), (512, 1), (512, 8),
+                                                                      (2000, 1), (2000, 16), (2000, 64)]
+        repeat = 3 if args.quick else 5
+        rows, worst = [], 0.0
+        for state, n_q in cells:
+            prepared = engine.prepare(workload.body(tokenizer, "m", state, n_q, seed=state + n_q))
+            plan = [prepared.prompts]
+            reference = engine.answer(prepared, sides["local"](plan)[0])
+            for side in ("vllm x1", "vllm x2"):
+                worst = max(worst, workload.max_abs_diff(reference, engine.answer(prepared, sides[side](plan)[0])))
+            # each side once more before timing: vLLM's prefix cache then holds the state, as it would for the
+            # next request about it; the local executor has no cache across requests
+            row = {side: timed(lambda f=fn: f(plan), repeat) * 1000 for side, fn in sides.items()}
+            rows.append((f"{state} tok x {n_q} q", row))
+            log(f"{state} x {n_q}: " + ", ".join(f"{k} {v:.0f} ms" for k, v in row.items()))
+
+        clients = 8
+        bodies = [engine.prepare(workload.body(tokenizer, "m", 512, 8, seed=1000 + i)).prompts
+                  for i in range(clients * (2 if args.quick else 4))]
+        throughput = {}
+        for side, fn in sides.items():
+            started = time.perf_counter()
+            if side == "local":  # one engine: a batch at a time, as blink's batcher hands it over
+                for k in range(0, len(bodies), clients):
+                    fn(bodies[k:k + clients])
+            else:
+                with ThreadPoolExecutor(clients) as pool:
+                    list(pool.map(lambda plan, f=fn: f([plan]), bodies))
+            throughput[side] = len(bodies) / (time.perf_counter() - started)
+        health = two.health(probe=False)["replicas"]
+    finally:
+        stop(replicas)
+
+    print(f"\n### blink vs blink -> vLLM ({args.shape} qwen3, fp32), {time.strftime('%Y-%m-%d')}, "
+          f"{platform.machine()} x {os.cpu_count()} cores, torch.compile {'off' if args.no_compile else 'on'}\n")
+    print(f"local side: {name}. Two replicas started side by side in {start_s:.0f} s; "
+          f"first requests {first_s:.1f} s.\n")
+    print("| cell | local ms | vLLM x1 ms | vLLM x2 ms | x1 / local |")
+    print("|---|---|---|---|---|")
+    for label, row in rows:
+        print(f"| {label} | {row['local']:.0f} | {row['vllm x1']:.0f} | {row['vllm x2']:.0f} | "
+              f"{row['local'] / row['vllm x1']:.2f} |")
+    print(f"| throughput, {clients} clients, 512 tok x 8 q (decisions/s) | {throughput['local']:.2f} | "
+          f"{throughput['vllm x1']:.2f} | {throughput['vllm x2']:.2f} | "
+          f"{throughput['vllm x1'] / throughput['local']:.2f} |")
+    print(f"\nmax |dp| vLLM vs local: {worst:.2e}; requests per replica (x2 side): "
+          + ", ".join(str(r["served"]) for r in health))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,237 @@
+"""vLLM replicas behind one blink: prefix-affinity routing, a load-aware fallback, retries and health.
+
+The order in which replicas are tried for a request comes from `affinity` (where its prefix was last served,
+else rendezvous hashing of its head). Load is bounded the way "consistent hashing with bounded loads" (Mirrokni et
+al., 2018) bounds it: a replica takes a new request only while its requests in flight (ours) stay under
+(1 + spill) times the average over the replicas that are up, and under `max_in_flight`. A busy preferred replica
+thus spills to the next one in the request's order, the same for every request of that prefix, so a spilled
+state warms one more cache, not all of them.
+
+A replica that can't be reached (or answers 429/502/503/504) is marked down for a back-off that doubles per
+consecutive failure, and the request moves on to the next one. When none can take it the request is answered
+`Overloaded` (529 with Retry-After). A 400 is the request's own fault: it is never retried.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TypeVar
+
+import httpx
+
+from ..errors import BlinkError, EngineFailure, InvalidRequest, Overloaded
+from .affinity import PrefixTable, Route, rendezvous
+
+T = TypeVar("T")
+
+DOWN_STATUSES = {429, 502, 503, 504}  # the replica, not the request: another replica may answer
+
+
+class ReplicaDown(Exception):
+    """This replica can't serve now (unreachable, timed out, restarting, saturated by others)."""
+
+
+class ReplicaRefused(Exception):
+    """This replica failed on this request (a 5xx other than the ones above): worth one try elsewhere."""
+
+
+@dataclass
+class Replica:
+    url: str
+    in_flight: int = 0
+    served: int = 0
+    failures: int = 0            # consecutive
+    down_until: float = 0.0      # time.monotonic(); 0: up
+    last_error: str | None = None
+    model: str | None = None     # the served model name, from /v1/models
+    max_model_len: int | None = None
+
+    def is_up(self, now: float) -> bool:
+        return self.down_until <= now
+
+
+def check(response: httpx.Response) -> dict:
+    """The JSON body of a vLLM answer, or the exception that says whose fault a failure is."""
+    if response.status_code == 200:
+        return response.json()
+    message = response.text[:500]
+    try:
+        message = response.json().get("error", {}).get("message") or message
+    except ValueError:
+        pass
+    if response.status_code in DOWN_STATUSES:
+        raise ReplicaDown(f"HTTP {response.status_code}: {message}")
+    if 400 <= response.status_code < 500:
+        raise InvalidRequest(f"the model server refused this request: {message}", kind="engine_refused")
+    raise ReplicaRefused(f"HTTP {response.status_code}: {message}")
+
+
+class Replicas:
+    """The replicas one blink routes to. Thread-safe: the scorer and chat call it from many threads."""
+
+    def __init__(self, urls: list[str], *, max_in_flight: int = 64, spill: float = 0.25, backoff_s: float = 1.0,
+                 max_backoff_s: float = 30.0, timeout_s: float = 300.0, api_key: str | None = None,
+                 table: PrefixTable | None = None):
+        if not urls:
+            raise ValueError("the vllm engine needs at least one replica URL")
+        self.replicas = [Replica(url.rstrip("/")) for url in urls]
+        self.max_in_flight = max_in_flight
+        self.spill = spill
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.table = table or PrefixTable()
+        self.lock = threading.Lock()
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=5.0), headers=headers,
+                                   limits=httpx.Limits(max_connections=max_in_flight * len(urls)))
+
+    # routing ------------------------------------------------------------------------------------------------
+    def _capacity(self, up: list[Replica]) -> int:
+        average = (sum(r.in_flight for r in up) + 1) / max(1, len(up))
+        return min(self.max_in_flight, max(1, math.ceil((1 + self.spill) * average)))
+
+    def order(self, route: Route) -> list[Replica]:
+        """The replicas in the order a request on `route` tries them (before load and health)."""
+        by_url = {r.url: r for r in self.replicas}
+        urls = rendezvous(route.key, list(by_url))
+        if (preferred := self.table.lookup(route)) in by_url:
+            urls.remove(preferred)
+            urls.insert(0, preferred)
+        return [by_url[url] for url in urls]
+
+    def _take(self, route: Route, tried: set[str]) -> Replica | None:
+        """The replica the next try goes to (its in-flight count taken), or None when none can take it."""
+        order = [r for r in self.order(route) if r.url not in tried]
+        with self.lock:
+            now = time.monotonic()
+            up = [r for r in self.replicas if r.is_up(now)]
+            capacity = self._capacity(up)
+            chosen = next((r for r in order if r.is_up(now) and r.in_flight < capacity), None)
+            if chosen is None and not up:
+                # every replica is in back-off: try them anyway (a restarted cluster must not wait it out)
+                chosen = next((r for r in order if r.in_flight < self.max_in_flight), None)
+            if chosen is not None:
+                chosen.in_flight += 1
+            return chosen
+
+    def _record(self, replica: Replica, error: Exception | None, down: bool) -> None:
+        """Note an outcome (the caller holds the lock): success brings a replica up, a `down` failure backs off."""
+        if error is None:
+            replica.failures, replica.down_until = 0, 0.0
+            return
+        replica.last_error = f"{type(error).__name__}: {error}"[:300]
+        if down:
+            replica.failures += 1
+            backoff = min(self.max_backoff_s, self.backoff_s * 2 ** (replica.failures - 1))
+            replica.down_until = time.monotonic() + backoff
+
+    def _release(self, replica: Replica, error: Exception | None, down: bool = False) -> None:
+        with self.lock:
+            replica.in_flight -= 1
+            replica.served += error is None
+            self._record(replica, error, down)
+
+    def call(self, route: Route, work: Callable[[Replica], T], *, hold: bool = False) -> T:
+        """`work(replica)` on the route's first replica, retried on the next ones while replicas fail. With `hold`, the
+        replica stays counted in flight after `work` returns and the result is (replica, result): the caller
+        ends it with `finish` (a stream that is still being read)."""
+        tried: set[str] = set()
+        refused: str | None = None
+        while (replica := self._take(route, tried)) is not None:
+            tried.add(replica.url)
+            try:
+                result = work(replica)
+            except (httpx.TransportError, ReplicaDown) as error:
+                self._release(replica, error, down=True)
+            except ReplicaRefused as error:
+                self._release(replica, error)
+                refused = str(error)
+            except BlinkError:
+                self._release(replica, None)  # the request's fault: the replica answered fine
+                raise
+            except BaseException as error:
+                self._release(replica, error if isinstance(error, Exception) else None)
+                raise
+            else:
+                self.table.remember(route, replica.url)
+                if hold:
+                    return replica, result
+                self._release(replica, None)
+                return result
+        if refused is not None:
+            raise EngineFailure(f"every model server failed on this request: {refused}")
+        raise Overloaded("every model server is busy or unreachable. Retry after a short delay.")
+
+    def start_stream(self, route: Route, body: dict, path: str = "/v1/completions"):
+        """An open streaming response from the route's replica, retried elsewhere until one starts streaming.
+        Returns (replica, response); the caller reads it, then calls `finish(replica, response, error)`."""
+        def start(replica: Replica) -> httpx.Response:
+            request = self.client.build_request("POST", replica.url + path, json=self.with_model(replica, body))
+            response = self.client.send(request, stream=True)
+            if response.status_code != 200:
+                response.read()
+                response.close()
+                check(response)
+            return response
+
+        return self.call(route, start, hold=True)
+
+    def finish(self, replica: Replica, response: httpx.Response, error: Exception | None = None) -> None:
+        response.close()
+        self._release(replica, error, down=isinstance(error, httpx.TransportError))
+
+    # what each replica serves -----------------------------------------------------------------------------
+    def describe(self, replica: Replica) -> None:
+        """Fill in the replica's served model name and context length from its /v1/models."""
+        data = check(self.client.get(replica.url + "/v1/models", timeout=10.0))["data"][0]
+        replica.model, replica.max_model_len = data["id"], data.get("max_model_len")
+
+    def with_model(self, replica: Replica, body: dict) -> dict:
+        if replica.model is None:
+            self.describe(replica)
+        return {"model": replica.model, **body}
+
+    def post(self, replica: Replica, path: str, body: dict) -> dict:
+        return check(self.client.post(replica.url + path, json=self.with_model(replica, body)))
+
+    # health -----------------------------------------------------------------------------------------------
+    def _probe(self, replica: Replica) -> None:
+        try:
+            answered = self.client.get(replica.url + "/health", timeout=2.0).status_code
+            error = None if answered == 200 else ReplicaDown(f"/health answered {answered}")
+        except httpx.HTTPError as exc:
+            error = exc
+        with self.lock:
+            if error is None or replica.is_up(time.monotonic()):  # a down one keeps its back-off
+                self._record(replica, error, down=True)
+
+    def health(self, probe: bool = True) -> dict:
+        """Each replica's state for /healthz. With `probe`, each is asked its /health first (2 s at most); a
+        replica that answers comes back up at once, one that doesn't is marked down."""
+        if probe:
+            with ThreadPoolExecutor(len(self.replicas)) as pool:  # side by side: one slow replica, 2 s in all
+                list(pool.map(self._probe, self.replicas))
+        with self.lock:
+            now = time.monotonic()
+            rows = []
+            for r in self.replicas:
+                state = "down" if not r.is_up(now) else "saturated" if r.in_flight >= self.max_in_flight else "up"
+                rows.append({"url": r.url, "state": state, "in_flight": r.in_flight, "served": r.served,
+                             "consecutive_failures": r.failures, "last_error": r.last_error, "model": r.model,
+                             "max_model_len": r.max_model_len})
+        up = sum(row["state"] != "down" for row in rows)
+        return {"engine": "vllm", "ok": up > 0, "replicas_up": up, "replicas": rows}
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> "Replicas":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,337 @@
+"""blink in front of real vLLM replicas: a CPU build of vLLM (`ci/vllm-venv.sh` builds .venv-vllm; it fails the
+run loudly if it can't, never skips), two replicas started by `ci/vllm-serve.sh` on the qwen3 demo model
+(`make-demo-model --arch qwen3`), and blink's vLLM backend (`blink.vllm`) against them.
+
+Scores are compared with a plain transformers forward on the same weights (fp32 on both sides; the bound
+asserted is 1e-4, the difference measured is ~1e-6), routing by what vLLM itself counts (its /metrics), and
+failover by killing a replica (the last test: the session's replicas are one fewer after it).
+
+Cost: the venv (cached after the first build: a few seconds), ~100-150 s for the two replicas to start side by
+side, ~25 s for each one's first request; the timings land in ci/artifacts/vllm-timing.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import ARTIFACTS, ROOT, free_port, running, stop_group
+
+START_TIMEOUT_S = 900  # two replicas side by side on two shared cores
+# the first test pays for the session's set-up: building .venv-vllm on a clean machine (~6 min) and the replicas
+pytestmark = pytest.mark.timeout(2400)
+TIMING: dict = {}
+
+LONG_STATE = ("Order 4471 arrived with a cracked screen. The customer attached photos, says the box was dented, "
+              "and wants a replacement before Friday because it is a birthday present. ") * 6
+DECISIONS = [
+    {"state": "The parcel never arrived and the tracking page has not changed in nine days.",
+     "questions": {"late": {"type": "noul", "instructions": "Is the parcel late?"}}},
+    {"state": LONG_STATE, "questions": {
+        "route": {"type": "choice", "instructions": "Which team should handle this?",
+                  "criteria": {"returns": "Damaged or wrong items", "billing": "Charges and refunds",
+                               "shipping": "Late or lost parcels"}},
+        "urgent": {"type": "noul", "instructions": "Does this need a reply today?"},
+        "tone": {"type": "score", "instructions": "How upset is the customer?",
+                 "criteria": ["Calm", "Annoyed", "Angry", "Furious"]},
+        "gift": {"type": "noul", "instructions": "Is it a present?"}}},
+    # past Z: the two-letter single-token labels
+    {"state": {"ticket": 19, "text": "Which city should the package go to?"},
+     "questions": {"city": {"type": "choice", "instructions": "Pick the city.",
+                            "criteria": {f"city {i}": None for i in range(40)}}}},
+]
+
+
+@pytest.fixture(scope="session")
+def qwen3_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("qwen3") / "qwen3-demo"
+    subprocess.run([sys.executable, "-m", "blink", "make-demo-model", str(out), "--arch", "qwen3"], check=True,
+                   cwd=ROOT, capture_output=True, timeout=600)
+    return out
+
+
+@pytest.fixture(scope="session")
+def vllm_venv() -> None:
+    started = time.perf_counter()
+    proc = subprocess.run(["bash", "ci/vllm-venv.sh"], cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    assert proc.returncode == 0, ("ci/vllm-venv.sh could not build .venv-vllm (a CPU build of vLLM):\n"
+                                  + proc.stdout[-3000:] + proc.stderr[-5000:])
+    TIMING["venv_s"] = round(time.perf_counter() - started, 1)
+
+
+def wait_up(url: str, proc: subprocess.Popen, log: Path, deadline: float) -> None:
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"vLLM exited with {proc.returncode}:\n{log.read_text()[-6000:]}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise RuntimeError(f"vLLM not up after {START_TIMEOUT_S}s:\n{log.read_text()[-6000:]}")
+
+
+@pytest.fixture(scope="session")
+def vllm_replicas(vllm_venv, qwen3_dir):
+    """Two real vLLM replicas of the qwen3 demo model, fp32 (as the transformers reference), [(url, process)]."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    procs = []
+    # blink's own context limit (32,768 tokens a prompt), so vLLM never refuses what blink accepted
+    env = {**os.environ, "MAX_MODEL_LEN": "32768"}
+    try:
+        for name in ("a", "b"):
+            port = free_port()
+            log = ARTIFACTS / f"vllm-{name}-{port}.log"
+            with open(log, "w") as fh:
+                # -O0: no torch.compile (starts ~40 s sooner per replica; the same numbers)
+                argv = ["bash", "ci/vllm-serve.sh", str(qwen3_dir), str(port), "--dtype", "float32", "-O0"]
+                proc = subprocess.Popen(argv, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, env=env,
+                                        start_new_session=True)
+            procs.append((f"http://127.0.0.1:{port}", proc, log))
+        deadline = time.time() + START_TIMEOUT_S
+        for url, proc, log in procs:
+            wait_up(url, proc, log, deadline)
+        TIMING["replicas_start_s"] = round(time.perf_counter() - started, 1)
+        first = time.perf_counter()
+        with ThreadPoolExecutor(2) as pool:  # each replica's first request compiles its kernels
+            list(pool.map(lambda url: httpx.post(url + "/v1/completions", json={
+                "model": str(qwen3_dir), "prompt": [1, 2, 3], "max_tokens": 1}, timeout=600).raise_for_status(),
+                [url for url, _, _ in procs]))
+        TIMING["first_request_s"] = round(time.perf_counter() - first, 1)
+        yield [(url, proc) for url, proc, _ in procs]
+    finally:
+        for _, proc, _ in procs:
+            stop_group(proc)
+        TIMING["session_s"] = round(time.perf_counter() - started, 1)
+        (ARTIFACTS / "vllm-timing.json").write_text(json.dumps(TIMING, indent=1) + "\n")
+
+
+@pytest.fixture(scope="session")
+def qwen3_engine(qwen3_dir):
+    """blink's engine on the qwen3 model, for `prepare` (prompts, reads) and `answer`."""
+    from blink.engine import Engine
+    from blink.loading import load
+
+    return Engine(load(str(qwen3_dir)))
+
+
+def plain_logprobs(model, prompt) -> list[list[float]]:
+    """The reference: one transformers forward of the whole prompt, full-vocabulary log-softmax at each read."""
+    import torch
+
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(torch.tensor([prompt.ids])).logits[0].float(), dim=-1)
+    return [(logprobs[r.position, r.label_ids] / r.temperature).tolist() for r in prompt.reads]
+
+
+def max_difference(a, b) -> float:
+    return max(abs(x - y) for pa, pb in zip(a, b) for ra, rb in zip(pa, pb) for x, y in zip(ra, rb))
+
+
+def test_scores_equal_a_plain_forward(vllm_replicas, qwen3_engine):
+    from blink.answers import softmax
+    from blink.vllm import Replicas, VllmScorer
+
+    with Replicas([url for url, _ in vllm_replicas]) as replicas:
+        scorer = VllmScorer(replicas)
+        prepared = [qwen3_engine.prepare(body) for body in DECISIONS]
+        out = scorer.score_many([p.prompts for p in prepared])
+        worst = 0.0
+        for p, (status, scores) in zip(prepared, out["results"]):
+            assert status == "ok", scores
+            reference = [plain_logprobs(qwen3_engine.executor.model, prompt) for prompt in p.prompts]
+            worst = max(worst, max_difference(scores, reference))
+            for got, want in zip(scores, reference):
+                for g, w in zip(got, want):
+                    assert max(abs(x - y) for x, y in zip(softmax(g), softmax(w))) < 1e-5
+            assert list(qwen3_engine.answer(p, scores)) == [q.name for q in p.decision.questions]
+        TIMING["max_logprob_difference"] = worst
+        assert worst < 1e-4, worst
+
+
+def test_more_labels_than_one_vllm_request_takes(vllm_replicas, qwen3_engine):
+    from blink.vllm import Replicas, VllmScorer
+
+    body = {"state": "Where should the parcel go?",
+            "questions": {"city": {"type": "choice", "instructions": "Pick the city.",
+                                   "criteria": {f"city {i}": None for i in range(200)}}}}
+    prepared = qwen3_engine.prepare(body)
+    assert len(prepared.prompts[0].reads[0].label_ids) == 200  # vLLM takes 128 per request
+    with Replicas([vllm_replicas[0][0]]) as replicas:
+        (status, scores), = VllmScorer(replicas).score_many([prepared.prompts])["results"]
+    assert status == "ok", scores
+    reference = [plain_logprobs(qwen3_engine.executor.model, prompt) for prompt in prepared.prompts]
+    assert max_difference(scores, reference) < 1e-4
+
+
+def metric(url: str, name: str) -> float:
+    """The sum of one of vLLM's own counters over its label sets."""
+    text = httpx.get(url + "/metrics", timeout=10).text
+    return sum(float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.MULTILINE))
+
+
+def test_the_same_state_goes_to_the_same_replica(vllm_replicas, qwen3_engine):
+    from blink.vllm import Replicas, VllmScorer
+
+    urls = [url for url, _ in vllm_replicas]
+    with Replicas(urls) as replicas:
+        scorer = VllmScorer(replicas)
+        asks = [{"state": LONG_STATE, "questions": {f"q{i}": {"type": "noul", "instructions": f"Question {i}?"}}}
+                for i in range(6)]
+        before = {url: metric(url, "vllm:request_success_total") for url in urls}
+        hits_before = {url: metric(url, "vllm:prefix_cache_hits_total") for url in urls}
+        for body in asks:  # one at a time: no load, so affinity alone decides
+            (status, _), = scorer.score_many([qwen3_engine.prepare(body).prompts])["results"]
+            assert status == "ok"
+        served = {url: metric(url, "vllm:request_success_total") - before[url] for url in urls}
+        hits = {url: metric(url, "vllm:prefix_cache_hits_total") - hits_before[url] for url in urls}
+        assert sorted(served.values()) == [0, 6], served  # vLLM's own count: all six on one replica
+        home = max(served, key=served.get)
+        assert hits[home] >= 5 * 16, hits  # the state's blocks were reused by the five later questions
+
+        # many different states use both replicas (rendezvous hashing spreads keys)
+        others = [{"state": f"Ticket {i}: " + LONG_STATE[i:], "questions": {"q": {"type": "noul",
+                                                                                  "instructions": "Late?"}}}
+                  for i in range(16)]
+        counts = {url: r["served"] for url, r in zip(urls, replicas.health(probe=False)["replicas"])}
+        for body in others:
+            scorer.score_many([qwen3_engine.prepare(body).prompts])
+        after = {r["url"]: r["served"] for r in replicas.health(probe=False)["replicas"]}
+        assert all(after[url] > counts[url] for url in urls), (counts, after)
+
+
+def test_a_busy_replica_spills_to_the_next_and_then_529(vllm_replicas, qwen3_engine):
+    from blink.errors import Overloaded
+    from blink.vllm import Replicas, VllmScorer
+    from blink.vllm.affinity import route_for
+
+    urls = [url for url, _ in vllm_replicas]
+    with Replicas(urls, max_in_flight=1) as replicas:
+        scorer = VllmScorer(replicas)
+        plan = qwen3_engine.prepare(DECISIONS[1]).prompts  # long enough (> 64 tokens) for the prefix table
+        home, other = replicas.order(scorer.route(plan))
+        # hold the home replica busy with an open stream that prefers it too
+        prompt = next(p for p in ([n + 1] * 8 for n in range(64)) if replicas.order(route_for([p]))[0] is home)
+        held = [replicas.start_stream(route_for([prompt]), {"prompt": prompt, "max_tokens": 2000, "stream": True})]
+        assert held[0][0] is home
+        (status, _), = scorer.score_many([plan])["results"]
+        assert status == "ok"
+        assert (home.served, other.served) == (0, 1)  # spilled to the next replica of its order
+        # both busy: no replica can take it -> Overloaded (529 with Retry-After)
+        held.append(replicas.start_stream(route_for([[7] * 8]), {"prompt": [7] * 8, "max_tokens": 2000,
+                                                                "stream": True}))
+        assert {r.url for r, _ in held} == set(urls)
+        (status, message), = scorer.score_many([plan])["results"]
+        assert status == "overloaded", message
+        with pytest.raises(Overloaded) as refused:
+            scorer.score(plan)
+        assert refused.value.status == 529 and refused.value.headers["Retry-After"]
+        for replica, response in held:
+            replicas.finish(replica, response)
+        assert [r["in_flight"] for r in replicas.health(probe=False)["replicas"]] == [0, 0]
+        # free again: the state now follows its prefix to where it was last served
+        served = home.served, other.served  # the held streams count as served once closed
+        (status, _), = scorer.score_many([plan])["results"]
+        assert status == "ok" and (home.served, other.served) == (served[0], served[1] + 1)
+
+
+def test_chat_streams_the_same_text_as_the_local_engine(vllm_replicas, qwen3_engine):
+    from blink.chat import ChatEnd, ChatEngine
+    from blink.vllm import Replicas, VllmChat
+
+    chat = ChatEngine(qwen3_engine.loaded)
+    rendered = chat.render([{"role": "user", "content": "Write a short note about parcels."}])
+    params = {"max_tokens": 24, "temperature": 0}
+    local = list(chat.generate(rendered.ids, params))
+    with Replicas([url for url, _ in vllm_replicas]) as replicas:
+        remote = list(VllmChat(replicas, chat).generate(rendered.ids, params))
+        assert all(isinstance(d, str) for d in remote[:-1]) and isinstance(remote[-1], ChatEnd)
+        assert "".join(remote[:-1]) == "".join(local[:-1])  # greedy on the same weights: the same text
+        end = remote[-1]
+        assert (end.finish_reason, end.prompt_tokens, end.completion_tokens) == ("length", len(rendered.ids), 24)
+        # a stop string ends it there, unsent; the consumer closing early ends the stream (and frees the replica)
+        text = "".join(local[:-1])
+        stop = text[len(text) // 2:len(text) // 2 + 3]
+        if stop.strip():
+            cut = list(VllmChat(replicas, chat).generate(rendered.ids, {**params, "stop": [stop]}))
+            assert "".join(cut[:-1]) == text[:text.index(stop)] and cut[-1].finish_reason == "stop"
+        generator = VllmChat(replicas, chat).generate(rendered.ids, {"max_tokens": 2000, "temperature": 0})
+        next(generator)
+        generator.close()
+        assert sum(r["in_flight"] for r in replicas.health(probe=False)["replicas"]) == 0
+
+
+@pytest.fixture(scope="session")
+def blink_on_vllm(vllm_replicas, qwen3_dir):
+    """blink's own server (its wires, templates, answers) with vLLM answering: ci/tests/vllm_entry.py."""
+    urls = ",".join(url for url, _ in vllm_replicas)
+    with running([sys.executable, str(ROOT / "ci" / "tests" / "vllm_entry.py"), str(qwen3_dir), "{port}", urls],
+                 qwen3_dir.parent, name="blink-vllm") as url:
+        yield url
+
+
+def test_jevcompat_through_blink_to_vllm(blink_on_vllm):
+    from test_jevcompat import assert_all_pass, run_jevcompat
+
+    started = time.perf_counter()
+    report = run_jevcompat(blink_on_vllm)
+    TIMING["jevcompat_s"] = round(time.perf_counter() - started, 1)
+    assert_all_pass(report, {"auth.bearer", "auth.missing", "auth.invalid", "errors.shape"})
+
+
+def test_healthz_lists_the_replicas(blink_on_vllm, vllm_replicas):
+    body = httpx.get(blink_on_vllm + "/healthz", timeout=30).json()
+    rows = body["vllm"]["replicas"]
+    assert [r["url"] for r in rows] == [url for url, _ in vllm_replicas]
+    assert all(r["state"] == "up" for r in rows) and body["vllm"]["replicas_up"] == 2
+
+
+def test_openai_chat_streams_through_vllm(blink_on_vllm):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=blink_on_vllm + "/v1", api_key="unused")
+    stream = client.chat.completions.create(model="blink-qwen3-demo", stream=True, max_tokens=12, temperature=0,
+                                            messages=[{"role": "user", "content": "Say hello."}],
+                                            stream_options={"include_usage": True})
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text and chunks[-1].usage.completion_tokens == 12
+
+
+def test_failover_when_a_replica_dies(vllm_replicas, qwen3_engine, blink_on_vllm):
+    """Last: kills one of the session's replicas."""
+    from blink.vllm import Replicas, VllmScorer
+
+    urls = [url for url, _ in vllm_replicas]
+    with Replicas(urls) as replicas:
+        scorer = VllmScorer(replicas)
+        plan = qwen3_engine.prepare(DECISIONS[1]).prompts
+        home, other = replicas.order(scorer.route(plan))
+        (status, before), = scorer.score_many([plan])["results"]
+        assert status == "ok" and home.served == 1
+        stop_group(dict(vllm_replicas)[home.url])  # the replica this state lives on dies
+        (status, after), = scorer.score_many([plan])["results"]
+        assert status == "ok", after
+        assert other.served == 1 and max_difference(before, after) < 1e-4  # retried on the other one
+        health = replicas.health()
+        assert {r["url"]: r["state"] for r in health["replicas"]} == {home.url: "down", other.url: "up"}
+        assert health["ok"] and health["replicas_up"] == 1
+        # blink's server keeps answering, and its /healthz says which replica is gone
+        r = httpx.post(blink_on_vllm + "/v1/systemone", json=DECISIONS[1], timeout=120)
+        assert r.status_code == 200, r.text
+        states = {row["url"]: row["state"] for row in httpx.get(blink_on_vllm + "/healthz").json()["vllm"]["replicas"]}
+        assert states == {home.url: "down", other.url: "up"}
+    with Replicas([home.url]) as dead:  # nothing left to try: 529
+        (status, message), = VllmScorer(dead).score_many([plan])["results"]
+        assert status == "overloaded", message
