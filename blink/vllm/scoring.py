@@ -18,8 +18,8 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ..errors import BlinkError, EngineFailure, InvalidRequest, Overloaded
-from ..executor import Prompt
+from ..errors import BlinkError, EngineFailure
+from ..plan import Prompt, Scored
 from .affinity import Route, route_for
 from .replicas import Replica, Replicas
 
@@ -46,24 +46,24 @@ class VllmScorer:
     def route(self, plan: list[Prompt]) -> Route:
         return route_for(self.prompts(plan))
 
-    def score_many(self, plans: list[list[Prompt]]) -> dict:
-        """Scores many requests, each on its own replica (in parallel). Each gets ("ok", scores), ("error",
-        message), ("invalid", message) when the model server refused it as malformed, or ("overloaded", message)
-        when no replica could take it; never raises for one request's sake."""
+    def score_many(self, plans: list[list[Prompt]], caller=None) -> list[Scored]:
+        """Scores many requests, each on its own replica (in parallel): one `Scored` per plan, with its scores or
+        its own typed error (`Overloaded` when no replica could take it, `InvalidRequest` when the model server
+        refused it as malformed); never raises for one request's sake. `caller` is moot here (the batch runner's
+        signature)."""
         start = time.perf_counter()
-        results = list(self.pool.map(self._outcome, plans))
-        return {"results": results, "compute_s": time.perf_counter() - start}
+        outcomes = list(self.pool.map(self._outcome, plans))
+        compute_s = time.perf_counter() - start
+        return [Scored(scores, error, compute_s) for scores, error in outcomes]
 
-    def _outcome(self, plan: list[Prompt]) -> tuple[str, object]:
+    def _outcome(self, plan: list[Prompt]) -> tuple:
         try:
-            return "ok", self.score(plan)
-        except Overloaded as error:
-            return "overloaded", error.message
-        except InvalidRequest as error:
-            return "invalid", error.message
-        except Exception as error:  # each request keeps its own outcome
+            return self.score(plan), None
+        except BlinkError as error:
+            return None, error
+        except Exception as error:  # noqa: BLE001 - each request keeps its own outcome
             log.exception("scoring through vLLM failed")
-            return "error", error.message if isinstance(error, BlinkError) else f"{type(error).__name__}: {error}"
+            return None, EngineFailure(f"the model server failed on this request: {type(error).__name__}: {error}")
 
     def score(self, plan: list[Prompt]) -> list[list[list[float]]]:
         """Label scores per prompt, per read, of one request: all its reads on one replica, in one completion

@@ -26,6 +26,8 @@ import pytest
 
 from conftest import ARTIFACTS, ROOT, free_port, running, stop_group
 
+from blink.errors import Overloaded
+
 START_TIMEOUT_S = 900  # two replicas side by side on two shared cores
 # the first test pays for the session's set-up: building .venv-vllm on a clean machine (~6 min) and the replicas
 pytestmark = pytest.mark.timeout(2400)
@@ -148,8 +150,9 @@ def test_scores_equal_a_plain_forward(vllm_replicas, qwen3_engine):
         prepared = [qwen3_engine.prepare(body) for body in DECISIONS]
         out = scorer.score_many([p.prompts for p in prepared])
         worst = 0.0
-        for p, (status, scores) in zip(prepared, out["results"]):
-            assert status == "ok", scores
+        for p, scored in zip(prepared, out):
+            assert scored.error is None, scored.error
+            scores = scored.scores
             reference = [plain_logprobs(qwen3_engine.executor.model, prompt) for prompt in p.prompts]
             worst = max(worst, max_difference(scores, reference))
             for got, want in zip(scores, reference):
@@ -169,8 +172,9 @@ def test_more_labels_than_one_vllm_request_takes(vllm_replicas, qwen3_engine):
     prepared = qwen3_engine.prepare(body)
     assert len(prepared.prompts[0].reads[0].label_ids) == 200  # vLLM takes 128 per request
     with Replicas([vllm_replicas[0][0]]) as replicas:
-        (status, scores), = VllmScorer(replicas).score_many([prepared.prompts])["results"]
-    assert status == "ok", scores
+        (scored,) = VllmScorer(replicas).score_many([prepared.prompts])
+    assert scored.error is None, scored.error
+    scores = scored.scores
     reference = [plain_logprobs(qwen3_engine.executor.model, prompt) for prompt in prepared.prompts]
     assert max_difference(scores, reference) < 1e-4
 
@@ -192,8 +196,8 @@ def test_the_same_state_goes_to_the_same_replica(vllm_replicas, qwen3_engine):
         before = {url: metric(url, "vllm:request_success_total") for url in urls}
         hits_before = {url: metric(url, "vllm:prefix_cache_hits_total") for url in urls}
         for body in asks:  # one at a time: no load, so affinity alone decides
-            (status, _), = scorer.score_many([qwen3_engine.prepare(body).prompts])["results"]
-            assert status == "ok"
+            (scored,) = scorer.score_many([qwen3_engine.prepare(body).prompts])
+            assert scored.error is None
         served = {url: metric(url, "vllm:request_success_total") - before[url] for url in urls}
         hits = {url: metric(url, "vllm:prefix_cache_hits_total") - hits_before[url] for url in urls}
         assert sorted(served.values()) == [0, 6], served  # vLLM's own count: all six on one replica
@@ -212,7 +216,6 @@ def test_the_same_state_goes_to_the_same_replica(vllm_replicas, qwen3_engine):
 
 
 def test_a_busy_replica_spills_to_the_next_and_then_529(vllm_replicas, qwen3_engine):
-    from blink.errors import Overloaded
     from blink.vllm import Replicas, VllmScorer
     from blink.vllm.affinity import route_for
 
@@ -225,15 +228,15 @@ def test_a_busy_replica_spills_to_the_next_and_then_529(vllm_replicas, qwen3_eng
         prompt = next(p for p in ([n + 1] * 8 for n in range(64)) if replicas.order(route_for([p]))[0] is home)
         held = [replicas.start_stream(route_for([prompt]), {"prompt": prompt, "max_tokens": 2000, "stream": True})]
         assert held[0][0] is home
-        (status, _), = scorer.score_many([plan])["results"]
-        assert status == "ok"
+        (scored,) = scorer.score_many([plan])
+        assert scored.error is None
         assert (home.served, other.served) == (0, 1)  # spilled to the next replica of its order
         # both busy: no replica can take it -> Overloaded (529 with Retry-After)
         held.append(replicas.start_stream(route_for([[7] * 8]), {"prompt": [7] * 8, "max_tokens": 2000,
                                                                 "stream": True}))
         assert {r.url for r, _ in held} == set(urls)
-        (status, message), = scorer.score_many([plan])["results"]
-        assert status == "overloaded", message
+        (scored,) = scorer.score_many([plan])
+        assert isinstance(scored.error, Overloaded), scored.error
         with pytest.raises(Overloaded) as refused:
             scorer.score(plan)
         assert refused.value.status == 529 and refused.value.headers["Retry-After"]
@@ -242,8 +245,8 @@ def test_a_busy_replica_spills_to_the_next_and_then_529(vllm_replicas, qwen3_eng
         assert [r["in_flight"] for r in replicas.health(probe=False)["replicas"]] == [0, 0]
         # free again: the state now follows its prefix to where it was last served
         served = home.served, other.served  # the held streams count as served once closed
-        (status, _), = scorer.score_many([plan])["results"]
-        assert status == "ok" and (home.served, other.served) == (served[0], served[1] + 1)
+        (scored,) = scorer.score_many([plan])
+        assert scored.error is None and (home.served, other.served) == (served[0], served[1] + 1)
 
 
 def test_chat_streams_the_same_text_as_the_local_engine(vllm_replicas, qwen3_engine):
@@ -318,11 +321,13 @@ def test_failover_when_a_replica_dies(vllm_replicas, qwen3_engine, blink_on_vllm
         scorer = VllmScorer(replicas)
         plan = qwen3_engine.prepare(DECISIONS[1]).prompts
         home, other = replicas.order(scorer.route(plan))
-        (status, before), = scorer.score_many([plan])["results"]
-        assert status == "ok" and home.served == 1
+        (scored,) = scorer.score_many([plan])
+        before = scored.scores
+        assert scored.error is None and home.served == 1
         stop_group(dict(vllm_replicas)[home.url])  # the replica this state lives on dies
-        (status, after), = scorer.score_many([plan])["results"]
-        assert status == "ok", after
+        (scored,) = scorer.score_many([plan])
+        after = scored.scores
+        assert scored.error is None, scored.error
         assert other.served == 1 and max_difference(before, after) < 1e-4  # retried on the other one
         health = replicas.health()
         assert {r["url"]: r["state"] for r in health["replicas"]} == {home.url: "down", other.url: "up"}
@@ -333,5 +338,5 @@ def test_failover_when_a_replica_dies(vllm_replicas, qwen3_engine, blink_on_vllm
         states = {row["url"]: row["state"] for row in httpx.get(blink_on_vllm + "/healthz").json()["vllm"]["replicas"]}
         assert states == {home.url: "down", other.url: "up"}
     with Replicas([home.url]) as dead:  # nothing left to try: 529
-        (status, message), = VllmScorer(dead).score_many([plan])["results"]
-        assert status == "overloaded", message
+        (scored,) = VllmScorer(dead).score_many([plan])
+        assert isinstance(scored.error, Overloaded), scored.error
