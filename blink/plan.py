@@ -37,6 +37,7 @@ class Prompt:
     ids: list[int]
     reads: list[Read]
     images: list[Image] = field(default_factory=list)  # in order of appearance in `ids`
+    state_end: int = 0  # tokens up to the end of the state: where the prefix-state cache saves (0: nowhere)
 
 
 @dataclass(frozen=True)
