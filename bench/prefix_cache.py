@@ -26,9 +26,9 @@ import torch  # noqa: E402
 import workload  # noqa: E402
 
 
-def timed(fn):
+def timed(fn, *args):
     start = time.perf_counter()
-    out = fn()
+    out = fn(*args)
     return time.perf_counter() - start, out
 
 
@@ -63,9 +63,9 @@ def main() -> None:
                 again = workload.body(tokenizer, args.model, state_tokens, n_questions, seed)
                 again["questions"] = workload.questions(n_questions, seed + 7)  # new questions, same state
                 second = engine.prepare(again)
-                t, _ = timed(lambda: engine.score_many([first.prompts]))
+                t, _ = timed(engine.score_many, [first.prompts])
                 cold.append(t)
-                t, (scored,) = timed(lambda: engine.score_many([second.prompts]))
+                t, (scored,) = timed(engine.score_many, [second.prompts])
                 warm.append(t)
                 cached = scored.cached_tokens
             c, w = statistics.median(cold) * 1000, statistics.median(warm) * 1000
@@ -87,9 +87,9 @@ def main() -> None:
             body = workload.body(tokenizer, args.model, 64, n_questions, 5000 + rep)
             for side in ("library", "once") if rep % 2 else ("once", "library"):
                 builder.once.enabled = side == "once"
-                t, prepared = timed(lambda: engine.prepare(body))
+                t, prepared = timed(engine.prepare, body)
                 scores = [[[0.0] * len(read.label_ids) for read in p.reads] for p in prepared.prompts]
-                t2, _ = timed(lambda: engine.answer(prepared, scores))
+                t2, _ = timed(engine.answer, prepared, scores)
                 sides[side].append(t + t2)
         builder.once.enabled = True
         lib, once = (statistics.median(sides[s]) * 1000 for s in ("library", "once"))
