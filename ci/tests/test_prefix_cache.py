@@ -97,14 +97,21 @@ def test_the_longest_saved_start_is_resumed(engines):
 
 
 def test_the_cache_stays_in_its_budget(engines):
+    """Full to its budget, every new state evicts the least recently used ones, never more bytes than allowed."""
     on, _ = engines
     cache = on.executor.prefix_cache
     saved = cache.max_bytes
     try:
-        cache.max_bytes = 2 * max(entry.nbytes for entry in cache.entries.values())
+        for body in [random_request(random.Random(seed), 1) for seed in range(30, 32)]:
+            on.decide(body)
+        cache.max_bytes = cache.bytes  # full: the next save must evict
+        order = list(cache.entries)
         for body in [random_request(random.Random(seed), 1) for seed in range(40, 44)]:
             on.decide(body)
-        assert 0 < cache.bytes <= cache.max_bytes and len(cache.entries) <= 2
+            order += [key for key in cache.entries if key not in order]
+            assert 0 < cache.bytes <= cache.max_bytes
+            assert cache.bytes == sum(entry.nbytes for entry in cache.entries.values())
+        assert list(cache.entries) == order[-len(cache.entries):] and len(cache.entries) < len(order)
     finally:
         cache.max_bytes = saved
 

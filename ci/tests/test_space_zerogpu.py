@@ -91,11 +91,14 @@ def test_decision_through_the_scheduler_as_the_caller(zspace):
 
 def test_prefix_cache_is_off_on_zerogpu(zspace, engine):
     """A saved state would live only in the forked worker that computed it: the Space turns the cache off even when
-    the variable asks for it, and its answers equal the in-process engine's with the cache on (a repeat hitting it)."""
+    the variable asks for it; a repeat gives the identical answers, and they agree with the in-process engine's with
+    the cache on (a repeat hitting it) within the bf16 bound (the Space loads bf16 for its emulated CUDA device; the
+    engine here runs fp32)."""
     url, _ = zspace
     assert health(url)["prefix_cache"]["active"] is False
     bodies = [httpx.post(url + "/v1/systemone", json=DECISION, timeout=120).json() for _ in range(2)]
     assert all("x_cached_tokens" not in body["usage"] for body in bodies)
+    assert bodies[0]["answers"] == bodies[1]["answers"]
     local = [engine.executor.score_reusing([engine.prepare(DECISION).prompts]) for _ in range(2)]
     assert local[1][1][0] > 0  # the in-process engine's second run came from its cache
     prepared = engine.prepare(DECISION)
@@ -104,7 +107,7 @@ def test_prefix_cache_is_off_on_zerogpu(zspace, engine):
         for qid, answer in ours.items():
             for key, p in (answer.get("probabilities") or {"noul": answer["noul"]}).items():
                 theirs = body["answers"][qid].get("probabilities", {"noul": body["answers"][qid].get("noul")})[key]
-                assert abs(p - theirs) <= 1e-6
+                assert abs(p - theirs) <= 5e-2
 
 
 def test_streamed_chat_through_the_scheduler(zspace):
