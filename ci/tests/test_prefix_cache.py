@@ -132,6 +132,9 @@ def test_a_server_under_concurrent_requests(server):
             for i, body in pool.map(again, [i % 4 for i in range(16)]):
                 assert worst(body["answers"], first[i]["answers"]) <= 1e-6
                 assert body["usage"]["x_cached_tokens"] > 0
+        from typesafe_sdk import SystemOneResponse  # the SDK parses a body carrying the extension field
+
+        assert SystemOneResponse.model_validate(again(0)[1]).usage.input_tokens > 0
         health = client.get("/healthz").json()["prefix_cache"]
         assert health["active"] and health["hits"] >= 16 and health["used_mib"] > 0
 
