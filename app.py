@@ -20,6 +20,7 @@ Only plain data crosses into the GPU worker: token ids and read plans in, floats
 
 import spaces  # noqa: I001 - first, before anything imports torch (ZeroGPU patches it on import)
 
+import dataclasses
 import logging
 import os
 from pathlib import Path
@@ -56,7 +57,9 @@ ESTIMATOR = durations.configured(SPACE)
 # --- the model, at module scope ----------------------------------------------------------------------------
 LOADED = load(SETTINGS.model, SETTINGS.revision, SETTINGS.adapter, SETTINGS.adapter_revision,
               vision=SETTINGS.vision, vision_tower=SETTINGS.vision_tower, max_image_pixels=SETTINGS.max_image_pixels)
-ENGINE = build_engine(SETTINGS, LOADED)
+# No prefix-state cache on ZeroGPU: a state would live only in the forked worker that computed it, and the next
+# call may run in a fresh fork (always after a failed call) that never saw it; off, every call is the same
+ENGINE = build_engine(dataclasses.replace(SETTINGS, prefix_cache_mib=0) if ZERO_GPU else SETTINGS, LOADED)
 CHAT_ENGINE = build_chat_engine(SETTINGS, LOADED)
 
 

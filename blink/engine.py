@@ -62,7 +62,8 @@ def failure(exc: Exception) -> BlinkError:
 class Engine:
     def __init__(self, loaded: Loaded, limits: Limits | None = None, image_limits: ImageLimits | None = None,
                  image_layout: str = "inline", pass_cost_tokens: float | None = None,
-                 pass_cache_bytes: int | None = None, calibration: Calibration = UNCALIBRATED, order: str = "fixed"):
+                 pass_cache_bytes: int | None = None, prefix_cache_bytes: int | None = None,
+                 calibration: Calibration = UNCALIBRATED, order: str = "fixed"):
         self.loaded = loaded
         self.limits = limits or Limits()
         self.image_limits = image_limits or ImageLimits()
@@ -75,7 +76,8 @@ class Engine:
         self.order = order  # the server's default `x_order`
         if order == "rotate" and not one_prompt_per_question(self.config):
             raise SystemExit("x_order rotate needs a model whose template renders one question per prompt")
-        self.executor = Executor(loaded.model, pass_cost_tokens=pass_cost_tokens, pass_cache_bytes=pass_cache_bytes)
+        self.executor = Executor(loaded.model, pass_cost_tokens=pass_cost_tokens, pass_cache_bytes=pass_cache_bytes,
+                                 prefix_cache_bytes=prefix_cache_bytes)
 
     @property
     def accepts_images(self) -> bool:
@@ -112,17 +114,19 @@ class Engine:
         is retried one request at a time, so one bad request doesn't fail the others). Never raises."""
         start = time.perf_counter()
         try:
-            outcomes = [(scores, None) for scores in self.executor.score(plans)]
+            scores, cached = self.executor.score_reusing(plans)
+            outcomes = [(s, None, c) for s, c in zip(scores, cached)]
         except Exception as exc:  # noqa: BLE001 - every request keeps its own outcome
-            outcomes = [(None, failure(exc))] if len(plans) == 1 else [self._score_alone(plan) for plan in plans]
+            outcomes = [(None, failure(exc), 0)] if len(plans) == 1 else [self._score_alone(plan) for plan in plans]
         compute_s = time.perf_counter() - start
-        return [Scored(scores, error, compute_s) for scores, error in outcomes]
+        return [Scored(scores, error, compute_s, cached) for scores, error, cached in outcomes]
 
     def _score_alone(self, plan: list[Prompt]) -> tuple:
         try:
-            return self.executor.score([plan])[0], None
+            (scores,), (cached,) = self.executor.score_reusing([plan])
+            return scores, None, cached
         except Exception as exc:  # noqa: BLE001
-            return None, failure(exc)
+            return None, failure(exc), 0
 
     # in this thread ----------------------------------------------------------------------------------------
     def decide(self, body) -> dict:

@@ -16,6 +16,10 @@ of prompts of one request. Per group the longest common token prefix is computed
    which rows share a pass (prefixes and suffixes alike) is chosen by a cost model (`passes.length_buckets`): one
    more pass against the padding it saves;
 4. readout: hidden states only where an answer is read, times only the label rows of the LM head.
+
+With a prefix-state cache (`prefix_cache.py`), a group's prefix stops at its prompts' `state_end` (the save point),
+a group whose prefix (or a saved start of it) was prefilled before resumes from a copy of that state and runs only
+the rest, alone (no left padding after a prefix state), and every prefix prefilled is saved.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import torch
 
 from .passes import length_buckets
 from .plan import Prompt, common_prefix_length
+from .prefix_cache import PrefixCache, row_of
 from .vision import image_inputs, image_positions, pixels_and_grid
 
 
@@ -39,6 +44,7 @@ class Inputs:
     prefix_len: list[int]     # per group: its prompts' common prefix (a lone prompt is all prefix)
     features: dict            # image key -> its vision features (the tower run once per call)
     positions: dict           # id(prompt) -> the prompt's rotary positions [3, L]
+    keys: dict | None = None  # group -> its prefix's cache keys, for the groups whose prefix is saved
 
 
 @dataclass
@@ -48,7 +54,7 @@ class Prefix:
     row_of: dict              # group index -> its row in this pass
     width: int
     mask: torch.Tensor        # [rows, width]
-    hidden: torch.Tensor      # [rows, width, H]
+    hidden: torch.Tensor | None  # [rows, width, H]; None for a resumed prefix (no read lies in a saved prefix)
     cache: object
 
 
@@ -64,8 +70,11 @@ class Executor:
     # every row it runs. Passes are cut to fit (see length_buckets)
     PASS_CACHE_BYTES = {"cpu": 2 << 30, "cuda": 4 << 30}
 
+    # prefilled states kept across calls (see prefix_cache.py): 0 turns the cache off
+    PREFIX_CACHE_BYTES = {"cpu": 512 << 20, "cuda": 4 << 30}
+
     def __init__(self, model, max_rows: int = 64, pass_cost_tokens: float | None = None,
-                 pass_cache_bytes: int | None = None):
+                 pass_cache_bytes: int | None = None, prefix_cache_bytes: int | None = None):
         self.model = model
         self.max_rows = max_rows  # rows per forward pass
         inner = model.model
@@ -82,6 +91,9 @@ class Executor:
             pass_cache_bytes = self.PASS_CACHE_BYTES.get(self.device.type, self.PASS_CACHE_BYTES["cuda"])
         self.pass_cache_bytes = int(pass_cache_bytes)
         self.max_cells = max(1, self.pass_cache_bytes // self.kv_bytes_per_token())  # rows x tokens of cache
+        if prefix_cache_bytes is None:
+            prefix_cache_bytes = self.PREFIX_CACHE_BYTES.get(self.device.type, self.PREFIX_CACHE_BYTES["cuda"])
+        self.prefix_cache = PrefixCache(prefix_cache_bytes)
 
     @property
     def device(self):
@@ -162,13 +174,18 @@ class Executor:
         return out.last_hidden_state
 
     # the story: prefill -> fan-out -> suffixes -> readout ----------------------------------------------------
-    @torch.inference_mode()
     def score(self, groups: list[list[Prompt]]) -> list[list[list[list[float]]]]:
         """Label logits (after temperature) per group, per prompt, per read: plain Python floats."""
+        return self.score_reusing(groups)[0]
+
+    @torch.inference_mode()
+    def score_reusing(self, groups: list[list[Prompt]]) -> tuple[list, list[int]]:
+        """`score`, and per group the prefix tokens taken from the prefix-state cache (not run again)."""
         inputs = self.inputs(groups)
+        resumed = self.saved_prefixes(inputs)
+        cached = [resumed[g].length if g in resumed else 0 for g in range(len(groups))]
         hidden = {}  # (group, prompt, read) -> the hidden state at that read's position
-        for bucket in self.prefix_passes(inputs):
-            prefix = self.prefill(inputs, bucket)
+        for prefix in self.prefixes(inputs, resumed):
             passes = self.suffix_passes(inputs, prefix)
             suffixes = {}
             for i, rows in enumerate(passes):
@@ -177,21 +194,71 @@ class Executor:
                 del cache  # a fanned-out copy goes before the next pass makes its own
             hidden |= self.read_states(inputs, prefix, suffixes)
             del prefix, suffixes  # this pass's cache and hidden states go before the next prefill
-        return self.readout(groups, hidden)
+        return self.readout(groups, hidden), cached
 
     def inputs(self, groups: list[list[Prompt]]) -> Inputs:
         everything = [p for prompts in groups for p in prompts]
-        prefix_len = [len(prompts[0].ids) if len(prompts) == 1
-                      else common_prefix_length([self._keys(p) for p in prompts]) for prompts in groups]
+        keys = [[self._keys(p) for p in prompts] for prompts in groups]
+        prefix_len = [len(prompts[0].ids) if len(prompts) == 1 else common_prefix_length(rows)
+                      for prompts, rows in zip(groups, keys)]
+        saved = {}
+        if self.prefix_cache.active:
+            for g, prompts in enumerate(groups):
+                if (end := self.save_point(prompts, prefix_len[g])):
+                    prefix_len[g], saved[g] = end, keys[g][0][:end]
         return Inputs(groups, prefix_len, self._encode_images(everything),
-                      {id(p): self._positions(p) for p in everything})
+                      {id(p): self._positions(p) for p in everything}, saved)
 
-    def prefix_passes(self, inputs: Inputs) -> list[list[int]]:
+    @staticmethod
+    def save_point(prompts: list[Prompt], prefix_len: int) -> int:
+        """Where a group's prefix is saved (0: not saved): its prompts' common `state_end`, when every read lies
+        past it (the saved prefix then needs no hidden states of its own)."""
+        end = prompts[0].state_end
+        if not 0 < end <= prefix_len or any(p.state_end != end for p in prompts):
+            return 0
+        return end if all(read.position >= end for p in prompts for read in p.reads) else 0
+
+    def saved_prefixes(self, inputs: Inputs) -> dict:
+        """Group -> the longest saved entry its prefix starts with."""
+        found = {}
+        for g, keys in inputs.keys.items():
+            if (entry := self.prefix_cache.lookup(keys, len(keys))) is not None:
+                found[g] = entry
+        return found
+
+    def prefixes(self, inputs: Inputs, resumed: dict):
+        """Every group's prefix state, one `Prefix` at a time: the resumed ones, then the prefilled passes (each
+        saved when its group has a save point)."""
+        for g, entry in resumed.items():
+            yield self.resume(inputs, g, entry)
+        fresh = [g for g in range(len(inputs.groups)) if g not in resumed]
+        for bucket in self.prefix_passes(inputs, fresh):
+            prefix = self.prefill(inputs, bucket)
+            for g in bucket:
+                if g in inputs.keys:
+                    start = prefix.width - inputs.prefix_len[g]
+                    self.prefix_cache.save(inputs.keys[g], row_of(prefix.cache, prefix.row_of[g], start))
+            yield prefix
+
+    def resume(self, inputs: Inputs, g: int, entry) -> Prefix:
+        """1'. A group's prefix from a copy of a saved state: only the tokens past it run (one row, no padding),
+        and the longer prefix is saved in turn."""
+        cache, done, n = copy.deepcopy(entry.cache), entry.length, inputs.prefix_len[g]
+        if n > done:
+            first = inputs.groups[g][0]
+            embeds = self._embeddings(first, done, n, inputs.features)[None]
+            text = torch.arange(done, n)[None]
+            rope = inputs.positions[id(first)][:, done:n][:, None]
+            self._forward(embeds, torch.ones((1, n), dtype=torch.long), text, rope, cache)
+            self.prefix_cache.save(inputs.keys[g], copy.deepcopy(cache))
+        return Prefix({g: 0}, n, torch.ones((1, n), dtype=torch.long), None, cache)
+
+    def prefix_passes(self, inputs: Inputs, groups: list[int]) -> list[list[int]]:
         """The groups whose prefixes run together. Groups of very different prefix lengths (a batch of requests
         about texts of 100 and 2,000 tokens) run in separate passes: left-padding them all to the longest would
         multiply the work."""
-        lengths = dict(enumerate(inputs.prefix_len))
-        return length_buckets(list(lengths), lengths, self.max_rows, self.pass_cost_tokens, self.max_cells)
+        lengths = {g: inputs.prefix_len[g] for g in groups}
+        return length_buckets(groups, lengths, self.max_rows, self.pass_cost_tokens, self.max_cells)
 
     def prefill(self, inputs: Inputs, bucket: list[int]) -> Prefix:
         """1. The prefixes of the groups in `bucket`, left-padded to the longest, in one pass from an empty cache."""

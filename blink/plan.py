@@ -37,17 +37,20 @@ class Prompt:
     ids: list[int]
     reads: list[Read]
     images: list[Image] = field(default_factory=list)  # in order of appearance in `ids`
+    state_end: int = 0  # tokens up to the end of the state: where the prefix-state cache saves (0: nowhere)
 
 
 @dataclass(frozen=True)
 class Scored:
     """One request's outcome of a GPU call: its label logits (per prompt, per read) or the error it failed with,
-    and the compute seconds of the whole call (every request of a batch carries the same). Plain data, so it
-    crosses from a ZeroGPU worker by pickle; a `BlinkError` keeps its type, status and location on the way."""
+    and the compute seconds of the whole call (every request of a batch carries the same), and the prompt tokens
+    the prefix-state cache spared it. Plain data, so it crosses from a ZeroGPU worker by pickle; a `BlinkError`
+    keeps its type, status and location on the way."""
 
     scores: list | None = None
     error: BlinkError | None = None
     compute_s: float = 0.0
+    cached_tokens: int = 0
 
     def result(self) -> list:
         """The scores, or raises the request's error: the one place an outcome is read."""

@@ -9,6 +9,12 @@ one, else the generic label prompt inside the model's chat template with thinkin
   only its longer prompt (about 4 tokens per option) and 255 rows of the LM head instead of 26.
 - the read plan: per prompt its token ids and, per question, the position whose next-token logits are read,
   the label token ids, and the question type's temperature.
+- rendering once (`OnceRenderer`): the generic prompt of a text-only request is the chat head, the state, and
+  one question part per question; the state is rendered and tokenized once per request and each question part
+  once per distinct question (an LRU), instead of a Jinja render, a chat-template render and a tensor
+  conversion per question. It is the library's rendering split where it splits anyway, checked at start-up
+  against `prepare_inputs`; anything it cannot prove equal (images, a model's own decision template, control
+  tokens in user text) takes `prepare_inputs`.
 """
 
 from __future__ import annotations
@@ -19,11 +25,13 @@ import hashlib
 import json
 import string
 import threading
+from collections import OrderedDict
 from itertools import product
 
 from transformers import AddedToken
 from transformers.decision import DecisionConfig, label_token_ids, prepare_inputs
-from transformers.decision.template_utils import MARK, SPLIT
+from transformers.decision.template_utils import DECISION_PROMPT, MARK, SPLIT
+from transformers.utils.chat_template_utils import _CONTROL_TOKEN_END, _CONTROL_TOKEN_START, _compile_jinja_template
 
 from .errors import InvalidRequest
 from .limits import Limits
@@ -87,6 +95,9 @@ class PromptBuilder:
         self.config = config
         self.limits = limits
         self._label_ids: dict[tuple, list[int]] = {}
+        self.once = OnceRenderer(self.tokenizer, config)
+        if self.once.enabled:
+            self.once.enabled = self.once.self_test(self._library_prompts)
 
     def label_ids(self, labels: list[str]) -> list[int]:
         key = tuple(labels)
@@ -97,13 +108,11 @@ class PromptBuilder:
     def build(self, decision: Decision, images: dict | None = None) -> list[Prompt]:
         """Tokenized prompts for a decision, checked against the context limits (422, nothing truncated).
         `images` maps placeholders to decoded images (vision models only)."""
-        request = {"state": decision.state, "questions": decision.raw_questions}
-        if images:
-            request["assets"] = images
-        prompts, shared = [], {}
-        for inputs, questions in prepare_inputs(self.config, request, self.processor or self.tokenizer):
-            ids = inputs["input_ids"][0].tolist()
-            marks = inputs["marks"].tolist()
+        rendered = None if images else self.once.render(decision)
+        if rendered is None:
+            rendered = self._library_prompts(decision, images)
+        prompts = []
+        for ids, marks, questions, prompt_images, state_end in rendered:
             if len(ids) > self.limits.max_context_tokens:
                 loc = ["body", "questions", questions[0].name] if len(questions) == 1 else ["body", "questions"]
                 who = f"question {questions[0].name!r}" if len(questions) == 1 else "the questions"
@@ -113,7 +122,7 @@ class PromptBuilder:
                     "shorten the state.", loc=loc, kind="context_length_exceeded")
             reads = [Read(int(mark) - 1, self.label_ids(q.labels), float(self.config.temperature.get(q.type, 1.0)))
                      for q, mark in zip(questions, marks)]
-            prompts.append(Prompt(ids, reads, split_images(inputs, shared)))
+            prompts.append(Prompt(ids, reads, prompt_images, state_end))
         total = processed_tokens(prompts)
         if total > self.limits.max_request_tokens:
             raise InvalidRequest(
@@ -121,6 +130,15 @@ class PromptBuilder:
                 f"{self.limits.max_request_tokens} per request. Split the questions over several requests.",
                 loc=["body", "questions"], kind="context_length_exceeded")
         return prompts
+
+    def _library_prompts(self, decision: Decision, images: dict | None = None) -> list[tuple]:
+        """`prepare_inputs`' prompts as (ids, marks, questions, images, state_end): the reference rendering."""
+        request = {"state": decision.state, "questions": decision.raw_questions}
+        if images:
+            request["assets"] = images
+        shared = {}
+        return [(inputs["input_ids"][0].tolist(), inputs["marks"].tolist(), questions, split_images(inputs, shared), 0)
+                for inputs, questions in prepare_inputs(self.config, request, self.processor or self.tokenizer)]
 
 
 def split_images(inputs: dict, shared: dict) -> list[Image]:
@@ -239,3 +257,97 @@ class PrefixReusingEncoder:
                 return newline + 1
             hi = newline
         return 0
+
+
+class OnceRenderer:
+    """The generic prompt of a text-only decision, rendered once per state and once per distinct question.
+
+    `prepare_inputs` renders, per question, `chat(text(state) + "\\n\\n" + question part)` and encodes it whole.
+    The chat template puts the user text verbatim between a fixed head and tail (checked at start-up), the question
+    part does not depend on the state, and the prompt is cut where the tokenizer cuts anyway (after the state's
+    "\\n\\n", before a question part that starts with a non-space character: see `PrefixReusingEncoder`), so
+
+        ids = encode(head + text(state) + "\\n\\n") + encode(question part + tail)
+
+    with the second half kept per question (an LRU: the same questions asked about new states cost nothing). The
+    length of the first half is the prompt's `state_end`: where the prefix-state cache saves a state. User text that
+    holds a control token (or the sanitizer's markers) takes the library's path: sanitizing would change it.
+    """
+
+    MAX_QUESTIONS = 4096  # distinct question parts remembered
+    PROBES = ("PROBE", "  two \n\n lines  \n")
+
+    def __init__(self, tokenizer, config: DecisionConfig):
+        self.tokenizer = tokenizer
+        self.config = config
+        self.enabled = config.chat_template is None and getattr(tokenizer.encode, "enabled", False)
+        self.question_template = _compile_jinja_template(DECISION_PROMPT)
+        macro = DECISION_PROMPT.split("-%}", 1)[0] + "-%}"  # the template's own `text(x)` macro
+        self.state_template = _compile_jinja_template(macro + "{{- text(state) -}}")
+        self.control = tuple(tokenizer.added_tokens_encoder) + (_CONTROL_TOKEN_START, _CONTROL_TOKEN_END)
+        self.parts: OrderedDict = OrderedDict()
+        self.lock = threading.Lock()
+        self.head = self.tail = ""
+        if self.enabled:
+            chats = [self._chat(probe) for probe in self.PROBES]
+            self.head, _, self.tail = chats[0].partition(self.PROBES[0])
+            self.enabled = all(chat == self.head + probe + self.tail for chat, probe in zip(chats, self.PROBES))
+
+    def _chat(self, content: str) -> str:
+        return self.tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
+                                                  add_generation_prompt=True, enable_thinking=False)
+
+    def _has_control(self, text: str) -> bool:
+        return any(token in text for token in self.control)
+
+    def render(self, decision: Decision) -> list[tuple] | None:
+        """(ids, marks, questions, images, state_end) per question, or None where the library must render."""
+        if not self.enabled:
+            return None
+        state = self.state_template.render(state=decision.state)
+        if self._has_control(state):
+            return None
+        parts = [self._part(q) for q in decision.questions]
+        if any(part is None for part in parts):
+            return None
+        head = self.tokenizer.encode(self.head + state + "\n\n", add_special_tokens=False)
+        out = []
+        for q, part in zip(decision.questions, parts):
+            ids = head + part
+            out.append((ids, [len(ids)], [q], [], len(head)))
+        return out
+
+    def _part(self, question) -> list[int] | None:
+        """The token ids of one question part and the chat tail (None: it can't be cut from the state)."""
+        key = json.dumps([question.type, question.instructions, question.options, question.labels,
+                          question.descriptions], ensure_ascii=False, default=repr)
+        with self.lock:
+            if key in self.parts:
+                self.parts.move_to_end(key)
+                return self.parts[key]
+        text = self.question_template.render(state=None, question=question)
+        if not text.startswith("\n\n") or len(text) < 3 or text[2].isspace() or self._has_control(text):
+            ids = None
+        else:
+            ids = self.tokenizer.encode(text[2:] + self.tail, add_special_tokens=False)
+        with self.lock:
+            self.parts[key] = ids
+            while len(self.parts) > self.MAX_QUESTIONS:
+                self.parts.popitem(last=False)
+        return ids
+
+    def self_test(self, library) -> bool:
+        """True when this rendering equals the library's on a few requests (run once at start-up)."""
+        from transformers.decision import parse_questions
+
+        raw = {"route": {"type": "choice", "instructions": "Which team?", "criteria": {"a": "x", "b": None}},
+               "ok": {"type": "noul", "instructions": "Is it fine?"},
+               "level": {"type": "score", "criteria": ["low", "high"]}}
+        for state in ("Order 4471 arrived broken.\n", {"order": 4471, "note": "caf\u00e9 <b>"}, "  x  "):
+            decision = Decision(state, parse_questions(raw, self.config), raw)
+            fast = self.render(decision)
+            if fast is not None and [row[:2] for row in fast] != [row[:2] for row in library(decision)]:
+                return False
+        with self.lock:
+            self.parts.clear()
+        return True

@@ -25,10 +25,13 @@ def build_engine(settings: Settings, loaded):
     """The decision engine over a loaded model, as the settings configure it."""
     from .engine import Engine
 
-    cache_bytes = None if settings.pass_cache_mib is None else int(settings.pass_cache_mib * 2**20)
+    def mib(value):
+        return None if value is None else int(value * 2**20)
+
     return Engine(loaded, settings.limits, settings.image_limits, settings.image_layout,
-                  pass_cost_tokens=settings.pass_cost_tokens, pass_cache_bytes=cache_bytes,
-                  calibration=calibration_for(settings, loaded), order=settings.x_order)
+                  pass_cost_tokens=settings.pass_cost_tokens, pass_cache_bytes=mib(settings.pass_cache_mib),
+                  prefix_cache_bytes=mib(settings.prefix_cache_mib), calibration=calibration_for(settings, loaded),
+                  order=settings.x_order)
 
 
 def build_chat_engine(settings: Settings, loaded):
@@ -59,6 +62,7 @@ def build_context(settings: Settings, decide: Callable | None = None, chat: Call
     service = DecisionService(engine, decide, window_ms=settings.batch_window_ms,
                               max_batch=settings.max_batch_requests, max_queued=settings.max_queued_requests)
     info = loaded.info
+    prefix_cache = engine.executor.prefix_cache
     health = {
         "ok": True, "model": info["model"], "served_model_name": settings.served_name, "revision": info["revision"],
         "adapter": info["adapter"], "weights_verified": info["weights_verified"], "hub_offline": info["hub_offline"],
@@ -77,8 +81,8 @@ def build_context(settings: Settings, decide: Callable | None = None, chat: Call
                    limits=settings.limits, aliases=settings.model_aliases, health=health,
                    chat=chat or local_chat(chat_engine), chat_engine=chat_engine,
                    chat_slots=ChatSlots(settings.max_concurrent_chats), sse_keepalive_s=settings.sse_keepalive_s,
-                   caller_of=caller_of or anonymous,
-                   live_health=list(live_health), description=description or Context.description)
+                   caller_of=caller_of or anonymous, description=description or Context.description,
+                   live_health=[lambda: {"prefix_cache": prefix_cache.stats()}, *live_health])
 
 
 def local_chat(chat_engine):

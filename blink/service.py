@@ -40,6 +40,7 @@ class Decided:
 
     answers: dict
     prepared: Prepared
+    cached_tokens: int = 0  # prompt tokens taken from the prefix-state cache
     calibration: dict | None = None  # {"applied", "temperatures"}: what the answers got
 
     @property
@@ -77,4 +78,4 @@ class DecisionService:
         t = time.perf_counter()
         answers = self.engine.answer(prepared, scored.result())
         timing.add("answer", time.perf_counter() - t)
-        return Decided(answers, prepared, self.engine.calibration_fact(prepared))
+        return Decided(answers, prepared, scored.cached_tokens, self.engine.calibration_fact(prepared))

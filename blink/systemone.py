@@ -27,6 +27,8 @@ WIRE = Wire(lambda error: (error.status, error_body(error)))
 
 def response_body(ctx: Context, decided) -> dict:
     usage = {"input_tokens": decided.input_tokens, "output_tokens": 0}
+    if decided.cached_tokens:  # an extension field, only when the prefix-state cache spared some
+        usage["x_cached_tokens"] = decided.cached_tokens
     if decided.image_usage:  # image counts only when there are images
         usage.update(decided.image_usage)
     return {"model": ctx.served_name, "answers": decided.answers, "usage": usage,

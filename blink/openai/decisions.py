@@ -220,13 +220,17 @@ def routes(ctx: Context) -> list[Route]:
         if call.parts:
             raise bad("send decision requests as JSON (application/json), not multipart", kind="unsupported_media")
         mapped = to_systemone(call.body)
+        key = call.body.get("prompt_cache_key")
+        if key is not None and not isinstance(key, str):
+            raise bad("`prompt_cache_key` must be a string", "prompt_cache_key")
         try:
             decided = await ctx.service.decide(mapped.body, call.timing, caller=call.caller)
         except InvalidRequest as error:
             raise mapped.relocate(error) from None
         n = decided.input_tokens
         return {"object": "decision", "model": ctx.served_name, "answers": mapped.answers(decided.answers),
-                "usage": {"input_tokens": n, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                "usage": {"input_tokens": n, "input_tokens_details": {"cached_tokens": decided.cached_tokens,
+                                                                         "cache_write_tokens": 0},
                           "output_tokens": 0, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": n},
                 "calibration": decisions_calibration(decided.calibration)}
 

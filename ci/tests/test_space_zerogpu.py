@@ -41,7 +41,9 @@ def zerogpu_python() -> Path:
 def zspace(demo_root, zerogpu_python, tmp_path_factory):
     with FakeScheduler() as fake:
         env = {"SPACES_ZERO_GPU": "true", "SPACES_ZERO_DEVICE_API_URL": fake.url, "BLINK_MODEL": "demo",
-               "BLINK_BATCH_WINDOW_MS": "0", "BLINK_MAX_OUTPUT_TOKENS": "2000", "BLINK_CHAT_DURATION_MAX_S": "90",
+               "BLINK_BATCH_WINDOW_MS": "0", "BLINK_MAX_OUTPUT_TOKENS": "2000",
+               "BLINK_PREFIX_CACHE_MIB": "64",  # asked for, and still off: see test_prefix_cache_is_off_on_zerogpu
+               "BLINK_CHAT_DURATION_MAX_S": "90",
                "ZEROGPU_OFFLOAD_DIR": str(tmp_path_factory.mktemp("zerogpu-offload")),
                "HOME": str(tmp_path_factory.mktemp("zerogpu-home")), "TOKENIZERS_PARALLELISM": "false"}
         with running([str(zerogpu_python), str(ROOT / "ci" / "tests" / "zerogpu_entry.py")], demo_root, env=env,
@@ -85,6 +87,27 @@ def test_decision_through_the_scheduler_as_the_caller(zspace):
     releases = fake.since(mark, "/release")
     assert [r["params"]["allowToken"] for r in releases] == [schedules[0]["allowToken"]]
     assert releases[0]["params"]["fail"] == "false"
+
+
+def test_prefix_cache_is_off_on_zerogpu(zspace, engine):
+    """A saved state would live only in the forked worker that computed it: the Space turns the cache off even when
+    the variable asks for it; a repeat gives the identical answers, and they agree with the in-process engine's with
+    the cache on (a repeat hitting it) within the bf16 bound (the Space loads bf16 for its emulated CUDA device; the
+    engine here runs fp32)."""
+    url, _ = zspace
+    assert health(url)["prefix_cache"]["active"] is False
+    bodies = [httpx.post(url + "/v1/systemone", json=DECISION, timeout=120).json() for _ in range(2)]
+    assert all("x_cached_tokens" not in body["usage"] for body in bodies)
+    assert bodies[0]["answers"] == bodies[1]["answers"]
+    local = [engine.executor.score_reusing([engine.prepare(DECISION).prompts]) for _ in range(2)]
+    assert local[1][1][0] > 0  # the in-process engine's second run came from its cache
+    prepared = engine.prepare(DECISION)
+    for body, (scores, _) in zip(bodies, local):
+        ours = engine.answer(prepared, scores[0])
+        for qid, answer in ours.items():
+            for key, p in (answer.get("probabilities") or {"noul": answer["noul"]}).items():
+                theirs = body["answers"][qid].get("probabilities", {"noul": body["answers"][qid].get("noul")})[key]
+                assert abs(p - theirs) <= 5e-2
 
 
 def test_streamed_chat_through_the_scheduler(zspace):

@@ -1,0 +1,98 @@
+"""The prefix-state cache: prefilled states kept across calls, so a state seen before is not prefilled again.
+
+An entry is the model's cache (attention KV, Gated DeltaNet conv and recurrent states) of one row after a known
+token prefix, keyed by those tokens exactly (an image token carries its image's hash, see `Executor._keys`). A
+recurrent state exists only at the position it was saved at: it cannot be cut back like attention KV. So entries
+are saved at chosen points (the end of the state, `Prompt.state_end`), and a new prefix reuses the longest saved
+entry it starts with, then runs only the rest.
+
+Bounded in bytes, least recently used first out. Owned by the executor's thread (not thread-safe). Entries live
+on the model's device; nothing here crosses a process boundary.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Entry:
+    length: int   # tokens of prefix it holds
+    cache: object  # a batch-of-one model cache after those tokens
+    nbytes: int
+
+
+def cache_bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def layer_tensors(cache):
+    """(layer, attribute, tensor) for every tensor a model cache holds (KV; conv and recurrent states by index)."""
+    for layer in cache.layers:
+        for name, value in vars(layer).items():
+            for tensor in (value.values() if isinstance(value, dict) else [value]):
+                if isinstance(tensor, torch.Tensor) and tensor.dim() >= 1:
+                    yield layer, name, tensor
+
+
+def row_of(cache, row: int, start: int):
+    """A batch-of-one copy of `cache`'s `row`, its attention KV from sequence position `start` (dropping the left
+    padding of a batched prefill: the kept keys already carry their rotary positions). Every other attribute is
+    deep-copied, so the copy shares nothing with the batch's cache."""
+    memo = {}
+    for _, name, tensor in layer_tensors(cache):
+        piece = tensor[row:row + 1]
+        if name in ("keys", "values"):
+            piece = piece[:, :, start:]
+        memo[id(tensor)] = piece.clone()
+    return copy.deepcopy(cache, memo)
+
+
+class PrefixCache:
+    def __init__(self, max_bytes: int):
+        self.max_bytes = int(max_bytes)
+        self.entries: OrderedDict[tuple, Entry] = OrderedDict()
+        self.lengths: Counter = Counter()  # saved prefix lengths: the only places a lookup can stop
+        self.bytes = 0
+        self.hits = self.misses = self.cached_tokens = 0
+
+    @property
+    def active(self) -> bool:
+        return self.max_bytes > 0
+
+    def lookup(self, keys: list, limit: int) -> Entry | None:
+        """The longest saved entry whose tokens start `keys`, holding at most `limit` tokens (most recent use)."""
+        for length in sorted((n for n in self.lengths if n <= limit), reverse=True):
+            entry = self.entries.get(tuple(keys[:length]))
+            if entry is not None:
+                self.entries.move_to_end(tuple(keys[:length]))
+                self.hits += 1
+                self.cached_tokens += length
+                return entry
+        self.misses += 1
+        return None
+
+    def save(self, keys: list, cache) -> None:
+        """Keep `cache` (batch of one, after `keys`) unless it alone exceeds the budget; evict the oldest to fit."""
+        key = tuple(keys)
+        nbytes = cache_bytes(t for _, _, t in layer_tensors(cache))
+        if not keys or nbytes > self.max_bytes or key in self.entries:
+            return
+        self.entries[key] = Entry(len(keys), cache, nbytes)
+        self.lengths[len(keys)] += 1
+        self.bytes += nbytes
+        while self.bytes > self.max_bytes:
+            old_key, old = self.entries.popitem(last=False)
+            self.bytes -= old.nbytes
+            self.lengths[old.length] -= 1
+            if not self.lengths[old.length]:
+                del self.lengths[old.length]
+
+    def stats(self) -> dict:
+        return {"active": self.active, "max_mib": self.max_bytes / 2**20, "used_mib": round(self.bytes / 2**20, 3),
+                "entries": len(self.entries), "hits": self.hits, "misses": self.misses,
+                "cached_tokens": self.cached_tokens}

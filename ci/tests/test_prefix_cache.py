@@ -1,0 +1,150 @@
+"""The prefix-state cache and rendering once: answers with and without the cache are identical (fp32, <= 1e-6),
+alone, in batches and under concurrent requests to a real server; the rendering equals the library's; usage
+reports the tokens the cache spared."""
+
+from __future__ import annotations
+
+import random
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from test_executor import random_request
+
+from blink.plan import Prompt
+from blink.questions import parse_decision
+
+
+@pytest.fixture(scope="module")
+def engines(engine):
+    """The session's engine with a fresh cache, and one over the same model with the cache off."""
+    from blink.engine import Engine
+    from blink.prefix_cache import PrefixCache
+
+    engine.executor.prefix_cache = PrefixCache(64 << 20)
+    return engine, Engine(engine.loaded, prefix_cache_bytes=0)
+
+
+def probabilities(value) -> list[float]:
+    """Every number in the answers (probabilities, confidences), in order."""
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in probabilities(v)]
+    if isinstance(value, list):
+        return [x for v in value for x in probabilities(v)]
+    return [float(value)] if isinstance(value, (int, float)) and not isinstance(value, bool) else []
+
+
+def worst(a: dict, b: dict) -> float:
+    pa, pb = probabilities(a), probabilities(b)
+    assert len(pa) == len(pb) and pa
+    return max(abs(x - y) for x, y in zip(pa, pb))
+
+
+def test_rendering_once_equals_the_library(engine):
+    rng = random.Random(3)
+    builder = engine.prompts
+    assert builder.once.enabled
+    states = ["", "x\n\n\n", "  lead", "tail \n", {"a": [1, "<b>&'"]}, ["é", 2], "a\r\nb", "\u0301x"]
+    bodies = [random_request(rng, rng.randint(1, 8)) for _ in range(12)]
+    bodies += [{**bodies[0], "state": state} for state in states]
+    fast = 0
+    for body in bodies:
+        decision = parse_decision(body, engine.config, engine.limits)
+        once = builder.once.render(decision)
+        if once is not None:
+            fast += 1
+            assert [row[:2] for row in once] == [row[:2] for row in builder._library_prompts(decision)]
+    assert fast >= len(bodies) - 2
+    # control tokens in user text take the library's path (it sanitizes them)
+    injected = parse_decision({**bodies[0], "state": "hi <|im_end|> there"}, engine.config, engine.limits)
+    assert builder.once.render(injected) is None
+
+
+def test_cached_answers_equal_uncached_alone_and_in_batches(engines):
+    on, off = engines
+    rng = random.Random(11)
+    bodies = [random_request(rng, rng.randint(1, 3)) for _ in range(3)]
+    cached, answers = [], []
+    for _ in range(2):  # the second round finds every state saved
+        for body in bodies:
+            prepared = on.prepare(body)
+            (a,), (b,) = on.score_many([prepared.prompts]), off.score_many([prepared.prompts])
+            answers.append(on.answer(prepared, a.result()))
+            assert worst(answers[-1], off.answer(prepared, b.result())) <= 1e-6
+            assert b.cached_tokens == 0
+            cached.append(a.cached_tokens)
+    assert cached[:3] == [0] * 3 and all(cached[3:])
+    assert answers[:3] == answers[3:]  # a repeat from the cache is bit-identical (the saved state is the same)
+    # a batch mixing saved states and new ones, with a state twice
+    mixed = [on.prepare(body) for body in bodies[:2] + [random_request(rng, 2), bodies[0]]]
+    for prepared, a, b in zip(mixed, on.score_many([p.prompts for p in mixed]),
+                              off.score_many([p.prompts for p in mixed])):
+        assert worst(on.answer(prepared, a.result()), off.answer(prepared, b.result())) <= 1e-6
+
+
+def test_the_longest_saved_start_is_resumed(engines):
+    """A prompt whose save point lies past a saved one resumes from it and runs only the rest: exact."""
+    on, _ = engines
+    prepared = on.prepare(random_request(random.Random(5), 2))
+    end = prepared.prompts[0].state_end
+    short = [Prompt(p.ids, p.reads, p.images, end // 2) for p in prepared.prompts]
+    first, _ = on.executor.score_reusing([short])
+    scores, cached = on.executor.score_reusing([prepared.prompts])
+    assert cached == [end // 2]
+    for prompt, prompt_scores in zip(prepared.prompts, scores[0]):
+        for ours, ref in zip(prompt_scores, on.executor.reference(prompt)):
+            assert max(abs(x - y) for x, y in zip(ours, ref)) < 1e-5
+
+
+def test_the_cache_stays_in_its_budget(engines):
+    """Full to its budget, every new state evicts the least recently used ones, never more bytes than allowed."""
+    on, _ = engines
+    cache = on.executor.prefix_cache
+    saved = cache.max_bytes
+    try:
+        for body in [random_request(random.Random(seed), 1) for seed in range(30, 32)]:
+            on.decide(body)
+        cache.max_bytes = cache.bytes  # full: the next save must evict
+        order = list(cache.entries)
+        for body in [random_request(random.Random(seed), 1) for seed in range(40, 44)]:
+            on.decide(body)
+            order += [key for key in cache.entries if key not in order]
+            assert 0 < cache.bytes <= cache.max_bytes
+            assert cache.bytes == sum(entry.nbytes for entry in cache.entries.values())
+        assert list(cache.entries) == order[-len(cache.entries):] and len(cache.entries) < len(order)
+    finally:
+        cache.max_bytes = saved
+
+
+def test_a_server_under_concurrent_requests(server):
+    """Repeated and new states sent at once to a real server (its own cache): every answer equals the first one
+    for its body, and usage says what the cache spared on both wires."""
+    rng = random.Random(21)
+    bodies = [random_request(rng, rng.randint(1, 4)) for _ in range(4)]
+    with httpx.Client(base_url=server, timeout=120) as client:
+        first = [client.post("/v1/systemone", json=body).json() for body in bodies]
+        assert all(f["usage"].get("x_cached_tokens", 0) == 0 for f in first)
+
+        def again(i):
+            return i, client.post("/v1/systemone", json=bodies[i]).json()
+
+        with ThreadPoolExecutor(8) as pool:
+            for i, body in pool.map(again, [i % 4 for i in range(16)]):
+                assert worst(body["answers"], first[i]["answers"]) <= 1e-6
+                assert body["usage"]["x_cached_tokens"] > 0
+        from typesafe_sdk import SystemOneResponse  # the SDK parses a body carrying the extension field
+
+        raw = client.post("/v1/systemone", json=bodies[0])
+        assert "x_cached_tokens" in raw.json()["usage"]
+        assert SystemOneResponse.model_validate_json(raw.text).usage.input_tokens > 0
+        health = client.get("/healthz").json()["prefix_cache"]
+        assert health["active"] and health["hits"] >= 16 and health["used_mib"] > 0
+
+        decision = {"model": "demo", "input": "The parcel never came and I want my money back.",
+                    "prompt_cache_key": "ticket-41",
+                    "questions": [{"type": "predicate", "instructions": "Is this a refund request?"}]}
+        usage = [client.post("/v1/decisions", json=decision).json()["usage"] for _ in range(2)]
+        assert usage[0]["input_tokens_details"]["cached_tokens"] == 0
+        assert 0 < usage[1]["input_tokens_details"]["cached_tokens"] < usage[1]["input_tokens"]
+        bad = client.post("/v1/decisions", json={**decision, "prompt_cache_key": 7})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "prompt_cache_key"
