@@ -43,11 +43,12 @@ def decide_endpoint(ctx: Context, *, needs_key: bool = False):
     async def decide(state: str | dict[str, Any] | list[Any], questions: dict[str, Any],
                      request: gr.Request) -> dict[str, Any]:
         headers = getattr(request, "headers", None) or {}
+        caller = ctx.caller_of(request) if request is not None else None
         try:
             if needs_key and not ctx.auth.allows(headers.get("authorization")):
                 raise Unauthorized("missing or invalid API key: send Authorization: Bearer <key>")
             # one call site for every decision asked through Gradio (the endpoint and its MCP tool)
-            return await decide_body(ctx, {"state": state, "questions": questions}, ctx.caller_of(request))
+            return await decide_body(ctx, {"state": state, "questions": questions}, caller)
         except BlinkError as error:
             raise error_of(error) from None
 

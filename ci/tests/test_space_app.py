@@ -213,7 +213,7 @@ BAD = {"pick": {"type": "choice", "instructions": "Pick one", "criteria": {}}}
 def systemone(url: str, key: str | None = None) -> dict:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     reply = httpx.post(url + "/v1/systemone", json={"state": STATE, "questions": QUESTIONS}, headers=headers,
-                       timeout=60)
+                       timeout=180)  # generous: the CI machine is shared
     assert reply.status_code == 200, reply.text
     return reply.json()
 
