@@ -83,3 +83,16 @@ def test_a_ui_chat_takes_a_shared_chat_slot(ctx_and_callers):
     turn.close()  # the user left
     assert ctx.chat_slots.running == 0
     assert list(ui.chat_reply(ctx, 4, "Hello", [], None)) and ctx.chat_slots.running == 0
+
+
+@pytest.mark.parametrize("state,questions", [
+    (None, QUESTIONS), ("x", None), ("x", []), ("x", "not a map"), ("x", {}), ("x", {"q": "noul"}),
+    (12, QUESTIONS), ("x", {"q": {"type": "vote", "instructions": "?"}}),
+])
+def test_hostile_input_is_a_4xx_gradio_error(ctx_and_callers, state, questions):
+    import space_tool
+
+    ctx, _ = ctx_and_callers
+    with pytest.raises(gr.Error) as info:
+        asyncio.run(space_tool.decide_endpoint(ctx)(state, questions, request_with()))
+    assert info.value.title.startswith("Error 4"), (info.value.title, info.value.message)
