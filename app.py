@@ -12,7 +12,8 @@ Order matters on ZeroGPU, and this file follows it:
 4. the GPU functions, decorated at module scope, and their main-process side (zerogpu.GpuCall: the seconds
    each call asks for, the caller it runs as, its errors, requested vs used seconds);
 5. the context every route and the UI serve from, complete when built;
-6. the UI (ui.py), the queue with explicit limits, `launch()`.
+6. the UI (ui.py) with the `decide` endpoint (space_tool.py), the queue with explicit limits, `launch()` with
+   Gradio's MCP server (the same `decide` as a tool at /gradio_api/mcp/).
 
 Only plain data crosses into the GPU worker: token ids and read plans in, floats or text out. Decisions
 (API and UI alike) go through blink's batcher, one caller's requests per GPU call, run as that caller.
@@ -106,7 +107,8 @@ CTX = build_context(SETTINGS, decide=score_batch, chat=chat, engine=ENGINE, chat
 
 # --- the UI, the queue, launch -----------------------------------------------------------------------------
 demo = ui.build(CTX, title=TITLE, description=DESCRIPTION, caveat=CAVEAT, chat_max_tokens=UI_CHAT_MAX_TOKENS,
-                demo_model=(Path(LOADED.root) / "blink_demo.json").is_file())  # make-demo-model's marker
+                demo_model=(Path(LOADED.root) / "blink_demo.json").is_file(),  # make-demo-model's marker
+                api_needs_key=SPACE.gradio_api_needs_key and CTX.auth.required)
 
 
 def main() -> None:
@@ -121,6 +123,7 @@ def main() -> None:
         footer_links=["api", "gradio", "settings"],
         app_kwargs={"routes": api_routes(CTX)},
         show_error=True,
+        mcp_server=True,  # Gradio's MCP server at /gradio_api/mcp/: the `decide` endpoint as a tool (space_tool.py)
     )
 
 

@@ -8,10 +8,11 @@
     python build.py --push OWNER         build, then create or update OWNER/<space> on the Hub
     python build.py --readme             rewrite README.md's knob tables from blink/settings.py
 
-Each `dist/<space>/` is uploadable as it is: `app.py`, `ui.py`, `ui_form.py`, `theme.py`, `zerogpu.py`, `blink/`
-and `requirements.txt` copied byte for byte from the repository root, plus `space_config.py` (every knob of
-blink/settings.py, as that Space's table sets it) and `README.md` (the YAML front matter the Hub reads, and a
-body that tells a visitor how to call the Space). The checks, renderings and push live in `fleet/`.
+Each `dist/<space>/` is uploadable as it is: `app.py`, `ui.py`, `ui_form.py`, `space_tool.py`, `theme.py`,
+`zerogpu.py`, `blink/` and `requirements.txt` copied byte for byte from the repository root, plus
+`space_config.py` (every knob of blink/settings.py, as that Space's table sets it) and `README.md` (the YAML
+front matter the Hub reads, and a body that tells a visitor how to call the Space). The checks,
+renderings and push live in `fleet/`.
 
 Light: the standard library and blink's settings schema (no torch, transformers or Pillow).
 Exit status: 0 ok, 2 a configuration error (the message names the Space and the key), 1 a push failure.
@@ -37,7 +38,7 @@ from fleet.pins import ZEROGPU_TORCH, check_requirements  # noqa: F401 - the tes
 from fleet.render import front_matter, readme, space_config
 from fleet.schema import Fleet, Space, load
 
-SHARED_FILES = ("app.py", "ui.py", "ui_form.py", "theme.py", "zerogpu.py", "requirements.txt")
+SHARED_FILES = ("app.py", "ui.py", "ui_form.py", "space_tool.py", "theme.py", "zerogpu.py", "requirements.txt")
 SHARED_DIRS = ("blink",)
 GENERATED = ("space_config.py", "README.md")
 

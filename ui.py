@@ -3,8 +3,9 @@
 `build(ctx, ...)` makes the Blocks from the context the API routes serve (the same decision service, batcher and
 GPU functions, and the same chat function) and the text users read; it reads nothing else. Each event passes
 its caller (`ctx.caller_of(request)`: on ZeroGPU the user's own quota) explicitly, as the routes do.
-Gradio endpoints (for `gradio_client`): `/decide`, `/example_ticket`, `/example_moderation`, `/example_sentiment`,
-`/chat`, `/health`.
+The API is one documented endpoint, `decide(state, questions)` (space_tool.py), also the Space's MCP tool; every
+event here is private (the page calls it, Gradio's clients and MCP don't see it). The Chat tab takes one of the chat
+slots the API's chat takes (`ctx.chat_slots`), so UI and API chats share one limit.
 """
 
 import html
@@ -15,6 +16,7 @@ from typing import Any
 
 import gradio as gr
 
+import space_tool
 from blink.auth import ApiKey
 from blink.context import Context
 from blink.errors import BlinkError
@@ -32,6 +34,8 @@ from ui_form import (
 )
 
 log = logging.getLogger("blink.space")
+
+PRIVATE = "private"  # the page's own events: hidden from the API docs, gradio_client, @gradio/client and MCP
 
 # (what the dropdown shows, the System One type it sends)
 TYPES = [("noul: yes or no", "noul"), ("choice: one of the options listed", "choice"),
@@ -265,10 +269,11 @@ def chat_reply(ctx: Context, max_tokens: int, message, history, request: gr.Requ
     caller = ctx.caller_of(request) if request is not None else None
     text = ""
     try:
-        for item in ctx.chat(rendered.ids, {"max_tokens": rendered.max_tokens}, caller):
-            if isinstance(item, str):
-                text += item
-                yield text
+        with ctx.chat_slots.held():  # released when the turn ends or the user leaves (the generator closes)
+            for item in ctx.chat(rendered.ids, {"max_tokens": rendered.max_tokens}, caller):
+                if isinstance(item, str):
+                    text += item
+                    yield text
     except BlinkError as error:
         raise gr.Error(error.message, title=f"Error {error.status}") from None
     if not text:
@@ -276,10 +281,11 @@ def chat_reply(ctx: Context, max_tokens: int, message, history, request: gr.Requ
 
 
 def build(ctx: Context, *, title: str, description: str = "", caveat: str = "", chat_max_tokens: int = 512,
-          demo_model: bool = False) -> gr.Blocks:
+          demo_model: bool = False, api_needs_key: bool = False) -> gr.Blocks:
     """The UI's Blocks: `ctx` serves it (as it serves the API routes); `title`, `description` and `caveat` are
     what users read (the caveat sits next to answers); `chat_max_tokens` caps a Chat-tab turn; `demo_model`
-    (the served model is blink's random-weight demo) puts a banner above everything."""
+    (the served model is blink's random-weight demo) puts a banner above everything; `api_needs_key`: the
+    `decide` endpoint asks for the API key too (space_tool.py)."""
     with gr.Blocks(title=title) as demo:
         if demo_model:
             gr.HTML(f'<div class="blink-demo" id="blink-demo-banner">{html.escape(DEMO_BANNER)}</div>')
@@ -291,6 +297,10 @@ def build(ctx: Context, *, title: str, description: str = "", caveat: str = "", 
                 chat_tab(ctx, chat_max_tokens)
             with gr.Tab("API", id="api"):
                 api_tab(ctx, demo)
+        space_tool.register(ctx, needs_key=api_needs_key)
+    for fn in demo.fns.values():  # ChatInterface's own events too (it makes them undocumented, still callable)
+        if fn.api_name != "decide":
+            fn.api_visibility = PRIVATE
     return demo
 
 
@@ -336,14 +346,15 @@ def decide_tab(ctx: Context, caveat: str) -> None:
             results = gr.HTML(elem_id="blink-results", value="")
             raw = gr.JSON(label="Raw response (what POST /v1/systemone returns)", elem_id="blink-raw")
 
-    slot_outputs = [c for slot, group in zip(slots, groups) for c in (group, *slot)]
+    slot_outputs = [c for slot, group in zip(slots, groups, strict=True) for c in (group, *slot)]
     for name, button in example_buttons.items():
         button.click(lambda n=name: load_example(n), None, [state, count, *slot_outputs],
-                     api_name="example_" + name.split()[0].lower())
-    add.click(lambda c: set_count(c, +1), count, [count, *groups], api_visibility="undocumented")
-    remove.click(lambda c: set_count(c, -1), count, [count, *groups], api_visibility="undocumented")
+                     api_name="example_" + name.split()[0].lower(), api_visibility=PRIVATE)
+    add.click(lambda c: set_count(c, +1), count, [count, *groups], api_visibility=PRIVATE)
+    remove.click(lambda c: set_count(c, -1), count, [count, *groups], api_visibility=PRIVATE)
     decide_button.click(ui_decide, [state, count, *[c for slot in slots for c in slot]], [results, raw],
-                        api_name="decide", validator=check_form, show_progress_on=results)
+                        api_name="decide_form", validator=check_form, show_progress_on=results,
+                        api_visibility=PRIVATE)
 
 
 def chat_tab(ctx: Context, max_tokens: int) -> None:
@@ -351,7 +362,9 @@ def chat_tab(ctx: Context, max_tokens: int) -> None:
         yield from chat_reply(ctx, max_tokens, message, history, request)
 
     gr.HTML(caveat_html(CHAT_CAVEAT))
-    gr.ChatInterface(fn=ui_chat, api_name="chat", examples=CHAT_EXAMPLES, cache_examples=False)
+    # private: /v1/chat/completions is the chat API (OpenAI's shape); this one is the page's (message, history)
+    gr.ChatInterface(fn=ui_chat, api_name="chat", examples=CHAT_EXAMPLES, cache_examples=False,
+                     api_visibility=PRIVATE)
 
 
 def api_tab(ctx: Context, demo: gr.Blocks) -> None:
@@ -368,5 +381,5 @@ def api_tab(ctx: Context, demo: gr.Blocks) -> None:
         gr.Markdown("**Live health** (`GET /healthz`): requested vs used GPU seconds under `gpu_seconds`.")
         refresh = gr.Button("Refresh", size="sm")
     health = gr.JSON(label="/healthz")
-    refresh.click(health_json, None, health, api_name="health")
-    demo.load(ui_load, None, [snippets, health], api_visibility="undocumented")
+    refresh.click(health_json, None, health, api_name="health", api_visibility=PRIVATE)
+    demo.load(ui_load, None, [snippets, health], api_visibility=PRIVATE)

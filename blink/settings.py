@@ -317,6 +317,9 @@ class SpaceSettings:
     queue_max_size: int = knob(64, Integer(1, 10000), "Gradio queue size (UI events; the API has its own queue)",
                                fleet="limits.queue_max_size")
     queue_concurrency: int = knob(8, Integer(1, 64), "Gradio queue concurrency", fleet="limits.queue_concurrency")
+    gradio_api_needs_key: bool = knob(False, flag, "the Gradio `decide` endpoint and the Space's MCP tool ask for "
+                                      "the API key too (the UI stays open); off, on ZeroGPU each caller spends "
+                                      "their own quota", fleet="limits.gradio_api_needs_key")
     gpu_size: str = knob("large", Choice(("large", "xlarge")), "ZeroGPU size: large (half a GPU) or xlarge (a "
                          "whole GPU, 2x quota)", fleet="hardware.size")
     duration_min_s: int = knob(2, Integer(1, 600), "fewest GPU seconds a call requests",

@@ -1,5 +1,6 @@
-"""`python app.py` (the Space) with the demo model on CPU: the API routes and the UI's Gradio endpoints answer
-from the same server and port, with real clients (typesafe-sdk, openai, gradio_client); the optional key."""
+"""`python app.py` (the Space) with the demo model on CPU: the API routes, the UI's events and the Space as a tool
+(the Gradio endpoint `decide` and Gradio's MCP server) answer from the same server and port, with real clients
+(typesafe-sdk, openai, gradio_client, @gradio/client, mcp); the optional key."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import sys
 
 import httpx
 import pytest
+from gradio_page import PageValidationError, page_call, values_only
 
 from conftest import ARTIFACTS, ROOT, running
 
@@ -23,7 +25,8 @@ def space(demo_root):
 
 @pytest.fixture(scope="module")
 def keyed_space(demo_root):
-    with running(APP, demo_root, env={**SPACE_ENV, "BLINK_API_KEY": KEY}, name="space-keyed") as url:
+    env = {**SPACE_ENV, "BLINK_API_KEY": KEY, "BLINK_GRADIO_API_NEEDS_KEY": "true"}
+    with running(APP, demo_root, env=env, name="space-keyed") as url:
         yield url
 
 
@@ -46,36 +49,35 @@ def test_models_systemone_and_gradio_on_one_port(space):
     assert set(r.answers["team"].probabilities) == {"billing", "shipping"}
     assert 0.0 <= r.answers["urgent"].noul <= 1.0
 
-    # the UI's Gradio endpoints, same server and port
-    ui = Client(space, verbose=False)
-    example = ui.predict(api_name="/example_ticket")
-    bars, raw = ui.predict(*example, api_name="/decide")
+    # the UI's events (private: called as the page calls them), same server and port
+    example = values_only(page_call(space, "example_ticket"))
+    bars, raw = page_call(space, "decide_form", *example)
     assert raw["model"] == "blink-4b"
     team = raw["answers"]["team"]["probabilities"]
     assert set(team) == {"billing", "shipping", "returns", "technical"}
     for option in team:
         assert f'data-option="{option}"' in bars  # a probability bar per option
     assert "urgent" in raw["answers"]
-    for name in ("/example_moderation", "/example_sentiment"):
-        values = ui.predict(api_name=name)
-        _, raw = ui.predict(*values, api_name="/decide")
+    for name in ("example_moderation", "example_sentiment"):
+        values = values_only(page_call(space, name))
+        _, raw = page_call(space, "decide_form", *values)
         assert raw["answers"], name
-    reply = ui.predict("Hello there", api_name="/chat")
+    reply = page_call(space, "chat", "Hello there", [])[0]
     assert isinstance(reply, str) and reply
-    health = ui.predict(api_name="/health")
+    # the one documented endpoint, through gradio_client
+    assert Client(space, verbose=False).predict(state="hi", questions={"q": {"type": "noul", "instructions": "?"}},
+                                                api_name="/decide")["model"] == "blink-4b"
+    health = page_call(space, "health")[0]
     assert health["gpu_seconds"]["decide"]["calls"] >= 4
 
 
 def test_ui_decision_and_api_decision_are_the_same_code_path(space):
     """A UI decision goes through the batcher like an API one (the batcher counts both)."""
-    from gradio_client import Client
-
     before = httpx.get(space + "/healthz").json()["batching"]["requests"]
     body = {"state": "The parcel is late.", "questions": {"late": {"type": "noul", "instructions": "Is it late?"}}}
     api = httpx.post(space + "/v1/systemone", json=body, timeout=60).json()
-    ui = Client(space, verbose=False)
-    _, raw = ui.predict("The parcel is late.", 1, "late", "noul", "Is it late?", "", "q2", "noul", "", "",
-                        "q3", "noul", "", "", "q4", "noul", "", "", api_name="/decide")
+    _, raw = page_call(space, "decide_form", "The parcel is late.", 1, "late", "noul", "Is it late?", "", "q2", "noul",
+                       "", "", "q3", "noul", "", "", "q4", "noul", "", "")
     assert raw["answers"] == api["answers"]  # same engine, same prompt: same probabilities
     assert httpx.get(space + "/healthz").json()["batching"]["requests"] == before + 2
 
@@ -112,7 +114,6 @@ def test_unrouted_v1_requests_answer_in_the_wire_shape_on_the_space(space):
 
 
 def test_api_key_guards_v1_only_and_never_leaks(keyed_space, demo_root):
-    from gradio_client import Client
     from openai import AuthenticationError, OpenAI
 
     url = keyed_space
@@ -136,8 +137,8 @@ def test_api_key_guards_v1_only_and_never_leaks(keyed_space, demo_root):
     # /healthz and the UI stay open
     health = httpx.get(url + "/healthz")
     assert health.status_code == 200 and health.json()["api_key_required"] is True
-    _, raw = Client(url, verbose=False).predict("hello", 1, "q", "noul", "Greeting?", "", "q2", "noul", "", "",
-                                                "q3", "noul", "", "", "q4", "noul", "", "", api_name="/decide")
+    _, raw = page_call(url, "decide_form", "hello", 1, "q", "noul", "Greeting?", "", "q2", "noul", "", "",
+                       "q3", "noul", "", "", "q4", "noul", "", "")
     assert raw["answers"]["q"]["type"] == "noul"
     # the key appears nowhere: health, error bodies, the UI's config, the log
     assert KEY not in health.text and KEY not in r.text and KEY not in m.text
@@ -167,27 +168,21 @@ def slots(*questions):
 ])
 def test_ui_refuses_a_bad_form_naming_the_box(space, state, questions, box, words):
     """The Decide form is checked before the request (Gradio's validator: the message sits next to the box it
-    concerns, and gradio_client gets it as a ValidationError); nothing reaches the model."""
-    from gradio_client import Client
-    from gradio_client.exceptions import ValidationError
-
+    concerns, and the page gets it as a 422 naming the box); nothing reaches the model."""
     before = httpx.get(space + "/healthz").json()["batching"]["requests"]
-    with pytest.raises(ValidationError) as info:
-        Client(space, verbose=False).predict(state, len(questions), *slots(*questions), api_name="/decide")
+    with pytest.raises(PageValidationError) as info:
+        page_call(space, "decide_form", state, len(questions), *slots(*questions))
     assert f"{box}: " in str(info.value) and words in str(info.value), str(info.value)
     assert httpx.get(space + "/healthz").json()["batching"]["requests"] == before
 
 
 def test_ui_answers_name_the_level_and_warn_about_broken_json(space):
-    from gradio_client import Client
-
-    ui = Client(space, verbose=False)
-    bars, raw = ui.predict(*ui.predict(api_name="/example_sentiment"), api_name="/decide")
+    bars, raw = page_call(space, "decide_form", *values_only(page_call(space, "example_sentiment")))
     levels = ["Very negative", "Negative", "Mixed", "Positive", "Very positive"]
     top = max(raw["answers"]["sentiment"]["probabilities"].items(), key=lambda kv: kv[1])[0]
     assert f"level: <b>{levels[int(top)]}</b> ({int(top) + 1} of 5)" in bars
-    bars, raw = ui.predict('{"ticket": "charged twice",', 1, *slots(("urgent", "noul", "Urgent?", "")),
-                           api_name="/decide")
+    bars, raw = page_call(space, "decide_form", '{"ticket": "charged twice",', 1,
+                          *slots(("urgent", "noul", "Urgent?", "")))
     assert "looks like JSON but does not parse" in bars and "sent as plain text" in bars
     assert raw["answers"]["urgent"]["type"] == "noul"
 
@@ -202,3 +197,137 @@ def test_ui_page_has_the_demo_banner_chat_examples_and_its_own_chat_caveat(space
     assert html.escape(ui.CHAT_CAVEAT) in text and ui.CHAT_EXAMPLES[0] in text
     assert "`name: description`" not in text  # no literal backticks in the options label
     assert "noul: a yes/no question" in text  # the type explained where it is picked
+
+
+# --- the Space as a tool: `decide(state, questions)` over gradio_client, @gradio/client and MCP ------------------
+QUESTIONS = {
+    "spam": {"type": "noul", "instructions": "Is this message spam?"},
+    "topic": {"type": "choice", "instructions": "What is it about?",
+              "criteria": {"billing": "money, invoices", "shipping": None, "other": None}},
+    "urgency": {"type": "score", "instructions": "How urgent is it?", "criteria": ["low", "medium", "high"]},
+}
+STATE = {"ticket": "My parcel never arrived and I was charged twice. Please help today."}
+BAD = {"pick": {"type": "choice", "instructions": "Pick one", "criteria": {}}}
+
+
+def systemone(url: str, key: str | None = None) -> dict:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    reply = httpx.post(url + "/v1/systemone", json={"state": STATE, "questions": QUESTIONS}, headers=headers,
+                       timeout=180)  # generous: the CI machine is shared
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def mcp_call(url: str, work, headers: dict | None = None):
+    import asyncio
+
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamablehttp_client
+
+    async def session():
+        async with streamablehttp_client(url + "/gradio_api/mcp/", headers=headers) as (read, write, _):
+            async with ClientSession(read, write) as mcp:
+                await mcp.initialize()
+                return await work(mcp)
+
+    return asyncio.run(session())
+
+
+def tool_body(result) -> dict:
+    """Gradio's MCP server sends the endpoint's return value as text (Python's repr of the dict)."""
+    import ast
+
+    assert not result.isError, result.content
+    return ast.literal_eval(result.content[0].text)
+
+
+def js_decide(url: str, key: str | None = None) -> dict:
+    """@gradio/client (ci/js, pinned by its package-lock.json) calls decide with keyword arguments."""
+    import json
+    import shutil
+    import subprocess
+
+    folder = ROOT / "ci" / "js"
+    if not (folder / "node_modules" / "@gradio" / "client").is_dir():
+        subprocess.run([shutil.which("npm") or "npm", "ci", "--no-audit", "--no-fund"], cwd=folder, check=True,
+                       timeout=300)
+    argv = ["node", "decide.mjs", url, json.dumps({"state": STATE, "questions": QUESTIONS}), *([key] if key else [])]
+    done = subprocess.run(argv, cwd=folder, capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_gradio_api_is_one_documented_decide_endpoint(space):
+    """gradio_client sees one endpoint, `decide(state, questions)`, documented, and keyword arguments give the body
+    /v1/systemone gives; the UI's own events are private."""
+    from gradio_client import Client
+
+    client = Client(space, verbose=False)
+    api = client.view_api(print_info=False, return_format="dict")
+    assert list(api["named_endpoints"]) == ["/decide"] and not api["unnamed_endpoints"]
+    decide = api["named_endpoints"]["/decide"]
+    assert [p["parameter_name"] for p in decide["parameters"]] == ["state", "questions"]
+    assert all(not p["parameter_has_default"] for p in decide["parameters"])
+    assert "probability for every option" in decide["description"]
+    body = client.predict(state=STATE, questions=QUESTIONS, api_name="/decide")
+    assert body == systemone(space)  # the same engine, the same prompts: the same body
+    assert client.predict(state="plain text works too", questions={"q": QUESTIONS["spam"]},
+                          api_name="/decide")["answers"]["q"]["type"] == "noul"
+
+
+def test_decide_refuses_bad_input_with_the_wire_message(space):
+    from gradio_client import Client
+    from gradio_client.exceptions import AppError
+
+    with pytest.raises(AppError) as info:
+        Client(space, verbose=False).predict(state="x", questions=BAD, api_name="/decide")
+    assert "question 'pick'" in str(info.value) and "criteria" in str(info.value)
+    assert httpx.get(space + "/healthz").json()["ok"] is True  # and the Space keeps serving
+
+
+def test_the_js_client_calls_decide_with_keyword_arguments(space):
+    out = js_decide(space)
+    assert out["endpoints"] == ["/decide"]
+    assert out["body"] == systemone(space)
+
+
+def test_mcp_on_the_space_lists_and_calls_decide(space):
+    tools = mcp_call(space, lambda mcp: mcp.list_tools()).tools
+    assert [t.name for t in tools] == ["decide"]  # the UI's events are not tools
+    tool = tools[0]
+    assert "probability for every option" in tool.description
+    schema = tool.inputSchema
+    assert schema["required"] == ["state", "questions"]
+    assert "JSON value" in schema["properties"]["state"]["description"]
+    assert "noul" in schema["properties"]["questions"]["description"]
+    result = mcp_call(space, lambda mcp: mcp.call_tool("decide", {"state": STATE, "questions": QUESTIONS}))
+    assert tool_body(result) == systemone(space)
+    refused = mcp_call(space, lambda mcp: mcp.call_tool("decide", {"state": "x", "questions": BAD}))
+    assert refused.isError and "question 'pick'" in refused.content[0].text
+
+
+def test_with_gradio_api_needs_key_decide_and_mcp_ask_for_the_key(keyed_space):
+    """BLINK_GRADIO_API_NEEDS_KEY: the Gradio endpoint and the Space's MCP tool ask for the /v1 key (the UI's own
+    events stay open: test_api_key_guards_v1_only_and_never_leaks)."""
+    from gradio_client import Client
+    from gradio_client.exceptions import AppError
+
+    url = keyed_space
+    with pytest.raises(AppError) as info:
+        Client(url, verbose=False).predict(state=STATE, questions=QUESTIONS, api_name="/decide")
+    assert "API key" in str(info.value)
+    keyed = Client(url, verbose=False, headers={"Authorization": f"Bearer {KEY}"})
+    assert keyed.predict(state=STATE, questions=QUESTIONS, api_name="/decide") == systemone(url, KEY)
+
+    refused = mcp_call(url, lambda mcp: mcp.call_tool("decide", {"state": STATE, "questions": QUESTIONS}))
+    assert refused.isError and "API key" in refused.content[0].text
+    wrong = mcp_call(url, lambda mcp: mcp.call_tool("decide", {"state": STATE, "questions": QUESTIONS}),
+                     headers={"Authorization": "Bearer wrong"})
+    assert wrong.isError
+    result = mcp_call(url, lambda mcp: mcp.call_tool("decide", {"state": STATE, "questions": QUESTIONS}),
+                      headers={"Authorization": f"Bearer {KEY}"})
+    assert tool_body(result) == systemone(url, KEY)
+
+    assert "API key" in js_decide(url)["error"]
+    assert js_decide(url, KEY)["body"] == systemone(url, KEY)
+    port = url.rsplit(":", 1)[1]
+    assert KEY not in (ARTIFACTS / f"space-keyed-{port}.log").read_text()

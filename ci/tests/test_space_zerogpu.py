@@ -133,18 +133,47 @@ def test_streamed_chat_through_the_scheduler(zspace):
 
 
 def test_ui_decision_through_the_scheduler(zspace):
-    """The UI's Decide button (Gradio event, via gradio_client) takes the same batcher -> GPU path."""
-    from gradio_client import Client
+    """The UI's Decide button (a private Gradio event, called as the page calls it) takes the same batcher -> GPU
+    path."""
+    from gradio_page import page_call, values_only
 
     url, fake = zspace
-    ui = Client(url, verbose=False)
-    example = ui.predict(api_name="/example_sentiment")
+    example = values_only(page_call(url, "example_sentiment"))
     mark = fake.mark()
-    _, raw = ui.predict(*example, api_name="/decide")
+    _, raw = page_call(url, "decide_form", *example)
     assert len(raw["answers"]["sentiment"]["probabilities"]) == 5
     schedules = fake.since(mark, "/schedule")
     assert len(schedules) == 1
     assert int(schedules[0]["params"]["durationSeconds"]) == health(url)["gpu_seconds"]["decide"]["last_requested_s"]
+
+
+def test_mcp_and_gradio_api_callers_spend_their_own_quota(zspace):
+    """Gradio's MCP server passes the caller's headers on to the `decide` endpoint: the scheduler sees the MCP
+    caller's x-ip-token, as it sees a gradio_client caller's."""
+    import asyncio
+
+    from gradio_client import Client
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamablehttp_client
+
+    url, fake = zspace
+
+    async def mcp_decide():
+        async with streamablehttp_client(url + "/gradio_api/mcp/", headers={"x-ip-token": "tok-dave"}) as (r, w, _):
+            async with ClientSession(r, w) as session:
+                await session.initialize()
+                return await session.call_tool("decide", DECISION)
+
+    mark = fake.mark()
+    result = asyncio.run(mcp_decide())
+    assert not result.isError, result.content
+    schedules = fake.since(mark, "/schedule")
+    assert [s["params"]["token"] for s in schedules] == ["tok-dave"]
+
+    mark = fake.mark()
+    body = Client(url, verbose=False, headers={"x-ip-token": "tok-erin"}).predict(**DECISION, api_name="/decide")
+    assert set(body["answers"]) == set(DECISION["questions"]), json.dumps(body)
+    assert [s["params"]["token"] for s in fake.since(mark, "/schedule")] == ["tok-erin"]
 
 
 REFUSALS = [

@@ -1,0 +1,15 @@
+// @gradio/client calls the Space's `decide(state, questions)` with keyword arguments and prints the body it got.
+// usage: node decide.mjs URL REQUEST_JSON [API_KEY]   (REQUEST_JSON: {"state": ..., "questions": {...}})
+import { Client } from "@gradio/client";
+
+const [url, request, key] = process.argv.slice(2);
+const { state, questions } = JSON.parse(request);
+const app = await Client.connect(url, key ? { headers: { Authorization: `Bearer ${key}` } } : {});
+const api = await app.view_api();
+try {
+  const result = await app.predict("/decide", { state, questions });
+  console.log(JSON.stringify({ endpoints: Object.keys(api.named_endpoints), body: result.data[0] }));
+} catch (error) {
+  console.log(JSON.stringify({ endpoints: Object.keys(api.named_endpoints), error: error.message ?? String(error) }));
+}
+process.exit(0);

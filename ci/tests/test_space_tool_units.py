@@ -1,0 +1,98 @@
+"""The Space's `decide` endpoint and UI chat in-process, on a real context (the demo model): the gr.Request's
+identity headers become the caller the batch step runs as (on ZeroGPU: whose quota pays, for gradio_client and
+MCP callers alike), errors carry the wire's message and status, and a UI chat holds one of the shared chat slots."""
+
+from __future__ import annotations
+
+import asyncio
+
+import gradio as gr
+import pytest
+
+import zerogpu
+
+
+@pytest.fixture(scope="module")
+def ctx_and_callers(demo_dir):
+    from blink.server import build_context
+    from blink.settings import Settings
+
+    settings = Settings.from_values({"model": str(demo_dir), "max_concurrent_chats": 1, "api_key": "sk-unit-key"},
+                                    env={})
+    callers = []
+    ctx = None
+
+    def score_batch(plans, caller):  # the Space's batch step, minus the GPU: it records whom it runs as
+        callers.append(caller)
+        return ctx.engine.score_many(plans)
+
+    ctx = build_context(settings, decide=score_batch, warmup=False,
+                        caller_of=lambda request: zerogpu.caller_from_headers(request.headers))
+    return ctx, callers
+
+
+def request_with(**headers) -> gr.Request:
+    return zerogpu.gradio_request(tuple((name.replace("_", "-"), value) for name, value in headers.items()))
+
+
+QUESTIONS = {"late": {"type": "noul", "instructions": "Is the parcel late?"}}
+
+
+def test_the_requests_identity_header_is_the_caller_of_the_batch(ctx_and_callers):
+    import space_tool
+    from blink.systemone import decide_body
+
+    ctx, callers = ctx_and_callers
+    decide = space_tool.decide_endpoint(ctx)
+    body = asyncio.run(decide("The parcel is five days late.", QUESTIONS, request_with(x_ip_token="tok-carol")))
+    assert callers[-1] == (("x-ip-token", "tok-carol"),)  # what `spaces` charges (zerogpu.as_caller)
+    direct = asyncio.run(decide_body(ctx, {"state": "The parcel is five days late.", "questions": QUESTIONS}))
+    assert body == direct and callers[-1] is None  # anonymous: nobody's token
+    assert "Args:" in decide.__doc__ and "probability for every option" in decide.__doc__
+
+
+def test_decide_errors_are_gradio_errors_with_the_wire_message_and_status(ctx_and_callers):
+    import space_tool
+
+    ctx, _ = ctx_and_callers
+    bad = {"pick": {"type": "choice", "instructions": "Pick one", "criteria": {}}}
+    with pytest.raises(gr.Error) as info:
+        asyncio.run(space_tool.decide_endpoint(ctx)("x", bad, request_with()))
+    assert info.value.title == "Error 422" and "question 'pick'" in info.value.message
+    keyed = space_tool.decide_endpoint(ctx, needs_key=True)
+    with pytest.raises(gr.Error) as info:
+        asyncio.run(keyed("x", QUESTIONS, request_with(authorization="Bearer wrong")))
+    assert info.value.title == "Error 401" and "API key" in info.value.message
+    assert asyncio.run(keyed("x", QUESTIONS, request_with(authorization="Bearer sk-unit-key")))["answers"]
+
+
+def test_a_ui_chat_takes_a_shared_chat_slot(ctx_and_callers):
+    import ui
+
+    ctx, _ = ctx_and_callers
+    ctx.chat_slots.take()  # the API's chat holds the only slot
+    try:
+        with pytest.raises(gr.Error) as info:
+            list(ui.chat_reply(ctx, 4, "Hello", [], None))
+        assert "busy" in info.value.message and info.value.title == "Error 529"
+    finally:
+        ctx.chat_slots.release()
+    turn = ui.chat_reply(ctx, 4, "Hello", [], None)
+    next(turn)
+    assert ctx.chat_slots.running == 1  # generating: the UI chat holds the slot
+    turn.close()  # the user left
+    assert ctx.chat_slots.running == 0
+    assert list(ui.chat_reply(ctx, 4, "Hello", [], None)) and ctx.chat_slots.running == 0
+
+
+@pytest.mark.parametrize("state,questions", [
+    (None, QUESTIONS), ("x", None), ("x", []), ("x", "not a map"), ("x", {}), ("x", {"q": "noul"}),
+    (12, QUESTIONS), ("x", {"q": {"type": "vote", "instructions": "?"}}),
+])
+def test_hostile_input_is_a_4xx_gradio_error(ctx_and_callers, state, questions):
+    import space_tool
+
+    ctx, _ = ctx_and_callers
+    with pytest.raises(gr.Error) as info:
+        asyncio.run(space_tool.decide_endpoint(ctx)(state, questions, request_with()))
+    assert info.value.title.startswith("Error 4"), (info.value.title, info.value.message)
