@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     from .server import serve as run
 
     try:
-        run(settings, listen.host, listen.port, listen.log_level)
+        run(settings, listen.host, listen.port, listen.log_level, cors_origins=listen.cors_origins)
     except KeyboardInterrupt:
         sys.exit(0)
 
