@@ -117,7 +117,7 @@ def _messages(body: dict) -> list[dict]:
                              "content": text_of(item.get("output"), "input", i, "output")})
         elif kind == "reasoning":
             parts = item.get("content") or item.get("summary") or []
-            reasoning = "\n".join(p.get("text", "") for p in parts if isinstance(p, dict))
+            reasoning = "\n".join(p.get("text", "") for p in parts if isinstance(p, dict)) or None
         elif kind == "item_reference":
             raise bad("`item_reference` needs stored items: this server stores nothing; send the item itself",
                       "input", i, "type", kind="unsupported_value")
