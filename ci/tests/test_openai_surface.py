@@ -68,15 +68,6 @@ def test_responses_streamed_equals_non_streamed(client, name):
     assert final.usage.input_tokens == whole.usage.input_tokens
 
 
-def test_responses_stream_helper_accumulates(client, name):
-    with client.responses.stream(model=name, input="Say hello", max_output_tokens=5, temperature=0) as stream:
-        for _ in stream:
-            pass
-        final = stream.get_final_response()
-    assert final.output_text == client.responses.create(model=name, input="Say hello", max_output_tokens=5,
-                                                        temperature=0).output_text
-
-
 def test_responses_are_not_stored(client, name):
     with pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(model=name, input="again", previous_response_id="resp_123")
@@ -203,7 +194,7 @@ def test_large_bodies_are_compressed_when_accepted(surface, name):
         with httpx.stream("POST", surface + "/v1/decisions", json=body, timeout=120,
                           headers={"Accept-Encoding": encoding}) as r:
             assert r.headers["content-encoding"] == encoding
-            data = decode(r.read())
+            data = decode(b"".join(r.iter_raw()))  # as sent (httpx would decode it)
         assert json.loads(data)["answers"] == raw.json()["answers"]
     small = httpx.get(surface + "/healthz", headers={"Accept-Encoding": "gzip"}, timeout=30)
     assert small.status_code == 200
