@@ -74,7 +74,8 @@ def build_context(settings: Settings, decide: Callable | None = None, chat: Call
     return Context(service=service, served_name=settings.served_name, auth=ApiKey(settings.api_key),
                    limits=settings.limits, aliases=settings.model_aliases, health=health,
                    chat=chat or local_chat(chat_engine), chat_engine=chat_engine,
-                   chat_slots=ChatSlots(settings.max_concurrent_chats), caller_of=caller_of or anonymous,
+                   chat_slots=ChatSlots(settings.max_concurrent_chats), sse_keepalive_s=settings.sse_keepalive_s,
+                   caller_of=caller_of or anonymous,
                    live_health=list(live_health), description=description or Context.description)
 
 

@@ -244,6 +244,8 @@ class Settings:
                                   space_default=1024)
     max_concurrent_chats: int = knob(4, Integer(1, 64), "chat: generations at once; past it 529 + Retry-After",
                                      fleet="limits.max_concurrent_chats")
+    sse_keepalive_s: float = knob(5.0, Number(0.5, 60), "chat streams: seconds between keep-alive comments while "
+                                  "the reply is waiting for the GPU")
     enable_thinking: bool = knob(False, flag, "chat: let the model think (Qwen3.5's `<think>` block) before it answers",
                                  fleet="chat_template.enable_thinking")
     vision: bool = knob(False, flag, "accept images with the model's own vision tower", fleet="vision.enabled")

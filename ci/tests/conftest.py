@@ -56,7 +56,7 @@ def server_env(demo_root: Path, extra: dict | None = None) -> dict:
     return env
 
 
-def wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
+def wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout: float = 300) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
         if proc.poll() is not None:
