@@ -30,6 +30,7 @@ from ..context import Context
 from ..errors import EngineFailure
 from ..http import Call, Endpoint
 from ..streams import KEEPALIVE, GeneratorStream
+from .constraints import chat_params
 from .generation import Calls, Content, Reasoning, Reply, as_blink_error, launch, sse, sse_response, whole
 from .protocol import WIRE, ChatRequest, bad, parse_chat, render
 
@@ -71,9 +72,10 @@ def routes(ctx: Context) -> list[Route]:
         if call.parts:
             raise bad("send chat requests as JSON (application/json), not multipart", kind="unsupported_media")
         req = parse_chat(call.body)
+        req.params.update(await run_in_threadpool(chat_params, call.body, req.tools))
         stream, ids = await start(ctx, call, req)
         turn = Turn(ctx.served_name, req)
-        reply = Reply.of_chat(ctx, stream, ids, turn.tool_names)
+        reply = Reply.of_chat(ctx, stream, ids, turn.tool_names, req.parallel_tool_calls)
         if not req.stream:
             return await completion(turn, reply)
         return sse_response(call, stream_events(turn, reply))

@@ -3,6 +3,8 @@
 One `prompt` (a string, or a list of token ids) is continued as it is, with no chat template, by the same
 generator, slots and admission as chat (blink.openai.generation). One choice per request: a list of prompts,
 `n` > 1, `best_of` > 1 and `echo: true` are 400s that say so, never a silent first-prompt-only answer.
+`logprobs: N` (0-5) gives the legacy shape: `tokens`, `token_logprobs`, `top_logprobs` (N alternatives each) and
+`text_offset`.
 Streamed: `text_completion` chunks, a usage chunk when `stream_options.include_usage`, `data: [DONE]`.
 """
 
@@ -23,6 +25,7 @@ from ..errors import EngineFailure, InvalidRequest
 from ..http import Call, Endpoint
 from ..streams import KEEPALIVE
 from .chat import usage
+from .constraints import legacy_entries, legacy_logprobs
 from .generation import Content, Reply, as_blink_error, launch, sse, sse_response, whole
 from .protocol import WIRE, bad, integer, render, sampling, streaming
 
@@ -65,12 +68,10 @@ def parse(ctx: Context, body: Any) -> tuple[list[int], int | None, bool, bool, d
     if body.get("suffix") is not None:
         raise bad("`suffix` is not supported: this server does not fill in the middle", "suffix",
                   kind="unsupported_value")
-    if body.get("logprobs") is not None:
-        raise bad("`logprobs` is not supported on /v1/completions yet; /v1/chat/completions has it", "logprobs",
-                  kind="unsupported_value")
     stream, include_usage = streaming(body)
     max_tokens = integer(body, "max_tokens", 1)
-    return prompt_ids(ctx, body.get("prompt")), max_tokens, stream, include_usage, sampling(body)
+    params = {**sampling(body), **legacy_logprobs(body)}
+    return prompt_ids(ctx, body.get("prompt")), max_tokens, stream, include_usage, params
 
 
 def routes(ctx: Context) -> list[Route]:
@@ -88,23 +89,28 @@ def routes(ctx: Context) -> list[Route]:
                 "model": ctx.served_name}
         if not stream:
             got = await whole(reply)
-            return {**head, "choices": [{"index": 0, "text": got.content, "logprobs": None,
+            logprobs = legacy_entries(got.logprobs) if params.get("logprobs") else None
+            return {**head, "choices": [{"index": 0, "text": got.content, "logprobs": logprobs,
                                          "finish_reason": got.final.finish_reason}], "usage": usage(got.final)}
-        return sse_response(call, events(head, reply, include_usage))
+        return sse_response(call, events(head, reply, include_usage, bool(params.get("logprobs"))))
 
     return [Route("/v1/completions", Endpoint(ctx, WIRE, completions, cancel_on_disconnect=True), methods=["POST"])]
 
 
-async def events(head: dict, reply: Reply, include_usage: bool) -> AsyncIterator[str]:
-    def chunk(text: str, finish: str | None = None) -> str:
-        return sse({**head, "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]})
+async def events(head: dict, reply: Reply, include_usage: bool, logprobs: bool) -> AsyncIterator[str]:
+    offset = 0
+
+    def chunk(text: str, finish: str | None = None, entries: list | None = None) -> str:
+        legacy = legacy_entries(entries or [], offset) if logprobs and finish is None else None
+        return sse({**head, "choices": [{"index": 0, "text": text, "logprobs": legacy, "finish_reason": finish}]})
 
     try:
         async for piece in reply:
             if piece is KEEPALIVE:
                 yield ": keep-alive\n\n"
-            elif isinstance(piece, Content) and piece.text:
-                yield chunk(piece.text)
+            elif isinstance(piece, Content) and (piece.text or piece.logprobs):
+                yield chunk(piece.text, entries=piece.logprobs)
+                offset += len(piece.text)
             elif isinstance(piece, ChatEnd):
                 yield chunk("", piece.finish_reason)
                 if include_usage:

@@ -72,20 +72,22 @@ class Reply:
     """A generation as the wire sends it: KEEPALIVE, Reasoning, Content and Calls pieces, then the ChatEnd."""
 
     def __init__(self, stream: GeneratorStream, *, tool_names: list[str] | None = None, thinking: bool = False,
-                 inside: bool = False):
+                 inside: bool = False, parallel_calls: bool = True):
         self.stream = stream
         self.tool_names = tool_names
+        self.parallel_calls = parallel_calls  # false: only the first call counts (`parallel_tool_calls: false`)
         self.tools = ToolStream(tool_names) if tool_names else None  # `whole` parses the whole text instead
         self.reasoning = ReasoningSplit(inside) if thinking else None
         self.logprobs: list | None = None
 
     @classmethod
-    def of_chat(cls, ctx: Context, stream: GeneratorStream, ids: list[int], tool_names: list[str] | None) -> Reply:
+    def of_chat(cls, ctx: Context, stream: GeneratorStream, ids: list[int], tool_names: list[str] | None,
+                parallel_calls: bool = True) -> Reply:
         """A chat turn's reply: reasoning split when the server thinks (the prompt may have opened the block)."""
         engine = ctx.chat_engine
         thinking = bool(getattr(engine, "enable_thinking", False))
         inside = thinking and opens_thinking(engine.tokenizer.decode(ids[-8:]))
-        return cls(stream, tool_names=tool_names, thinking=thinking, inside=inside)
+        return cls(stream, tool_names=tool_names, thinking=thinking, inside=inside, parallel_calls=parallel_calls)
 
     def _content(self, text: str, logprobs: list | None):
         if logprobs is not None:
@@ -127,7 +129,7 @@ class Reply:
                 yield Content(parsed.content or "", self.logprobs)
                 self.logprobs = None
             if parsed.calls:
-                yield Calls(parsed.calls)
+                yield Calls(parsed.calls if self.parallel_calls else parsed.calls[:1])
         elif self.logprobs:
             yield Content("", self.logprobs)
             self.logprobs = None
@@ -167,5 +169,5 @@ async def whole(reply: Reply) -> Whole:
     if reply.tool_names:
         parsed = parse(text, reply.tool_names)
         if parsed.calls:
-            text, calls = parsed.content or "", parsed.calls
+            text, calls = parsed.content or "", parsed.calls if reply.parallel_calls else parsed.calls[:1]
     return Whole(final, text, "".join(reasoning), calls, logprobs)

@@ -55,6 +55,7 @@ class ChatRequest:
     include_usage: bool = False
     max_tokens: int | None = None
     params: dict = field(default_factory=dict)
+    parallel_tool_calls: bool = True  # false: the first call the model writes is the reply's only one
 
 
 def data_url(part: dict, *loc) -> tuple[str, str]:
@@ -180,7 +181,8 @@ def parse_chat(body: Any) -> ChatRequest:
     tools = function_tools(body.get("tools"))
     if tool_choice(body.get("tool_choice")) == "none":
         tools = None
-    return ChatRequest(msgs, tools or None, bool(stream), include_usage, max_tokens, sampling(body))
+    parallel = body.get("parallel_tool_calls") is not False
+    return ChatRequest(msgs, tools or None, bool(stream), include_usage, max_tokens, sampling(body), parallel)
 
 
 def streaming(body: dict) -> tuple[bool, bool]:

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.routing import Route
 
 from ..chat import ChatEnd
@@ -31,6 +32,7 @@ from ..errors import EngineFailure
 from ..http import Call, Endpoint
 from ..streams import KEEPALIVE
 from .chat import start
+from .constraints import responses_params
 from .generation import Calls, Content, Reasoning, Reply, Whole, as_blink_error, sse, sse_response, whole
 from .protocol import WIRE, ChatRequest, arguments_for_template, bad, integer, render, sampling, text_of
 
@@ -150,7 +152,8 @@ def parse_responses(body: Any) -> ChatRequest:
     if _tool_choice(body.get("tool_choice")) == "none":
         tools = None
     params = sampling({k: v for k, v in body.items() if k != "stop"})  # Responses has no `stop`
-    return ChatRequest(messages, tools or None, bool(stream), False, integer(body, "max_output_tokens", 1), params)
+    return ChatRequest(messages, tools or None, bool(stream), False, integer(body, "max_output_tokens", 1), params,
+                       body.get("parallel_tool_calls") is not False)
 
 
 # the response -----------------------------------------------------------------------------------------------
@@ -228,10 +231,11 @@ def routes(ctx: Context) -> list[Route]:
         if call.parts:
             raise bad("send responses requests as JSON (application/json), not multipart", kind="unsupported_media")
         req = parse_responses(call.body)
+        req.params.update(await run_in_threadpool(responses_params, call.body, req.tools))
         shape = Shape(ctx, call.body, req)
         stream, ids = await start(ctx, call, req)
         names = [t["function"]["name"] for t in req.tools] if req.tools else None
-        reply = Reply.of_chat(ctx, stream, ids, names)
+        reply = Reply.of_chat(ctx, stream, ids, names, req.parallel_tool_calls)
         if not req.stream:
             got = await whole(reply)
             status = "incomplete" if got.final.finish_reason == "length" and not got.calls else "completed"
