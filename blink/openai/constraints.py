@@ -15,10 +15,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..structured import check_constraint
 from .protocol import bad, integer
 
 MAX_TOP_LOGPROBS = 20
+
+
+def check_constraint(constraint: dict, loc: list) -> dict:
+    from ..structured import check_constraint as check  # the grammar engine loads only when a request asks for it
+
+    return check(constraint, loc)
 
 
 def response_format(value: Any, *loc) -> dict | None:
