@@ -245,7 +245,8 @@ async def decide(ctx: Context, request: gr.Request | None, state: str, count: fl
         log.exception("UI decision failed")
         return error_html(f"Internal error: {type(exc).__name__}"), None
     response = {"model": ctx.served_name, "answers": decided.answers,
-                "usage": {"input_tokens": decided.input_tokens, "output_tokens": 0}}
+                "usage": {"input_tokens": decided.input_tokens, "output_tokens": 0},
+                "x_calibration": decided.calibration}
     if note:
         gr.Warning(note)
     notice = f'<div class="blink-note">{html.escape(note)}</div>' if note else ""

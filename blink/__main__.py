@@ -1,4 +1,4 @@
-"""`python -m blink serve ...` and `python -m blink make-demo-model DIR`.
+"""`python -m blink serve ...`, `python -m blink calibrate ...` and `python -m blink make-demo-model DIR`.
 
 Nothing from the Hugging Face libraries is imported before the arguments are read: serving a local folder
 must switch them offline first (they read their settings once, at import).
@@ -35,6 +35,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     demo.add_argument("--seed", type=int, default=0)
 
+    from .calibrate import add_arguments as add_calibrate_arguments
+
+    calibrate = commands.add_parser("calibrate", help="fit a temperature per question type to labelled requests "
+                                                      "and write calibration.json")
+    add_calibrate_arguments(calibrate)
+
     args = parser.parse_args(argv)
     logging.basicConfig(level=getattr(args, "log_level", "info").upper(), format="%(asctime)s %(name)s %(message)s")
 
@@ -44,6 +50,11 @@ def main(argv: list[str] | None = None) -> None:
 
         print(make_demo_model(args.dir, args.shape, args.seed))
         return
+
+    if args.command == "calibrate":
+        from .calibrate import run as calibrate
+
+        sys.exit(calibrate(args))
 
     settings, listen = from_args(args, Settings), from_args(args, Listen)
     from .loading import go_offline_if_local

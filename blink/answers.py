@@ -33,5 +33,10 @@ def softmax(logits: list[float]) -> list[float]:
 
 def answer(question: Question, logits: list[float]) -> dict:
     """The System One answer to `question` from its label logits (temperature already applied)."""
-    raw = question.answer(softmax(logits))
+    return answer_from_probabilities(question, softmax(logits))
+
+
+def answer_from_probabilities(question: Question, probabilities: list[float]) -> dict:
+    """The System One answer to `question` from its option probabilities (in its option order)."""
+    raw = question.answer(probabilities)
     return {key: raw[key] for key in KEY_ORDER[question.type]}

@@ -6,14 +6,16 @@ optional server system prompt goes first when the conversation has none. A conve
 context limit is refused (400 naming `messages`), never cut.
 
 `ChatEngine.generate(ids, params)` is the GPU step. It takes plain data (a list of token ids and a plain
-dict of sampling parameters) and yields plain data: `str` text deltas, then exactly one final `ChatEnd`
-(finish reason, token counts, and the compute seconds measured where it ran). Nothing else crosses:
+dict of sampling parameters) and yields plain data: `str` text deltas (`Delta`, text and token logprobs, when
+logprobs are asked), then exactly one final `ChatEnd` (finish reason, token counts, and the compute seconds
+measured where it ran). Nothing else crosses:
 no tensors, no exceptions that need our classes on the other side. So on ZeroGPU it is wrapped in
 `@spaces.GPU` and each item is pickled to the main process; a consumer that closes the generator stops the
 decode loop at its next yield (the loop is written by hand, one token per step, for exactly that reason).
 
 Stop strings are applied inside the loop: text that could still become a stop string is held back, and a
-stop string that completes ends generation without being sent.
+stop string that completes ends generation without being sent. A constraint (`blink.structured`) masks each
+step's logits before sampling; generation ends when its grammar is complete.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from typing import Any, Iterator
 
 from .errors import InvalidRequest, param_of
 from .limits import Limits
+from .logprobs import TokenLogprobs
+from .structured import Grammars
 from .text import partial_marker_length
 
 DEFAULT_MAX_OUTPUT_TOKENS = 4096
@@ -37,6 +41,16 @@ class ChatEnd:
     prompt_tokens: int
     completion_tokens: int
     compute_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Delta:
+    """A text delta and the logprobs of the tokens whose text it completes (yielded instead of `str` when
+    `params["logprobs"]`). Each entry is OpenAI's `{token, logprob, bytes, top_logprobs: [{token, logprob,
+    bytes}]}`; `text` is empty only in a last Delta that carries tokens cut by a stop string."""
+
+    text: str
+    logprobs: list[dict]
 
 
 @dataclass
@@ -69,6 +83,11 @@ class ChatEngine:
         self.eos_ids = sorted({int(i) for e in eos for i in (e if isinstance(e, (list, tuple)) else [e])
                                if i is not None})
         self.hidden_ids = hidden_token_ids(self.tokenizer)
+        # constrained decoding: the model's tool-call markup (Qwen3.5 writes XML-style calls, Qwen3 / Hermes JSON)
+        template = str(getattr(self.tokenizer, "chat_template", None) or "")
+        self.grammars = Grammars(self.tokenizer, self.model.config.get_text_config().vocab_size, self.eos_ids,
+                                 tool_format="xml" if "<function=" in template else "json",
+                                 reasoning=self.enable_thinking)
         # sampling defaults when the request sends none: the model's generation_config, else OpenAI's (1, 1)
         sample = bool(getattr(gen, "do_sample", False))
         self.defaults = {
@@ -163,10 +182,12 @@ class ChatEngine:
 
     # the GPU step ----------------------------------------------------------------------------------------
     def generate(self, ids: list[int], params: dict) -> Iterator[Any]:
-        """Yield text deltas (`str`), then one `ChatEnd`.
+        """Yield text deltas (`str`, or `Delta` when logprobs are asked), then one `ChatEnd`.
 
         `params`: `max_tokens` (int), `temperature` (0 = greedy), `top_p`, `top_k` (0 = off), `seed`
-        (int or None), `stop` (list of strings). Missing sampling values take the engine's defaults."""
+        (int or None), `stop` (list of strings), `constraint` (a constraint `blink.structured.check_constraint`
+        returned, or None), `logprobs` (bool), `top_logprobs` (0-20). Missing sampling values take the engine's
+        defaults."""
         import time
 
         import torch
@@ -181,6 +202,9 @@ class ChatEngine:
         stops = [s for s in (params.get("stop") or []) if s]
         seed = params.get("seed")
         seed = int(seed) if seed is not None else random.getrandbits(63)
+        matcher = self.grammars.matcher(params["constraint"]) if params.get("constraint") else None
+        logprobs = (TokenLogprobs(self.tokenizer, self.hidden_ids, int(params.get("top_logprobs") or 0))
+                    if params.get("logprobs") else None)
 
         model = self.model
         device = next(model.parameters()).device
@@ -206,22 +230,33 @@ class ChatEngine:
                                                           device=device)}
                 out = model(input_ids=step_input, cache=cache, use_cache=True, logits_to_keep=1, **extra)
                 extra = {}
-                token = _sample(out.logits[0, -1].float(), temperature, top_p, top_k, generator)
+                logits = out.logits[0, -1].float()
+                if matcher is not None:  # EOS stays masked until the grammar accepts
+                    self.grammars.apply_mask(logits, matcher)
+                token, distribution = _sample(logits, temperature, top_p, top_k, generator,
+                                              keep_distribution=logprobs is not None)
+            if matcher is not None and not matcher.consume_token(token):
+                raise RuntimeError(f"the grammar refused token {token} it allowed: {matcher.get_error()}")
             if token in eos:
                 finish = "stop"
                 break
             produced += 1
+            if logprobs is not None:
+                logprobs.push(token, distribution)
             text, hit = stopper.push(decoder.push(token))
             if text:
-                yield text
-            if hit:
+                yield Delta(text, logprobs.sent_text(text)) if logprobs is not None else text
+            if hit or (matcher is not None and matcher.is_stopped()):  # the grammar is complete: only EOS is left
                 finish = "stop"
                 break
             step_input = torch.tensor([[token]], dtype=torch.long, device=device)
         if finish != "stop" or not stopper.hit:
             tail, _ = stopper.push(decoder.flush(), final=True)
             if tail:
-                yield tail
+                yield Delta(tail, logprobs.sent_text(tail)) if logprobs is not None else tail
+        cut = logprobs.partly_sent() if logprobs is not None else []
+        if cut:
+            yield Delta("", cut)
         yield ChatEnd(finish, len(ids), produced, time.perf_counter() - started)
 
     def _first_step(self, ids: list[int], images: list, device) -> tuple[dict, int]:
@@ -245,25 +280,29 @@ class ChatEngine:
         return {**extra, "position_ids": positions}, delta
 
 
-def _sample(logits, temperature: float, top_p: float, top_k: int, generator) -> int:
+def _sample(logits, temperature: float, top_p: float, top_k: int, generator, keep_distribution: bool = False):
+    """The next token, and (with `keep_distribution`) the log-probabilities it was drawn from over the whole
+    vocabulary: the logits divided by the temperature, top-k and top-p applied (what they remove is -inf, the
+    rest renormalized). Greedy decoding (temperature 0) draws the argmax; its distribution is the logits' own
+    softmax. Whatever was masked before (a grammar) is -inf in both."""
     import torch
 
     if temperature <= 0:
-        return int(torch.argmax(logits))
+        token = int(torch.argmax(logits))
+        return token, (torch.log_softmax(logits, dim=-1) if keep_distribution else None)
     logits = logits / temperature
     if top_k and 0 < top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k).values[-1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = torch.softmax(logits, dim=-1)
     if top_p < 1.0:
-        sorted_probs, order = torch.sort(probs, descending=True)
+        sorted_probs, order = torch.sort(torch.softmax(logits, dim=-1), descending=True)
         cumulative = torch.cumsum(sorted_probs, dim=-1)
         drop = cumulative - sorted_probs >= top_p  # keep the smallest set reaching top_p (at least one)
         drop[0] = False
-        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
-        pick = torch.multinomial(sorted_probs, 1, generator=generator)
-        return int(order[pick])
-    return int(torch.multinomial(probs, 1, generator=generator))
+        logits = logits.index_fill(0, order[drop], float("-inf"))
+    distribution = torch.log_softmax(logits, dim=-1)
+    token = int(torch.multinomial(distribution.exp(), 1, generator=generator))
+    return token, (distribution if keep_distribution else None)
 
 
 def hidden_token_ids(tokenizer) -> frozenset[int]:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from .answers import answer
+from .calibration import UNCALIBRATED, Calibration
 from .errors import BlinkError, EngineFailure, InvalidRequest
 from .executor import Executor
 from .images import ImageLimits, has_images, load_images, place_images
@@ -22,6 +22,7 @@ from .loading import Loaded
 from .plan import Prompt, Scored, image_usage, processed_tokens
 from .prompts import PromptBuilder, decision_config_for
 from .questions import Decision, parse_decision
+from .rotation import build as build_readings, one_prompt_per_question, read_answers
 
 log = logging.getLogger("blink")
 
@@ -47,6 +48,7 @@ class Prepared:
     prompts: list[Prompt]
     input_tokens: int
     image_usage: dict | None = None  # image_pixels, visual_tokens (image requests only)
+    readings: list = field(default_factory=list)  # per read of `prompts`, its question (rotations included)
 
 
 def failure(exc: Exception) -> BlinkError:
@@ -60,7 +62,7 @@ def failure(exc: Exception) -> BlinkError:
 class Engine:
     def __init__(self, loaded: Loaded, limits: Limits | None = None, image_limits: ImageLimits | None = None,
                  image_layout: str = "inline", pass_cost_tokens: float | None = None,
-                 pass_cache_bytes: int | None = None):
+                 pass_cache_bytes: int | None = None, calibration: Calibration = UNCALIBRATED, order: str = "fixed"):
         self.loaded = loaded
         self.limits = limits or Limits()
         self.image_limits = image_limits or ImageLimits()
@@ -69,6 +71,10 @@ class Engine:
         self.processor = loaded.processor
         self.config = decision_config_for(str(loaded.root), loaded.tokenizer)
         self.prompts = PromptBuilder(loaded.tokenizer, self.config, self.limits, loaded.processor)
+        self.calibration = calibration
+        self.order = order  # the server's default `x_order`
+        if order == "rotate" and not one_prompt_per_question(self.config):
+            raise SystemExit("x_order rotate needs a model whose template renders one question per prompt")
         self.executor = Executor(loaded.model, pass_cost_tokens=pass_cost_tokens, pass_cache_bytes=pass_cache_bytes)
 
     @property
@@ -86,14 +92,19 @@ class Engine:
             body, images, first = load_images(body, parts or {}, self.image_limits)
             body = place_images(body, first, self.image_layout, list(images))
         decision = parse_decision(body, self.config, self.limits)
-        prompts = self.prompts.build(decision, images)
+        prompts, readings = build_readings(self.prompts, decision, images, decision.order or self.order)
         usage = image_usage(prompts, self.processor) if images else None
-        return Prepared(decision, prompts, processed_tokens(prompts), usage)
+        return Prepared(decision, prompts, processed_tokens(prompts), usage, readings)
 
     def answer(self, prepared: Prepared, scores: list[list[list[float]]]) -> dict:
         """Answers keyed by question id, in request order."""
         logits = [row for prompt_scores in scores for row in prompt_scores]
-        return {q.name: answer(q, row) for q, row in zip(prepared.decision.questions, logits)}
+        temperatures = self.calibration.applied(prepared.decision.raw_probabilities)
+        return read_answers(prepared.decision.questions, prepared.readings, logits, temperatures)
+
+    def calibration_fact(self, prepared: Prepared) -> dict:
+        """`{"applied", "temperatures"}`: what calibration this request's answers got."""
+        return self.calibration.fact(prepared.decision.raw_probabilities)
 
     # the GPU step ----------------------------------------------------------------------------------------
     def score_many(self, plans: list[list[Prompt]]) -> list[Scored]:

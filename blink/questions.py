@@ -13,6 +13,7 @@ from typing import Any
 from transformers.decision import DecisionConfig, Question
 
 from .errors import InvalidRequest
+from .extensions import requested_order, requested_raw
 from .limits import Limits
 
 QUESTION_FIELDS = {"type", "instructions", "criteria"}
@@ -25,6 +26,8 @@ class Decision:
     state: Any
     questions: list[Question]
     raw_questions: dict  # the questions as rendered: unknown fields dropped, request order kept
+    raw_probabilities: bool = False  # `x_calibration: "raw"`: no calibration temperature
+    order: str | None = None  # `x_order`; None: the server's default
 
 
 def _question_error(qid: str, message: str, kind: str = "value_error") -> InvalidRequest:
@@ -98,4 +101,5 @@ def parse_decision(body: Any, config: DecisionConfig, limits: Limits) -> Decisio
     if model is not None and not isinstance(model, str):
         raise InvalidRequest("`model` must be a string", loc=["body", "model"], kind="string_type")
     parsed = {qid: parse_question(qid, q, config, limits) for qid, q in questions.items()}
-    return Decision(state, [q for q, _ in parsed.values()], {qid: raw for qid, (_, raw) in parsed.items()})
+    return Decision(state, [q for q, _ in parsed.values()], {qid: raw for qid, (_, raw) in parsed.items()},
+                    raw_probabilities=requested_raw(body), order=requested_order(body))

@@ -27,7 +27,8 @@ def build_engine(settings: Settings, loaded):
 
     cache_bytes = None if settings.pass_cache_mib is None else int(settings.pass_cache_mib * 2**20)
     return Engine(loaded, settings.limits, settings.image_limits, settings.image_layout,
-                  pass_cost_tokens=settings.pass_cost_tokens, pass_cache_bytes=cache_bytes)
+                  pass_cost_tokens=settings.pass_cost_tokens, pass_cache_bytes=cache_bytes,
+                  calibration=calibration_for(settings, loaded), order=settings.x_order)
 
 
 def build_chat_engine(settings: Settings, loaded):
@@ -66,6 +67,7 @@ def build_context(settings: Settings, decide: Callable | None = None, chat: Call
         "limits": vars(settings.limits),
         "passes": {"pass_cost_tokens": engine.executor.pass_cost_tokens, "max_rows": engine.executor.max_rows,
                    "pass_cache_mib": engine.executor.pass_cache_bytes / 2**20},
+        "calibration": engine.calibration.health(), "x_order": engine.order,
     }
     if engine.accepts_images:
         health.update(image_layout=engine.image_layout, image_limits=vars(settings.image_limits),
@@ -85,6 +87,14 @@ def local_chat(chat_engine):
         return chat_engine.generate(ids, params)
 
     return chat
+
+
+def calibration_for(settings: Settings, loaded):
+    """--calibration FILE (or `off`), else calibration.json beside the weights; checked against these weights."""
+    from .calibration import for_model, weights_fingerprint
+
+    fingerprint = weights_fingerprint(loaded.root, settings.adapter, settings.adapter_revision)
+    return for_model(settings.calibration, loaded.root, fingerprint)
 
 
 def api_routes(ctx: Context) -> list:

@@ -40,6 +40,7 @@ class Decided:
 
     answers: dict
     prepared: Prepared
+    calibration: dict | None = None  # {"applied", "temperatures"}: what the answers got
 
     @property
     def input_tokens(self) -> int:
@@ -76,4 +77,4 @@ class DecisionService:
         t = time.perf_counter()
         answers = self.engine.answer(prepared, scored.result())
         timing.add("answer", time.perf_counter() - t)
-        return Decided(answers, prepared)
+        return Decided(answers, prepared, self.engine.calibration_fact(prepared))

@@ -261,6 +261,12 @@ class Settings:
     max_image_source_pixels: int = knob(IMAGE.max_image_source_pixels, Integer(65_536, 64_000_000), "declared pixels "
                                         "per image before decoding (more is refused unread)",
                                         fleet="limits.max_image_source_pixels")
+    calibration: str | None = knob(None, optional_text, "calibration file to apply (`python -m blink calibrate` "
+                                   "writes one); default: calibration.json beside the weights when there is one; "
+                                   "`off`: none", shown="beside the weights")
+    x_order: str = knob("fixed", Choice(("fixed", "rotate")), "default `x_order` of a decision: fixed (options read "
+                        "as given) or rotate (each choice read once per rotation of its options, probabilities "
+                        "averaged); a request's own `x_order` wins", fleet="limits.x_order")
     # fmt: on
 
     @property

@@ -29,7 +29,8 @@ def response_body(ctx: Context, decided) -> dict:
     usage = {"input_tokens": decided.input_tokens, "output_tokens": 0}
     if decided.image_usage:  # image counts only when there are images
         usage.update(decided.image_usage)
-    return {"model": ctx.served_name, "answers": decided.answers, "usage": usage}
+    return {"model": ctx.served_name, "answers": decided.answers, "usage": usage,
+            "x_calibration": decided.calibration}
 
 
 async def decide_body(ctx: Context, body, caller=None, timing: Timing | None = None, parts: dict | None = None) -> dict:

@@ -10,6 +10,7 @@ fi
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q "torch==2.13.0"
 .venv/bin/pip install -q -r ci/requirements.txt
+.venv/bin/pip install -q --no-deps -r ci/requirements-nodeps.txt
 # flash-linear-attention and triton must never be in the CPU environment (the first forward crashes)
 if .venv/bin/python -c "import triton" 2>/dev/null; then
   echo "triton is installed in .venv: remove it (CPU forwards crash with it)" >&2

@@ -223,7 +223,16 @@ def to_systemone(body: Any) -> Mapped:
     mapped.update(hints(body))
     if isinstance(body.get("model"), str):
         mapped["model"] = body["model"]
+    for extension in ("x_calibration", "x_order"):  # read (and checked) by the decision service as on /v1/systemone
+        if extension in body:
+            mapped[extension] = body[extension]
     return Mapped(mapped, plan)
+
+
+def decisions_calibration(fact: dict) -> dict:
+    """System One's `x_calibration` in this wire's words (noul questions are `predicate` here)."""
+    names = {"noul": "predicate", "choice": "choice", "score": "score"}
+    return {"applied": fact["applied"], "temperatures": {names[k]: t for k, t in fact["temperatures"].items()}}
 
 
 def routes(ctx: Context) -> list[Route]:
@@ -238,6 +247,7 @@ def routes(ctx: Context) -> list[Route]:
         n = decided.input_tokens
         return {"object": "decision", "model": ctx.served_name, "answers": mapped.answers(decided.answers),
                 "usage": {"input_tokens": n, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-                          "output_tokens": 0, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": n}}
+                          "output_tokens": 0, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": n},
+                "calibration": decisions_calibration(decided.calibration)}
 
     return [Route("/v1/decisions", Endpoint(ctx, WIRE, decisions), methods=["POST"])]

@@ -1,0 +1,83 @@
+"""Option-order debiasing (`"x_order": "rotate"`) and the readout that turns readings into answers.
+
+A label readout carries position bias: the model favours some slots (`A`, the last option, ...) whatever sits in
+them. With `rotate`, a choice question of n options is read n times, once per cyclic rotation of its options, so
+every option is read once at every position, and its probabilities (by option name) are averaged. The set of
+rotations is the same whichever rotation of the options a request sends, so the answer is too.
+
+Each rotation is just one more question prompt on the same state, so the executor's shared prefix (the state) is
+prefilled once and a rotation costs only its suffix rows. noul and score are read once, as given: noul's option
+order is the model's (`noul_options`), and a score's levels are ordered, so rotating them would change the question.
+
+The readout is the same with or without rotation: every reading of a question (one, or n) gives its label logits,
+the calibration temperature of its type divides them, and the mean of their softmaxes is the answer's distribution.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from transformers.decision import DecisionConfig, Question
+from transformers.decision.template_utils import DECISION_PROMPT
+from transformers.utils.chat_template_utils import _get_template_variables
+
+from .answers import answer_from_probabilities
+from .calibration import probabilities
+from .errors import InvalidRequest
+from .plan import Prompt, processed_tokens
+from .prompts import PromptBuilder
+from .questions import Decision
+
+def one_prompt_per_question(config: DecisionConfig) -> bool:
+    """Rotations are extra question prompts, which needs a template that renders one question per prompt (a
+    template reading all `questions` in one prompt would show every rotation to every other question)."""
+    return "questions" not in _get_template_variables(config.chat_template or DECISION_PROMPT)
+
+
+def rotated(raw: dict, shift: int) -> dict:
+    options = list(raw["criteria"].items())
+    return {**raw, "criteria": dict(options[shift:] + options[:shift])}
+
+
+def build(builder: PromptBuilder, decision: Decision, images: dict | None, order: str) -> tuple[list[Prompt], list]:
+    """The prompts of a decision and, in the executor's read order, the question each read belongs to (as it was
+    put in that prompt). With `rotate`, each choice's rotations follow the request's own prompts."""
+    prompts = builder.build(decision, images)
+    readings = list(decision.questions)
+    if order != "rotate":
+        return prompts, readings
+    if not one_prompt_per_question(builder.config):
+        raise InvalidRequest("`x_order` \"rotate\" needs a model whose template renders one question per prompt; "
+                             "this model's reads all questions in one prompt", loc=["body", "x_order"],
+                             kind="rotate_unsupported")
+    widest = max((len(q.options) for q in decision.questions if q.type == "choice"), default=1)
+    for shift in range(1, widest):
+        raw = {q.name: rotated(decision.raw_questions[q.name], shift) for q in decision.questions
+               if q.type == "choice" and len(q.options) > shift}
+        questions = [Question.from_request(name, question, builder.config) for name, question in raw.items()]
+        prompts += builder.build(replace(decision, questions=questions, raw_questions=raw), images)
+        readings += questions
+    total = processed_tokens(prompts)
+    if total > builder.limits.max_request_tokens:
+        raise InvalidRequest(
+            f"with `x_order` \"rotate\" (each choice read once per rotation of its options) the request needs {total} "
+            f"tokens; this server's limit is {builder.limits.max_request_tokens} per request. Send fewer or shorter "
+            "choice questions, or drop `x_order`.", loc=["body", "x_order"], kind="context_length_exceeded")
+    return prompts, readings
+
+
+def aligned(question: Question, reading: Question, row: list[float]) -> list[float]:
+    """A reading's label logits in the question's own option order."""
+    where = {option: i for i, option in enumerate(reading.options)}
+    return [row[where[option]] for option in question.options]
+
+
+def read_answers(questions: list[Question], readings: list[Question], logits: list[list[float]],
+                 temperatures: dict) -> dict:
+    """Answers keyed by question id, in request order, from every reading's label logits."""
+    rows: dict[str, list[list[float]]] = {q.name: [] for q in questions}
+    by_name = {q.name: q for q in questions}
+    for reading, row in zip(readings, logits, strict=True):
+        rows[reading.name].append(aligned(by_name[reading.name], reading, row))
+    return {q.name: answer_from_probabilities(q, probabilities(rows[q.name], temperatures.get(q.type, 1.0)))
+            for q in questions}
