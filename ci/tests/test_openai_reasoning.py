@@ -9,7 +9,7 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
-from test_openai_tools import TOOLS, Served, ScriptedModel, ask
+from test_openai_tools import TOOLS, ScriptedModel, Served, ask
 
 REASONING = "The user asks about Paris.\nIt is mild there."
 ANSWER = "The weather in Paris is mild."
