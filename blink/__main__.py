@@ -19,7 +19,8 @@ def main(argv: list[str] | None = None) -> None:
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser(
-        "serve", help="serve /v1/systemone, /v1/chat/completions, /v1/decisions, /v1/models and /healthz"
+        "serve", help="serve /v1/systemone, the OpenAI routes (/v1/chat/completions, /v1/responses, /v1/completions, "
+        "/v1/decisions), /v1/models and /healthz"
     )
     add_arguments(serve.add_argument_group("listening"), Listen)
     add_arguments(serve.add_argument_group("serving (blink/settings.py)"), Settings)
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     from .server import serve as run
 
     try:
-        run(settings, listen.host, listen.port, listen.log_level)
+        run(settings, listen.host, listen.port, listen.log_level, cors_origins=listen.cors_origins)
     except KeyboardInterrupt:
         sys.exit(0)
 

@@ -112,11 +112,18 @@ def api_routes(ctx: Context) -> list:
                      not_routed(ctx, "/v1/", protocol.WIRE, routes)]
 
 
-def create_app(ctx: Context):
+def create_app(ctx: Context, cors_origins: Iterable[str] = ()):
     """The standalone app: the API routes, and the `decide` tool over MCP at /mcp (the Space serves it through
-    Gradio's MCP server instead)."""
+    Gradio's MCP server instead).
+
+    Large non-streamed bodies are compressed when the client accepts it (zstd, else gzip; starlette-compress);
+    server-sent events never are, so each event reaches the client as it is sent. CORS is opt-in: with
+    `cors_origins` browsers on those origins may call the API (preflights answered, our headers readable)."""
     from fastapi import FastAPI
+    from starlette.middleware import Middleware
+    from starlette.middleware.cors import CORSMiddleware
     from starlette.routing import Route
+    from starlette_compress import CompressMiddleware, remove_compress_type
 
     from .mcp_tool import McpEndpoint, build_mcp
     from .systemone import decide_body
@@ -129,17 +136,26 @@ def create_app(ctx: Context):
         async with mcp.running():
             yield
 
+    remove_compress_type("text/event-stream")
+    middleware = [Middleware(CompressMiddleware, minimum_size=1024, brotli=False)]
+    if cors_origins:
+        origins = list(cors_origins)
+        middleware.insert(0, Middleware(CORSMiddleware, allow_origins=origins, allow_methods=["*"],
+                                        allow_headers=["*"], allow_credentials="*" not in origins,
+                                        expose_headers=["x-request-id", "x-typesafe-request-id", "server-timing",
+                                                        "retry-after"], max_age=600))
     routes = [Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]), *api_routes(ctx)]
-    app = FastAPI(title="blink", routes=routes, docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+    app = FastAPI(title="blink", routes=routes, docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan,
+                  middleware=middleware)
     app.state.blink = ctx
     return app
 
 
-def serve(settings: Settings, host: str, port: int, log_level: str = "info") -> None:
+def serve(settings: Settings, host: str, port: int, log_level: str = "info", cors_origins: Iterable[str] = ()) -> None:
     import uvicorn
 
     ctx = build_context(settings)
-    app = create_app(ctx)
+    app = create_app(ctx, cors_origins)
     print(f"blink serving {settings.served_name} ({ctx.health['model']}) on http://{host}:{port} "
           f"[{ctx.health['device']}, {ctx.health['kernels']}; weights_verified={ctx.health['weights_verified']}; "
           f"api key {'required' if ctx.auth.required else 'not required'}]", flush=True)

@@ -7,7 +7,7 @@ README's tables (`python build.py --readme`).
 
 - `Settings`: the server's knobs; the standalone server and the Space both run on them.
 - `SpaceSettings`: what only the Space reads (its card, the GPU duration requests, the Gradio queue).
-- `Listen`: where `python -m blink serve` listens (server only).
+- `Listen`: where and to whom `python -m blink serve` listens (server only).
 
 Nothing heavy is imported here: `build.py` runs these parsers without torch, transformers or Pillow.
 """
@@ -349,11 +349,13 @@ class SpaceSettings:
 
 @dataclass(frozen=True)
 class Listen:
-    """Where `python -m blink serve` listens."""
+    """Where `python -m blink serve` listens, and which browser origins it answers."""
 
     host: str = knob("127.0.0.1", str, "address to bind")
     port: int = knob(8000, Integer(0, 65535), "port to listen on")
     log_level: str = knob("info", Choice(("debug", "info", "warning", "error")), "log level")
+    cors_origins: tuple[str, ...] = knob((), names, "browser origins allowed to call the API (CORS, preflight "
+                                         "answered), comma-separated, or `*` for any", shown="none (no CORS)")
 
 
 def resolve(schema, values: dict, env: dict, *, space: bool = False):

@@ -1,6 +1,8 @@
 """The OpenAI wire, split as vLLM splits its entrypoints: `protocol` (request parsing, content parts, the error
-shape), `chat` (`POST /v1/chat/completions`, streamed and not) and `decisions` (`POST /v1/decisions`).
-`GET /v1/models` is blink.catalog's: one body for both wire families.
+shape), `generation` (one generation behind a route: slot, stream, reasoning and tool calls), `chat`
+(`POST /v1/chat/completions`), `responses` (`POST /v1/responses`), `completions` (the legacy
+`POST /v1/completions`) and `decisions` (`POST /v1/decisions`). `GET /v1/models` is blink.catalog's: one body
+for both wire families.
 """
 
 from __future__ import annotations
@@ -8,8 +10,8 @@ from __future__ import annotations
 from starlette.routing import Route
 
 from ..context import Context
-from . import chat, decisions
+from . import chat, completions, decisions, responses
 
 
 def routes(ctx: Context) -> list[Route]:
-    return chat.routes(ctx) + decisions.routes(ctx)
+    return chat.routes(ctx) + responses.routes(ctx) + completions.routes(ctx) + decisions.routes(ctx)

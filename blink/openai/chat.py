@@ -5,15 +5,17 @@ blink.streams.GeneratorStream, as one JSON body or as server-sent events.
 A turn holds one of `ctx.chat_slots` from the moment it is accepted until its exchange ends (blink.http lets
 go of it however it ends, a client that left before the first chunk included); with none free it is 529.
 
+With thinking on, the `<think>` block goes out as `reasoning_content` (message and delta), never in `content`.
+
 Streaming: the `role` chunk goes out at once (before the GPU starts), `: keep-alive` comment lines while no
-item has arrived for `ctx.sse_keepalive_s` seconds, `delta.content` chunks, tool calls (parsed from the text
-by blink.toolcalls), the final chunk with `finish_reason`, a usage chunk when `stream_options.include_usage`,
-and `data: [DONE]`. A failure after streaming began is sent as `data: {"error": {...}}`, then `data: [DONE]`.
+item has arrived for `ctx.sse_keepalive_s` seconds, `delta.reasoning_content` and `delta.content` chunks, tool
+calls (parsed from the text by blink.toolcalls), the final chunk with `finish_reason`, a usage chunk when
+`stream_options.include_usage`, and `data: [DONE]`. A failure after streaming began is sent as
+`data: {"error": {...}}`, then `data: [DONE]`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -21,15 +23,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from starlette.concurrency import run_in_threadpool
-from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
 from ..chat import ChatEnd
 from ..context import Context
-from ..errors import BlinkError, EngineFailure
+from ..errors import EngineFailure
 from ..http import Call, Endpoint
 from ..streams import KEEPALIVE, GeneratorStream
-from ..toolcalls import ToolStream, parse
+from .constraints import chat_params
+from .generation import Calls, Content, Reasoning, Reply, as_blink_error, launch, sse, sse_response, whole
 from .protocol import WIRE, ChatRequest, bad, parse_chat, render
 
 log = logging.getLogger("blink")
@@ -50,19 +52,19 @@ class Turn:
         return [t["function"]["name"] for t in tools] if tools else None
 
 
-def as_blink_error(exc: BaseException) -> BlinkError:
-    if isinstance(exc, BlinkError):
-        return exc
-    return EngineFailure(f"generation failed: {type(exc).__name__}: {exc}", kind="generation_failed")
-
-
 def usage(final: ChatEnd) -> dict:
     p, c = final.prompt_tokens, final.completion_tokens
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
 
-def sse(obj) -> str:
-    return "data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n\n"
+async def start(ctx: Context, call: Call, req: ChatRequest) -> tuple[GeneratorStream, list[int]]:
+    """Render the conversation (main process), then hold a slot and start generating it. Also the start of a
+    Responses turn (blink.openai.responses), which is a chat turn on another wire."""
+    rendered = await run_in_threadpool(ctx.chat_engine.prepare, req.messages, req.tools, req.max_tokens)
+    params = {**req.params, "max_tokens": rendered.max_tokens}
+    if rendered.images:
+        params["images"] = rendered.images
+    return launch(ctx, call, rendered.ids, params, req.stream), rendered.ids
 
 
 def routes(ctx: Context) -> list[Route]:
@@ -70,85 +72,63 @@ def routes(ctx: Context) -> list[Route]:
         if call.parts:
             raise bad("send chat requests as JSON (application/json), not multipart", kind="unsupported_media")
         req = parse_chat(call.body)
-        rendered = await run_in_threadpool(ctx.chat_engine.prepare, req.messages, req.tools, req.max_tokens)
-        call.held.enter_context(ctx.chat_slots.held())
-        params = {**req.params, "max_tokens": rendered.max_tokens}
-        if rendered.images:
-            params["images"] = rendered.images
-        stream = GeneratorStream(lambda: ctx.chat(rendered.ids, params, call.caller),
-                                 ctx.sse_keepalive_s if req.stream else None)
-        call.held.push_async_callback(stream.aclose)
+        req.params.update(await run_in_threadpool(chat_params, call.body, req.tools))
+        stream, ids = await start(ctx, call, req)
         turn = Turn(ctx.served_name, req)
+        reply = Reply.of_chat(ctx, stream, ids, turn.tool_names, req.parallel_tool_calls)
         if not req.stream:
-            return await completion(turn, stream)
-        events = stream_events(turn, stream)
-        call.held.push_async_callback(events.aclose)
-        return StreamingResponse(events, media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            return await completion(turn, reply)
+        return sse_response(call, stream_events(turn, reply))
 
     return [Route("/v1/chat/completions", Endpoint(ctx, WIRE, chat_completions, cancel_on_disconnect=True),
                   methods=["POST"])]
 
 
-async def completion(turn: Turn, stream: GeneratorStream) -> dict:
-    text, final = [], None
-    try:
-        async for item in stream:
-            if isinstance(item, ChatEnd):
-                final = item
-            elif isinstance(item, str):
-                text.append(item)
-    except Exception as exc:  # noqa: BLE001 - the generator's failure, in the wire's shape
-        raise as_blink_error(exc) from None
-    if final is None:
-        raise EngineFailure("generation ended without a result", kind="generation_failed")
-    content = "".join(text)
-    finish = final.finish_reason
-    message: dict = {"role": "assistant", "content": content}
-    if turn.tool_names:
-        parsed = parse(content, turn.tool_names)
-        if parsed.calls:
-            message = {"role": "assistant", "content": parsed.content, "tool_calls": parsed.calls}
-            finish = "tool_calls"
+def logprobs_field(entries: list | None) -> dict | None:
+    return None if entries is None else {"content": entries, "refusal": None}
+
+
+async def completion(turn: Turn, reply: Reply) -> dict:
+    got = await whole(reply)
+    message: dict = {"role": "assistant", "content": got.content}
+    finish = got.final.finish_reason
+    if got.calls:
+        message = {"role": "assistant", "content": got.content or None, "tool_calls": got.calls}
+        finish = "tool_calls"
+    if reply.reasoning is not None:
+        message["reasoning_content"] = got.reasoning or None
     return {"id": turn.id, "object": "chat.completion", "created": turn.created, "model": turn.model,
-            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
-            "usage": usage(final)}
+            "choices": [{"index": 0, "message": message, "logprobs": logprobs_field(got.logprobs),
+                         "finish_reason": finish}],
+            "usage": usage(got.final)}
 
 
-async def stream_events(turn: Turn, stream: GeneratorStream) -> AsyncIterator[str]:
+async def stream_events(turn: Turn, reply: Reply) -> AsyncIterator[str]:
     base = {"id": turn.id, "object": "chat.completion.chunk", "created": turn.created, "model": turn.model}
     if turn.request.include_usage:
         base["usage"] = None
 
-    def chunk(delta: dict, finish: str | None = None) -> str:
-        return sse({**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]})
+    def chunk(delta: dict, finish: str | None = None, logprobs: list | None = None) -> str:
+        return sse({**base, "choices": [{"index": 0, "delta": delta, "logprobs": logprobs_field(logprobs),
+                                         "finish_reason": finish}]})
 
     yield chunk({"role": "assistant", "content": ""})  # at once, before the GPU is even asked
-    splitter = ToolStream(turn.tool_names) if turn.tool_names else None
-    final = None
+    finish = None
     try:
-        async for item in stream:
-            if item is KEEPALIVE:
+        async for piece in reply:
+            if piece is KEEPALIVE:
                 yield ": keep-alive\n\n"
-            elif isinstance(item, ChatEnd):
-                final = item
-            else:
-                out = splitter.feed(item) if splitter else item
-                if out:
-                    yield chunk({"content": out})
-        if final is None:
-            raise EngineFailure("generation ended without a result", kind="generation_failed")
-        finish = final.finish_reason
-        if splitter:
-            parsed = splitter.finish()
-            if parsed.content:
-                yield chunk({"content": parsed.content})
-            if parsed.calls:
-                yield chunk({"tool_calls": parsed.calls})
+            elif isinstance(piece, Reasoning):
+                yield chunk({"reasoning_content": piece.text})
+            elif isinstance(piece, Content):
+                yield chunk({"content": piece.text}, logprobs=piece.logprobs)
+            elif isinstance(piece, Calls):
+                yield chunk({"tool_calls": piece.calls})
                 finish = "tool_calls"
-        yield chunk({}, finish)
-        if turn.request.include_usage:
-            yield sse({**base, "choices": [], "usage": usage(final)})
+            elif isinstance(piece, ChatEnd):
+                yield chunk({}, finish or piece.finish_reason)
+                if turn.request.include_usage:
+                    yield sse({**base, "choices": [], "usage": usage(piece)})
     except Exception as exc:  # noqa: BLE001 - headers are sent: report in the stream, then end it cleanly
         error = as_blink_error(exc)
         if isinstance(error, EngineFailure):

@@ -1,6 +1,7 @@
 """`POST /v1/decisions`: OpenAI's Decisions wire (`client.decisions.create`) mapped onto the decision service
 `/v1/systemone` uses (predicate -> noul, choice -> criteria, score -> levels), so both wires give the same
 probabilities for the same question. System One's validation errors come back with OpenAI's field names.
+`prompt_cache_key`, `prompt_cache_options` and `safety_identifier` are accepted and passed on as `x_` hints.
 """
 
 from __future__ import annotations
@@ -128,6 +129,24 @@ def _input_state(value: Any, images: list) -> Any:
     return "\n\n".join(f"{role}: {text if isinstance(text, str) else json.dumps(text)}" for role, text in items)
 
 
+def hints(body: dict) -> dict:
+    """`prompt_cache_key`, `prompt_cache_options` and `safety_identifier` (openai 3.57's `decisions.create` sends
+    them), checked and passed on as `x_` hints. They change no probability, and route nothing: one process holds
+    one prefix-state cache, keyed by the exact tokens."""
+    out = {}
+    for name, kind, what in (("prompt_cache_key", str, "a string"), ("prompt_cache_options", dict, "an object"),
+                             ("safety_identifier", str, "a string")):
+        value = body.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, kind):
+            raise bad(f"`{name}` must be {what}", name)
+        if kind is str and len(value) > 512:
+            raise bad(f"`{name}` is at most 512 characters, got {len(value)}", name)
+        out["x_" + name] = value
+    return out
+
+
 def to_systemone(body: Any) -> Mapped:
     if not isinstance(body, dict):
         raise bad("the body must be a JSON object with `model`, `input` and `questions`")
@@ -201,6 +220,7 @@ def to_systemone(body: Any) -> Mapped:
     mapped = {"state": state, "questions": out_questions}
     if images:
         mapped["assets"] = dict(images)
+    mapped.update(hints(body))
     if isinstance(body.get("model"), str):
         mapped["model"] = body["model"]
     for extension in ("x_calibration", "x_order"):  # read (and checked) by the decision service as on /v1/systemone
@@ -220,9 +240,6 @@ def routes(ctx: Context) -> list[Route]:
         if call.parts:
             raise bad("send decision requests as JSON (application/json), not multipart", kind="unsupported_media")
         mapped = to_systemone(call.body)
-        key = call.body.get("prompt_cache_key")
-        if key is not None and not isinstance(key, str):
-            raise bad("`prompt_cache_key` must be a string", "prompt_cache_key")
         try:
             decided = await ctx.service.decide(mapped.body, call.timing, caller=call.caller)
         except InvalidRequest as error:

@@ -55,6 +55,7 @@ class ChatRequest:
     include_usage: bool = False
     max_tokens: int | None = None
     params: dict = field(default_factory=dict)
+    parallel_tool_calls: bool = True  # false: the first call the model writes is the reply's only one
 
 
 def data_url(part: dict, *loc) -> tuple[str, str]:
@@ -127,12 +128,14 @@ def _message(raw: Any, i: int) -> dict:
             out.append({"id": call.get("id"), "type": "function",
                         "function": {"name": fn["name"], "arguments": arguments_for_template(fn.get("arguments", {}))}})
         msg["tool_calls"] = out
+    if role == "assistant" and isinstance(raw.get("reasoning_content"), str):
+        msg["reasoning_content"] = raw["reasoning_content"]  # earlier thinking, for templates that render it
     if role == "tool" and isinstance(raw.get("tool_call_id"), str):
         msg["tool_call_id"] = raw["tool_call_id"]
     return msg
 
 
-def _number(body: dict, name: str, low: float, high: float):
+def number(body: dict, name: str, low: float, high: float):
     value = body.get(name)
     if value is None:
         return None
@@ -143,7 +146,7 @@ def _number(body: dict, name: str, low: float, high: float):
     return float(value)
 
 
-def _integer(body: dict, name: str, low: int | None = None):
+def integer(body: dict, name: str, low: int | None = None):
     value = body.get(name)
     if value is None:
         return None
@@ -167,25 +170,39 @@ def parse_chat(body: Any) -> ChatRequest:
         raise bad("`messages` must be a non-empty list of messages", "messages")
     msgs = [_message(m, i) for i, m in enumerate(messages)]
 
-    n = _integer(body, "n", 1)
+    n = integer(body, "n", 1)
     if n is not None and n != 1:
         raise bad(f"`n` must be 1: this server returns one choice per request, got {n}", "n", kind="unsupported_value")
+    stream, include_usage = streaming(body)
+
+    max_tokens = integer(body, "max_completion_tokens", 1)
+    if max_tokens is None:
+        max_tokens = integer(body, "max_tokens", 1)
+    tools = function_tools(body.get("tools"))
+    if tool_choice(body.get("tool_choice")) == "none":
+        tools = None
+    parallel = body.get("parallel_tool_calls") is not False
+    return ChatRequest(msgs, tools or None, bool(stream), include_usage, max_tokens, sampling(body), parallel)
+
+
+def streaming(body: dict) -> tuple[bool, bool]:
+    """`stream`, and `stream_options.include_usage`."""
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise bad("`stream` must be true or false", "stream")
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise bad("`stream_options` must be an object", "stream_options")
-    include_usage = bool((options or {}).get("include_usage"))
+    return bool(stream), bool((options or {}).get("include_usage"))
 
-    max_tokens = _integer(body, "max_completion_tokens", 1)
-    if max_tokens is None:
-        max_tokens = _integer(body, "max_tokens", 1)
-    temperature = _number(body, "temperature", 0.0, 2.0)
-    top_p = _number(body, "top_p", 0.0, 1.0)
-    top_k = _integer(body, "top_k", 0)
-    seed = _integer(body, "seed")
 
+def sampling(body: dict) -> dict:
+    """The sampling fields every generating route takes (blink.chat.ChatEngine.generate's params)."""
+    return {"temperature": number(body, "temperature", 0.0, 2.0), "top_p": number(body, "top_p", 0.0, 1.0),
+            "top_k": integer(body, "top_k", 0), "seed": integer(body, "seed"), "stop": stop_sequences(body)}
+
+
+def stop_sequences(body: dict) -> list[str]:
     stop = body.get("stop")
     if stop is None:
         stops: list[str] = []
@@ -197,27 +214,31 @@ def parse_chat(body: Any) -> ChatRequest:
         raise bad("`stop` must be a string or a list of strings", "stop")
     if len(stops) > MAX_STOP_SEQUENCES:
         raise bad(f"`stop` takes at most {MAX_STOP_SEQUENCES} sequences, got {len(stops)}", "stop")
+    return stops
 
-    tools = body.get("tools")
-    if tools is not None:
-        if not isinstance(tools, list):
-            raise bad("`tools` must be a list of tools", "tools")
-        for i, tool in enumerate(tools):
-            fn = tool.get("function") if isinstance(tool, dict) else None
-            if not isinstance(tool, dict) or tool.get("type", "function") != "function" or not isinstance(fn, dict):
-                raise bad("a tool must be {\"type\": \"function\", \"function\": {\"name\", ...}}", "tools", i)
-            if not isinstance(fn.get("name"), str) or not fn["name"]:
-                raise bad("a tool's function needs a `name`", "tools", i, "function", "name")
-    choice = body.get("tool_choice")
+
+def function_tools(tools: Any) -> list[dict] | None:
+    """Chat's `tools`: `{"type": "function", "function": {"name", "description", "parameters"}}` each."""
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise bad("`tools` must be a list of tools", "tools")
+    for i, tool in enumerate(tools):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type", "function") != "function" or not isinstance(fn, dict):
+            raise bad("a tool must be {\"type\": \"function\", \"function\": {\"name\", ...}}", "tools", i)
+        if not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise bad("a tool's function needs a `name`", "tools", i, "function", "name")
+    return tools
+
+
+def tool_choice(choice: Any) -> Any:
+    """`tool_choice` as chat sends it, checked: "none", "auto", "required" or a named function."""
     if choice is not None and choice not in ("none", "auto", "required") and not (
             isinstance(choice, dict) and isinstance((choice.get("function") or {}).get("name"), str)):
         raise bad("`tool_choice` must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
                   "\"function\": {\"name\": ...}}", "tool_choice")
-    if choice == "none":
-        tools = None
-
-    params = {"temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed, "stop": stops}
-    return ChatRequest(msgs, tools or None, bool(stream), include_usage, max_tokens, params)
+    return choice
 
 
 def arguments_for_template(arguments: Any) -> Any:

@@ -132,8 +132,8 @@ def test_unknown_path_is_404_with_request_id(server):
     assert r.status_code == 404 and r.headers["x-typesafe-request-id"].startswith("req_")
 
 
-UNROUTED = [("GET", "/v1/nothing-here", 404), ("POST", "/v1/responses", 404), ("GET", "/v1/chat/completions", 405),
-            ("DELETE", "/v1/models", 405), ("GET", "/v1/systemone", 405), ("POST", "/v1/systemone/batch", 404)]
+UNROUTED = [("GET", "/v1/nothing-here", 404), ("POST", "/v1/embeddings", 404), ("GET", "/v1/responses", 405),
+            ("GET", "/v1/chat/completions", 405), ("DELETE", "/v1/models", 405), ("GET", "/v1/systemone", 405), ("POST", "/v1/systemone/batch", 404)]
 
 
 def check_unrouted(r: httpx.Response, path: str, status: int) -> None:

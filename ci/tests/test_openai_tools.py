@@ -42,6 +42,10 @@ SCRIPTS = {
     "prose": 'A call looks like {"name": "get_weather", "arguments": {"city": "Paris"}} in JSON.',
     "plain": "The weather in Paris is mild today, with light wind from the west.",
     "stopper": "alpha beta STOP gamma delta",
+    # with thinking on (ci/tests/test_openai_reasoning.py)
+    "think": "<think>\nThe user asks about Paris.\nIt is mild there.\n</think>\n\nThe weather in Paris is mild.",
+    "thinkcall": ('<think>\nI should look it up.\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": '
+                  '{"city": "Paris"}}\n</tool_call>'),
 }
 FORMATS = ["tagged", "xml", "namexml", "bare", "fenced"]
 

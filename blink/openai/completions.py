@@ -1,0 +1,123 @@
+"""`POST /v1/completions`: the legacy text-completion wire (llama-index's OpenAILike, litellm's `text_completion`).
+
+One `prompt` (a string, or a list of token ids) is continued as it is, with no chat template, by the same
+generator, slots and admission as chat (blink.openai.generation). One choice per request: a list of prompts,
+`n` > 1, `best_of` > 1 and `echo: true` are 400s that say so, never a silent first-prompt-only answer.
+`logprobs: N` (0-5) gives the legacy shape: `tokens`, `token_logprobs`, `top_logprobs` (N alternatives each) and
+`text_offset`.
+Streamed: `text_completion` chunks, a usage chunk when `stream_options.include_usage`, `data: [DONE]`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.routing import Route
+
+from ..chat import ChatEnd
+from ..context import Context
+from ..errors import EngineFailure, InvalidRequest
+from ..http import Call, Endpoint
+from ..streams import KEEPALIVE
+from .chat import usage
+from .constraints import legacy_entries, legacy_logprobs
+from .generation import Content, Reply, as_blink_error, launch, sse, sse_response, whole
+from .protocol import WIRE, bad, integer, render, sampling, streaming
+
+log = logging.getLogger("blink")
+
+
+def prompt_ids(ctx: Context, prompt: Any) -> list[int]:
+    """The prompt's token ids: a string tokenized as it is (no chat template), or token ids checked against
+    the vocabulary."""
+    if isinstance(prompt, str):
+        if not prompt:
+            raise bad("`prompt` must not be empty", "prompt")
+        return ctx.chat_engine.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        vocab = len(ctx.chat_engine.tokenizer)
+        for i, token in enumerate(prompt):
+            if not 0 <= token < vocab:
+                raise bad(f"token id {token} is outside the vocabulary (0-{vocab - 1})", "prompt", i)
+        return list(prompt)
+    if isinstance(prompt, list) and prompt:
+        raise bad("`prompt` must be one prompt (a string or a list of token ids): this server answers one prompt "
+                  "per request; send the others as their own requests", "prompt", kind="unsupported_value")
+    raise bad("`prompt` must be a string or a non-empty list of token ids", "prompt",
+              kind="missing" if prompt is None else "invalid_value")
+
+
+def parse(ctx: Context, body: Any) -> tuple[list[int], int | None, bool, bool, dict]:
+    if not isinstance(body, dict):
+        raise bad("the body must be a JSON object with `model` and `prompt`")
+    if body.get("model") is not None and not isinstance(body["model"], str):
+        raise bad("`model` must be a string", "model")
+    for name in ("n", "best_of"):
+        value = integer(body, name, 1)
+        if value is not None and value != 1:
+            raise bad(f"`{name}` must be 1: this server returns one choice per request, got {value}", name,
+                      kind="unsupported_value")
+    if body.get("echo"):
+        raise bad("`echo: true` is not supported: the reply holds the completion only", "echo",
+                  kind="unsupported_value")
+    if body.get("suffix") is not None:
+        raise bad("`suffix` is not supported: this server does not fill in the middle", "suffix",
+                  kind="unsupported_value")
+    stream, include_usage = streaming(body)
+    max_tokens = integer(body, "max_tokens", 1)
+    params = {**sampling(body), **legacy_logprobs(body)}
+    return prompt_ids(ctx, body.get("prompt")), max_tokens, stream, include_usage, params
+
+
+def routes(ctx: Context) -> list[Route]:
+    async def completions(call: Call):
+        if call.parts:
+            raise bad("send completion requests as JSON (application/json), not multipart", kind="unsupported_media")
+        ids, max_tokens, stream, include_usage, params = await run_in_threadpool(parse, ctx, call.body)
+        try:
+            budget = ctx.chat_engine.budget(ids, 16 if max_tokens is None else max_tokens)  # OpenAI's default: 16
+        except InvalidRequest as error:
+            raise InvalidRequest(error.message.replace("conversation", "prompt"), loc=["body", "prompt"],
+                                 kind=error.kind) from None
+        reply = Reply(launch(ctx, call, ids, {**params, "max_tokens": budget}, stream))
+        head = {"id": "cmpl-" + uuid.uuid4().hex[:24], "object": "text_completion", "created": int(time.time()),
+                "model": ctx.served_name}
+        if not stream:
+            got = await whole(reply)
+            logprobs = legacy_entries(got.logprobs) if params.get("logprobs") else None
+            return {**head, "choices": [{"index": 0, "text": got.content, "logprobs": logprobs,
+                                         "finish_reason": got.final.finish_reason}], "usage": usage(got.final)}
+        return sse_response(call, events(head, reply, include_usage, bool(params.get("logprobs"))))
+
+    return [Route("/v1/completions", Endpoint(ctx, WIRE, completions, cancel_on_disconnect=True), methods=["POST"])]
+
+
+async def events(head: dict, reply: Reply, include_usage: bool, logprobs: bool) -> AsyncIterator[str]:
+    offset = 0
+
+    def chunk(text: str, finish: str | None = None, entries: list | None = None) -> str:
+        legacy = legacy_entries(entries or [], offset) if logprobs and finish is None else None
+        return sse({**head, "choices": [{"index": 0, "text": text, "logprobs": legacy, "finish_reason": finish}]})
+
+    try:
+        async for piece in reply:
+            if piece is KEEPALIVE:
+                yield ": keep-alive\n\n"
+            elif isinstance(piece, Content) and (piece.text or piece.logprobs):
+                yield chunk(piece.text, entries=piece.logprobs)
+                offset += len(piece.text)
+            elif isinstance(piece, ChatEnd):
+                yield chunk("", piece.finish_reason)
+                if include_usage:
+                    yield sse({**head, "choices": [], "usage": usage(piece)})
+    except Exception as exc:  # noqa: BLE001 - headers are sent: report in the stream, then end it cleanly
+        error = as_blink_error(exc)
+        if isinstance(error, EngineFailure):
+            log.error("completion %s failed: %s", head["id"], error.message)
+        yield sse(render(error)[1])
+    yield "data: [DONE]\n\n"
