@@ -64,6 +64,8 @@ class Server:
     """`python -m blink serve` on a free loopback port, its log kept for the access-log check."""
 
     def __init__(self, *flags: str, model: str = "demo"):
+        if model == "demo-vision":
+            flags = (*flags, "--vision", "1")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = ROOT / "bench" / "out" / f"hostile-serve-{self.port}.log"
@@ -213,7 +215,7 @@ def case_aspect_png(s: Server) -> dict:
             "model": "demo", "input": [{"role": "user", "content": [
                 {"type": "input_text", "text": "Look"},
                 {"type": "input_image", "image_url": "data:image/png;base64," + body["assets"]["<img0>"]["data_base64"]}
-            ]}], "questions": [{"id": "q", "type": "noul", "instructions": "weather?"}]})):
+            ]}], "questions": [{"type": "predicate", "name": "q", "instructions": "weather?"}]})):
         status, secs, text = timed_post(s.url, path, json=payload)
         out[path] = (status, round(secs, 2), text)
     statuses = "/".join(str(v[0]) for v in out.values())
