@@ -13,19 +13,21 @@ import json
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 EXAMPLES = 60
 
 
-def fuzz(examples: int = EXAMPLES):
-    return settings(max_examples=examples, derandomize=True, deadline=None, database=None,
+def fuzz(examples: int = EXAMPLES, shrink: bool = True):
+    phases = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if shrink else [])
+    return settings(max_examples=examples, derandomize=True, deadline=None, database=None, phases=phases,
                     suppress_health_check=list(HealthCheck))
 
 
 FUZZ = fuzz()
 CHAT_FUZZ = fuzz(15)  # every valid chat body generates (up to 3 tokens): the slowest route to explore
+KNOWN_FAILING = fuzz(shrink=False)  # the strict xfails: a failure found is enough, shrinking it costs minutes
 
 # a lone surrogate can't be sent by json.dumps; this strategy marks where one goes, then `encode` writes the escape
 SURROGATE = "\x00SURROGATE\x00"
@@ -152,7 +154,7 @@ def test_fuzz_chat(client, body):
 
 @pytest.mark.xfail(strict=True, reason="needs hook: http.parse_json -> safejson.loads (a lone surrogate in a name "
                    "the error echoes makes the error body itself unencodable: a bare 500)")
-@FUZZ
+@KNOWN_FAILING
 @given(data=st.data(), route=st.sampled_from(list(BODIES)))
 def test_fuzz_invalid_unicode_on_every_route(client, data, route):
     body = data.draw(wire_bodies(surrogates=True)[route])
@@ -161,7 +163,7 @@ def test_fuzz_invalid_unicode_on_every_route(client, data, route):
 
 
 @NEEDS_SAFEJSON
-@FUZZ
+@KNOWN_FAILING
 @given(content=raw_bytes, route=st.sampled_from(["/v1/systemone", "/v1/decisions", "/v1/chat/completions"]))
 def test_fuzz_raw_bytes_on_every_route(client, content, route):
     check(client.post(route, content=content, headers={"content-type": "application/json"}),
