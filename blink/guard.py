@@ -24,6 +24,7 @@ terminates every client connection in front of the container (its own timeouts a
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -143,3 +144,14 @@ class BodyDeadline:
             await send(message)
 
         await self.app(scope, guarded_receive, guarded_send)
+
+
+class ScrubQuery(logging.Filter):
+    """Drops the query string from uvicorn's access-log lines: a key sent as `?api_key=` must never be written
+    down. Install with `logging.getLogger("uvicorn.access").addFilter(ScrubQuery())`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str) and "?" in args[2]:
+            record.args = (*args[:2], args[2].split("?", 1)[0] + "?[query removed]", *args[3:])
+        return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
@@ -13,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from blink.guard import BodyDeadline, SlowClientLimits, tune, uvicorn_options
+from blink.guard import BodyDeadline, ScrubQuery, SlowClientLimits, tune, uvicorn_options
 from conftest import free_port
 
 LIMITS = SlowClientLimits(header_s=1.0, keep_alive_s=1, body_idle_s=1.0, body_total_s=3.0, max_connections=64)
@@ -132,3 +133,23 @@ def test_tune_sets_the_options_a_running_server_reads_per_connection():
     config = uvicorn.Config(lambda scope, receive, send: None)
     tune(config, LIMITS)
     assert (config.timeout_keep_alive, config.limit_concurrency) == (1, 64)
+
+
+def test_the_access_log_never_shows_a_query_string(guarded, caplog):
+    port, _ = guarded
+    access = logging.getLogger("uvicorn.access")
+    scrub = ScrubQuery()
+    access.addFilter(scrub)
+    access.setLevel(logging.INFO)
+    try:
+        with caplog.at_level(logging.INFO, logger="uvicorn.access"):
+            with socket.create_connection(("127.0.0.1", port)) as sock:
+                sock.sendall(b"GET /echo?api_key=sekret-in-query HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                sock.settimeout(5)
+                assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+            time.sleep(0.2)
+    finally:
+        access.removeFilter(scrub)
+    lines = [r.getMessage() for r in caplog.records if r.name == "uvicorn.access"]
+    assert lines and all("sekret" not in line for line in lines) and any("/echo?[query removed]" in line
+                                                                         for line in lines)
