@@ -188,11 +188,17 @@ def _schemathesis_schema():
 
 
 SCHEMA = _schemathesis_schema()
+# what schemathesis found, each failing until its fix lands (then the mark must go)
+FOUND = {path: "found bug: a content part whose `type` is not a string (e.g. {}) is a 500 'unhashable type' "
+               "(openai_routes._parts_text); fix in the OpenAI wire" for path in ("/v1/decisions",
+                                                                                 "/v1/chat/completions")}
 
 
 @SCHEMA.parametrize()
 @settings(max_examples=8, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-def test_schemathesis(case, server):
+def test_schemathesis(case, server, request):
+    if case.path in FOUND:
+        request.node.add_marker(pytest.mark.xfail(strict=True, reason=FOUND[case.path]))
     r = case.call(base_url=server, timeout=60)
     assert r.status_code < 500 or r.status_code == 529, f"{case.method} {case.path}: {r.status_code} {r.text[:300]}"
     if r.status_code >= 400 and r.status_code not in (404, 405):  # the router's own: see the test below
@@ -208,3 +214,14 @@ def test_unrouted_requests_answer_in_the_wire_shape(server, method, path):
     r = httpx.request(method, server + path, timeout=30)
     assert r.status_code in (404, 405)
     assert "error" in r.json(), r.text
+
+
+@pytest.mark.xfail(strict=True, reason=FOUND["/v1/decisions"])
+@pytest.mark.parametrize("route,body", [
+    ("/v1/decisions", {"model": "demo", "input": [{"role": "user", "content": [{"type": {}, "text": "hi"}]}],
+                       "questions": [{"type": "predicate", "name": "q", "instructions": "ok?"}]}),
+    ("/v1/chat/completions", {"model": "demo", "max_tokens": 1, "messages": [
+        {"role": "user", "content": [{"type": ["text"], "text": "hi"}]}]})])
+def test_a_content_part_with_a_non_string_type_is_a_400(server, route, body):
+    r = httpx.post(server + route, json=body, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", r.text[:300]
