@@ -40,15 +40,19 @@ def pid_on_port(port: int) -> int:
                 argv = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"serve" in argv and str(port).encode() in argv:
+            if b"blink" in argv and b"serve" in argv and b"--port" in argv and \
+                    argv[argv.index(b"--port") + 1:argv.index(b"--port") + 2] == [str(port).encode()]:
                 return int(entry.name)
     raise RuntimeError(f"no server process on port {port}")
 
 
 def rss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:  # the server is gone: the test that needed it fails on its own terms
+        pass
     return 0
 
 
