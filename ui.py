@@ -15,6 +15,7 @@ from typing import Any
 
 import gradio as gr
 
+from blink.admission import ANONYMOUS, KEYED
 from blink.auth import ApiKey
 from blink.context import Context
 from blink.errors import BlinkError
@@ -238,7 +239,8 @@ async def decide(ctx: Context, request: gr.Request | None, state: str, count: fl
     body = {"model": ctx.served_name, "state": value, "questions": questions}
     caller = ctx.caller_of(request) if request is not None else None
     try:
-        decided = await ctx.service.decide(body, Timing(), caller=caller)
+        async with ctx.admission.enter("decide", ui_class(ctx)) as ticket:
+            decided = await ctx.service.decide(body, Timing(), caller=caller, ticket=ticket)
     except BlinkError as error:
         return error_html(wire_error_message(error, list(questions))), error_body(error)
     except Exception as exc:  # noqa: BLE001 - shown to the user, logged, the UI keeps working
@@ -252,22 +254,28 @@ async def decide(ctx: Context, request: gr.Request | None, state: str, count: fl
     return notice + bars_html(decided.answers, questions), response
 
 
+def ui_class(ctx: Context) -> str:
+    """The UI's callers present no key: with one set they are anonymous, and never take the places kept for
+    keyed API traffic (blink.admission)."""
+    return ANONYMOUS if ctx.auth.required else KEYED
+
+
 def chat_reply(ctx: Context, max_tokens: int, message, history, request: gr.Request | None):
-    """The Chat tab: the same model, the same chat function (GPU generator) as /v1/chat/completions."""
+    """The Chat tab: the same model, the same chat function (GPU generator) and the same chat slots as
+    /v1/chat/completions."""
     messages = [{"role": m["role"], "content": text_of(m.get("content"))} for m in (history or [])
                 if isinstance(m, dict) and m.get("role") in ("user", "assistant", "system")]
     messages.append({"role": "user", "content": text_of(message)})
-    try:
-        rendered = ctx.chat_engine.prepare(messages, None, max_tokens)
-    except BlinkError as error:
-        raise gr.Error(error.message) from None
     caller = ctx.caller_of(request) if request is not None else None
     text = ""
     try:
-        for item in ctx.chat(rendered.ids, {"max_tokens": rendered.max_tokens}, caller):
-            if isinstance(item, str):
-                text += item
-                yield text
+        with ctx.admission.enter_sync("chat", ui_class(ctx)) as ticket:
+            with ticket.preparing_sync():
+                rendered = ctx.chat_engine.prepare(messages, None, max_tokens)
+            for item in ctx.chat(rendered.ids, {"max_tokens": rendered.max_tokens}, caller):
+                if isinstance(item, str):
+                    text += item
+                    yield text
     except BlinkError as error:
         raise gr.Error(error.message, title=f"Error {error.status}") from None
     if not text:

@@ -9,6 +9,7 @@ through the batcher) and `decide` (warm-up, tests, tools: in this thread).
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -16,12 +17,14 @@ from dataclasses import dataclass
 from .answers import answer
 from .errors import BlinkError, EngineFailure, InvalidRequest
 from .executor import Executor
+from .image_guard import give_back_memory
 from .images import ImageLimits, has_images, load_images, place_images
 from .limits import Limits
 from .loading import Loaded
 from .plan import Prompt, Scored, image_usage, processed_tokens
 from .prompts import PromptBuilder, decision_config_for
 from .questions import Decision, parse_decision
+from .safejson import TokenCap
 
 log = logging.getLogger("blink")
 
@@ -69,6 +72,7 @@ class Engine:
         self.processor = loaded.processor
         self.config = decision_config_for(str(loaded.root), loaded.tokenizer)
         self.prompts = PromptBuilder(loaded.tokenizer, self.config, self.limits, loaded.processor)
+        self.token_cap = TokenCap(loaded.tokenizer)
         self.executor = Executor(loaded.model, pass_cost_tokens=pass_cost_tokens, pass_cache_bytes=pass_cache_bytes)
 
     @property
@@ -78,6 +82,7 @@ class Engine:
     # main process --------------------------------------------------------------------------------------
     def prepare(self, body, parts: dict | None = None) -> Prepared:
         """Validate and tokenize a System One body (and its multipart parts) into what the GPU call needs."""
+        self.check_state_length(body)
         images = None
         if has_images(body, parts or {}):
             if not self.accepts_images:
@@ -88,7 +93,23 @@ class Engine:
         decision = parse_decision(body, self.config, self.limits)
         prompts = self.prompts.build(decision, images)
         usage = image_usage(prompts, self.processor) if images else None
+        if images:  # the decoded pictures are dropped now (the prompts hold the processed pixels)
+            images = None
+            give_back_memory()
         return Prepared(decision, prompts, processed_tokens(prompts), usage)
+
+    def check_state_length(self, body) -> None:
+        """A state that alone passes the context limit is refused before anything is rendered or tokenized
+        whole: the cost of the refusal is bounded by the limit, not by the state."""
+        state = body.get("state") if isinstance(body, dict) else None
+        if state is None:
+            return
+        text = state if isinstance(state, str) else json.dumps(state, ensure_ascii=False, default=str)
+        if not self.token_cap.fits(text, self.limits.max_context_tokens):
+            raise InvalidRequest(f"the state alone is over this server's context limit of "
+                                 f"{self.limits.max_context_tokens} tokens per prompt (state + question). Nothing "
+                                 "was truncated: shorten the state.", loc=["body", "state"],
+                                 kind="context_length_exceeded")
 
     def answer(self, prepared: Prepared, scores: list[list[list[float]]]) -> dict:
         """Answers keyed by question id, in request order."""

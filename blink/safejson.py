@@ -176,3 +176,17 @@ def capped_tokens(encode: Callable[[str], list], text: str, max_tokens: int, lon
         if n > max_tokens + 1:
             return None
         cut = min(len(text), cut * 2)
+
+
+class TokenCap:
+    """`capped_tokens` bound to one tokenizer: `fits(text, max_tokens)` in time proportional to the limit."""
+
+    def __init__(self, tokenizer):
+        self.longest = longest_token_chars(tokenizer)
+        self.tokenizer = tokenizer
+
+    def encode(self, text: str) -> list:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def fits(self, text: str, max_tokens: int) -> bool:
+        return capped_tokens(self.encode, text, max_tokens, self.longest) is not None

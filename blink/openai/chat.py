@@ -2,8 +2,9 @@
 by `ctx.chat` (the engine's own `generate`, or the Space's `@spaces.GPU` wrapper of it) through one
 blink.streams.GeneratorStream, as one JSON body or as server-sent events.
 
-A turn holds one of `ctx.chat_slots` from the moment it is accepted until its exchange ends (blink.http lets
-go of it however it ends, a client that left before the first chunk included); with none free it is 529.
+A turn holds a slot of the `chat` admission gate from before its body is read until its exchange ends
+(blink.http lets go of it however it ends, a client that left before the first chunk included); with none
+free it waits up to `chat_slot_wait_s`, then 529 with Retry-After from the expected wait.
 
 Streaming: the `role` chunk goes out at once (before the GPU starts), `: keep-alive` comment lines while no
 item has arrived for `ctx.sse_keepalive_s` seconds, `delta.content` chunks, tool calls (parsed from the text
@@ -70,8 +71,8 @@ def routes(ctx: Context) -> list[Route]:
         if call.parts:
             raise bad("send chat requests as JSON (application/json), not multipart", kind="unsupported_media")
         req = parse_chat(call.body)
-        rendered = await run_in_threadpool(ctx.chat_engine.prepare, req.messages, req.tools, req.max_tokens)
-        call.held.enter_context(ctx.chat_slots.held())
+        async with call.ticket.preparing():
+            rendered = await run_in_threadpool(ctx.chat_engine.prepare, req.messages, req.tools, req.max_tokens)
         params = {**req.params, "max_tokens": rendered.max_tokens}
         if rendered.images:
             params["images"] = rendered.images
@@ -86,7 +87,8 @@ def routes(ctx: Context) -> list[Route]:
         return StreamingResponse(events, media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-    return [Route("/v1/chat/completions", Endpoint(ctx, WIRE, chat_completions, cancel_on_disconnect=True),
+    return [Route("/v1/chat/completions", Endpoint(ctx, WIRE, chat_completions, cancel_on_disconnect=True,
+                                                  admit="chat"),
                   methods=["POST"])]
 
 

@@ -212,7 +212,7 @@ def routes(ctx: Context) -> list[Route]:
             raise bad("send decision requests as JSON (application/json), not multipart", kind="unsupported_media")
         mapped = to_systemone(call.body)
         try:
-            decided = await ctx.service.decide(mapped.body, call.timing, caller=call.caller)
+            decided = await ctx.service.decide(mapped.body, call.timing, caller=call.caller, ticket=call.ticket)
         except InvalidRequest as error:
             raise mapped.relocate(error) from None
         n = decided.input_tokens
@@ -220,4 +220,4 @@ def routes(ctx: Context) -> list[Route]:
                 "usage": {"input_tokens": n, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
                           "output_tokens": 0, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": n}}
 
-    return [Route("/v1/decisions", Endpoint(ctx, WIRE, decisions), methods=["POST"])]
+    return [Route("/v1/decisions", Endpoint(ctx, WIRE, decisions, admit="decide"), methods=["POST"])]

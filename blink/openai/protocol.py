@@ -87,6 +87,8 @@ def text_of(content: Any, *loc) -> str | list:
         if not isinstance(part, dict):
             raise bad("a content part must be an object with a `type`", *loc, i)
         kind = part.get("type")
+        if not isinstance(kind, str):
+            raise bad("a content part needs a string `type`", *loc, i, "type")
         if kind in ("text", "input_text", "output_text"):
             text = part.get("text")
             if not isinstance(text, str):
