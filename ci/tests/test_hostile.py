@@ -1,10 +1,8 @@
-"""Issue 12's hostile inputs against a real `python -m blink serve --model demo` on loopback.
+"""Hostile inputs against a real `python -m blink serve --model demo` on loopback.
 
 Each test asserts what the public needs (4xx in the wire's shape or 529 with Retry-After, never 5xx, never a
-stall, memory bounded and given back). Those that today's code fails, because the fix waits for its hook into
-the serving layer, are `xfail(strict=True)` with the hook named: each flips to a failure (and must lose its
-mark) the day its hook lands. Bounds are generous (a shared 2-core machine); the measured numbers live in
-bench/hostile.py.
+stall, memory bounded and given back). Bounds are generous (a shared 2-core machine); the measured numbers
+live in bench/hostile.py.
 """
 
 from __future__ import annotations
@@ -26,10 +24,6 @@ from conftest import blink_serve, running
 MB = 2**20
 QUESTION = {"type": "noul", "instructions": "Is this about the weather?"}
 SECRET = "hostile-secret-in-query-4242"
-
-
-def needs_hook(what: str):
-    return pytest.mark.xfail(strict=True, reason=f"needs hook: {what}")
 
 
 def pid_on_port(port: int) -> int:
@@ -140,7 +134,6 @@ def healthy(url: str) -> None:
 
 
 # malformed JSON and text -----------------------------------------------------------------------------------------
-@needs_hook("http.parse_json -> safejson.loads (depth limit)")
 def test_deeply_nested_json_is_a_4xx(hostile):
     depth = 100_000
     r = systemone(hostile.url, b'{"state": ' + b"[" * depth + b"]" * depth + b', "questions": {"q": '
@@ -149,11 +142,7 @@ def test_deeply_nested_json_is_a_4xx(hostile):
     healthy(hostile.url)
 
 
-LONE = [pytest.param(r, marks=needs_hook("http.parse_json -> safejson.loads (lone surrogates)"))
-        for r in ("/v1/systemone", "/v1/decisions")] + ["/v1/chat/completions"]  # chat checks its text already
-
-
-@pytest.mark.parametrize("route", LONE)
+@pytest.mark.parametrize("route", ["/v1/systemone", "/v1/decisions", "/v1/chat/completions"])
 def test_a_lone_surrogate_is_a_4xx_on_every_route(hostile, route):
     bodies = {
         "/v1/systemone": b'{"state": "hi \\ud800 there", "questions": {"q": ' + json.dumps(QUESTION).encode() + b"}}",
@@ -168,7 +157,6 @@ def test_a_lone_surrogate_is_a_4xx_on_every_route(hostile, route):
     healthy(hostile.url)
 
 
-@needs_hook("http.parse_json -> safejson.loads (strict UTF-8)")
 def test_a_utf8_encoded_surrogate_is_a_4xx(hostile):
     r = systemone(hostile.url, b'{"state": "hi \xed\xa0\x80", "questions": {"q": ' + json.dumps(QUESTION).encode()
                   + b"}}")
@@ -176,7 +164,6 @@ def test_a_utf8_encoded_surrogate_is_a_4xx(hostile):
 
 
 # keys and health --------------------------------------------------------------------------------------------------
-@needs_hook("server.serve: access log with the query string scrubbed")
 def test_a_query_string_key_never_reaches_the_log(hostile):
     httpx.post(hostile.url + f"/v1/systemone?api_key={SECRET}", json={"state": "s", "questions": {"q": QUESTION}},
                timeout=60)
@@ -184,7 +171,6 @@ def test_a_query_string_key_never_reaches_the_log(hostile):
     assert SECRET not in hostile.log_text()
 
 
-@needs_hook("server.build_context: no local paths in /healthz")
 def test_healthz_shows_no_local_path(hostile):
     body = httpx.get(hostile.url + "/healthz", timeout=10).json()
 
@@ -202,7 +188,6 @@ def test_healthz_shows_no_local_path(hostile):
 
 
 # slow clients -----------------------------------------------------------------------------------------------------
-@needs_hook("server.serve: uvicorn.run(..., **guard.uvicorn_options()) and BodyDeadline around the app")
 def test_slow_clients_are_cut_off(hostile):
     socks = {"idle": [], "slowloris": [], "short_body": []}
     for _ in range(20):
@@ -305,7 +290,6 @@ def test_overload_loses_and_crosses_nothing(overload_run):
     assert all(retry_after for _, retry_after in refusals)
 
 
-@needs_hook("routes: admission.enter('decide', caller_class) before the body is read (a refusal costs no tokenizing)")
 def test_overload_goodput_holds_and_refusals_are_cheap(overload_run):
     bodies, _, solo_rate, results, refusals, wall = overload_run
     served = sum(1 for r in results.values() if r.status_code == 200)
@@ -317,7 +301,6 @@ def test_overload_goodput_holds_and_refusals_are_cheap(overload_run):
 
 
 # cost bounded by the limits -------------------------------------------------------------------------------------
-@needs_hook("engine.prepare: safejson.capped_tokens before tokenizing whole; prepare off the event loop's path")
 def test_a_zstd_bomb_is_refused_fast_in_bounded_memory_and_healthz_stays_live(hostile):
     body = json.dumps({"state": text_of(8 * MB), "questions": {"q": QUESTION}}).encode()
     packed = zstandard.ZstdCompressor(level=10).compress(body)
@@ -335,7 +318,6 @@ def test_a_zstd_bomb_is_refused_fast_in_bounded_memory_and_healthz_stays_live(ho
     assert peak < 500 * MB and kept < 100 * MB, (peak / MB, kept / MB)
 
 
-@needs_hook("chat: safejson.capped_tokens in ChatEngine.prepare before tokenizing the conversation")
 def test_a_huge_chat_message_is_refused_in_bounded_memory(hostile):
     watch = Watch(hostile)
     try:
