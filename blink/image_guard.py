@@ -27,12 +27,10 @@ import math
 import threading
 from dataclasses import dataclass
 
-from PIL import Image, ImageFile
+from PIL import Image
 
 from .errors import InvalidRequest
 
-Image.MAX_IMAGE_PIXELS = None  # our own limits, with our own messages, replace PIL's looser bomb check
-ImageFile.LOAD_TRUNCATED_IMAGES = False
 
 FORMATS = {"PNG": "png", "JPEG": "jpeg"}
 PNG_END = b"IEND\xaeB`\x82"
@@ -66,6 +64,19 @@ class Header:
         return self.pixels * (BYTES_PER_SAMPLE.get(self.mode, 4) + 3)
 
 
+def open_header(data: bytes):
+    """The image as PIL opens it, header read, pixels not yet decoded. PNG and JPEG are opened by their own
+    plugins, which skip `Image.open`'s bomb check: that one reads a process-wide limit (left as it is) and raises
+    a message naming no limit of ours; ours are checked next. Other formats are opened only to be named."""
+    from PIL import JpegImagePlugin, PngImagePlugin  # noqa: F401 - the imports register the plugins
+
+    for kind in FORMATS:
+        factory, accept = Image.OPEN[kind]
+        if accept(data[:16]) is True:
+            return factory(io.BytesIO(data), "")
+    return Image.open(io.BytesIO(data))
+
+
 def refuse(name: str, message: str, kind: str) -> InvalidRequest:
     return InvalidRequest(f"asset {name!r} {message}", loc=["body", "assets", name], kind=kind)
 
@@ -73,7 +84,7 @@ def refuse(name: str, message: str, kind: str) -> InvalidRequest:
 def inspect(name: str, data: bytes, max_source_pixels: int, budget: DecodeBudget = DecodeBudget()) -> Header:
     """Everything that can be checked from the header and the file's ends, before decoding."""
     try:
-        image = Image.open(io.BytesIO(data))  # reads the header only
+        image = open_header(data)  # reads the header only
         fmt, (width, height), mode = image.format, image.size, image.mode
     except Exception:  # noqa: BLE001 - not an image at all
         raise refuse(name, "is not a PNG or JPEG image", "not_an_image") from None
@@ -134,7 +145,7 @@ def decode(header: Header, data: bytes, max_pixels: int):
     """The checked RGB image, resized to at most `max_pixels`, decoded under the process's concurrency bound."""
     with _decoding:
         try:
-            image = Image.open(io.BytesIO(data))
+            image = open_header(data)
             if header.format == "JPEG" and header.pixels > max_pixels:
                 # JPEG decodes at 1/2, 1/4 or 1/8 scale directly: less memory for the same pixels the model sees
                 scale = math.sqrt(max_pixels / header.pixels)
