@@ -11,8 +11,8 @@ parses or tokenizes a body:
 
 A refusal costs no parsing, no tokenizing and no queue slot, so an overloaded server keeps its time for the
 requests it admitted. Each kind of work has its own budget (`Policy`): how many requests hold a place at once,
-how long one may wait for a place before it is refused (chat waits for a slot; a decision is refused at once,
-the SDKs retry it), and how many places anonymous callers (the UI) may never take, so keyed API traffic is
+how long one may wait for a place before it is refused (chat waits for a slot; a decision waits a few seconds,
+so a burst is served back to back instead of sleeping through client-side retries), and how many places anonymous callers (the UI) may never take, so keyed API traffic is
 never starved by anonymous traffic; when a place frees, waiting keyed callers are served before anonymous
 ones. `Retry-After` is the expected wait: the places ahead of the caller times the mean time a place is held.
 
@@ -282,11 +282,11 @@ class Admission:
     @classmethod
     def standard(cls, *, max_queued: int = 64, max_batch: int = 16, max_chats: int = 4, chat_wait_s: float = 30.0,
                  reserved_decide: int | None = None, reserved_chat: int | None = None,
-                 preparing: int = 2) -> "Admission":
+                 preparing: int = 2, decide_wait_s: float = 0.0) -> "Admission":
         """The server's gates from its settings: a decision holds a place from its first byte to its answer
         (the batcher's queue plus the batch being run), a chat holds a generation slot."""
         capacity = max_queued + max_batch
-        decide = Policy(capacity, wait_s=0.0, preparing=preparing,
+        decide = Policy(capacity, wait_s=decide_wait_s, preparing=preparing,
                         reserved=capacity // 4 if reserved_decide is None else reserved_decide)
         chat = Policy(max_chats, wait_s=chat_wait_s, preparing=preparing,
                       reserved=(max_chats // 4 if reserved_chat is None else reserved_chat))

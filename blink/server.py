@@ -92,7 +92,7 @@ def admission_of(settings: Settings) -> Admission:
     """The gates every entry point enters: a decision holds a place from its first byte to its answer."""
     return Admission.standard(max_queued=settings.max_queued_requests, max_batch=settings.max_batch_requests,
                               max_chats=settings.max_concurrent_chats, chat_wait_s=settings.chat_slot_wait_s,
-                              preparing=settings.max_preparing)
+                              preparing=settings.max_preparing, decide_wait_s=settings.decide_wait_s)
 
 
 def local_chat(chat_engine):
