@@ -73,6 +73,7 @@ class Gate:
         self.waiting: dict[str, deque[_Waiter]] = {c: deque() for c in CLASSES}
         self.admitted = self.refused = self.waited = 0
         self.mean_hold_s = 0.5   # running mean of how long a place is held (seeds Retry-After)
+        self.measured = False    # a place has been given back: the mean is a measurement, not the seed
         self.preparing = Bound(policy.preparing)
 
     # places -------------------------------------------------------------------------------------------------
@@ -97,11 +98,14 @@ class Gate:
             return self.policy.anonymous_wait_s
         return self.policy.wait_s
 
-    def retry_after(self, caller_class: str = KEYED) -> int:
+    def _expected_wait(self, caller_class: str = KEYED) -> float:
         """Seconds until a place is expected to free for this caller: those ahead of it, served `capacity` at
         a time, each holding its place for the mean time seen so far."""
         ahead = len(self.waiting[KEYED]) + (len(self.waiting[ANONYMOUS]) if caller_class == ANONYMOUS else 0)
-        return max(1, math.ceil(self.mean_hold_s * (ahead + 1) / self.policy.capacity))
+        return self.mean_hold_s * (ahead + 1) / self.policy.capacity
+
+    def retry_after(self, caller_class: str = KEYED) -> int:
+        return max(1, math.ceil(self._expected_wait(caller_class)))
 
     def _refuse(self, caller_class: str) -> Overloaded:
         self.refused += 1
@@ -114,8 +118,9 @@ class Gate:
         """Under the lock: the waiter, or None when the caller took a place at once; raises when it may not wait."""
         if self._take_now(caller_class):
             return None
-        if self._wait_limit(caller_class) <= 0:
-            raise self._refuse(caller_class)
+        limit = self._wait_limit(caller_class)
+        if limit <= 0 or (self.measured and self._expected_wait(caller_class) > limit):
+            raise self._refuse(caller_class)  # a wait that would end in a refusal anyway is refused now
         waiter = _Waiter(caller_class, wake)
         self.waiting[caller_class].append(waiter)
         self.waited += 1
@@ -141,6 +146,7 @@ class Gate:
     def _leave(self, caller_class: str, since: float) -> None:
         with self.lock:
             self.mean_hold_s += (self.clock() - since - self.mean_hold_s) * 0.2
+            self.measured = True
             self._release(caller_class)
 
     # entering -----------------------------------------------------------------------------------------------
