@@ -20,8 +20,9 @@ from ..errors import BlinkError, InvalidRequest, NoRoute, PayloadTooLarge, Unaut
 from ..http import Wire
 
 MAX_STOP_SEQUENCES = 4
-ROLES = {"system", "developer", "user", "assistant", "tool"}
-IMAGE_PARTS = {"image_url", "input_image", "image"}
+# tuples, not sets: a client's value may be unhashable (a dict), and `in` must refuse it, not raise
+ROLES = ("system", "developer", "user", "assistant", "tool")
+IMAGE_PARTS = ("image_url", "input_image", "image")
 
 
 # errors ------------------------------------------------------------------------------------------------------
