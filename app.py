@@ -45,7 +45,7 @@ DURATION_MAX_S, CHAT_DURATION_MAX_S = SPACE.duration_max_s, SPACE.chat_duration_
 
 import theme  # noqa: E402
 import ui  # noqa: E402
-from blink import durations  # noqa: E402
+from blink import durations, guard  # noqa: E402
 from blink.loading import load  # noqa: E402
 from blink.plan import processed_tokens  # noqa: E402
 from blink.server import api_routes, build_chat_engine, build_context, build_engine  # noqa: E402
@@ -124,7 +124,14 @@ def main() -> None:
         app_kwargs={"routes": api_routes(CTX)},
         show_error=True,
         mcp_server=True,  # Gradio's MCP server at /gradio_api/mcp/: the `decide` endpoint as a tool (space_tool.py)
+        max_file_size=SETTINGS.image_limits.max_image_bytes,  # an upload bigger than one image is refused
+        prevent_thread_lock=True,
     )
+    # Gradio starts uvicorn with none of its slow-client options: set the per-connection ones on the running
+    # server (blink/guard.py says what stays with Hugging Face's proxy) and keep keys out of the access log
+    guard.tune(demo.server.config)
+    logging.getLogger("uvicorn.access").addFilter(guard.ScrubQuery())
+    demo.block_thread()
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import gradio as gr
 from blink.context import Context
 from blink.errors import BlinkError, Unauthorized
 from blink.mcp_tool import DECIDE_DOC
+from blink.admission import ANONYMOUS, KEYED
 from blink.systemone import decide_body
 
 ARGS_DOC = """
@@ -47,8 +48,11 @@ def decide_endpoint(ctx: Context, *, needs_key: bool = False):
         try:
             if needs_key and not ctx.auth.allows(headers.get("authorization")):
                 raise Unauthorized("missing or invalid API key: send Authorization: Bearer <key>")
-            # one call site for every decision asked through Gradio (the endpoint and its MCP tool)
-            return await decide_body(ctx, {"state": state, "questions": questions}, caller)
+            # one call site for every decision asked through Gradio (the endpoint and its MCP tool): admitted by
+            # decide_body; without the key (when one is set) a caller never takes the places kept for keyed traffic
+            keyed = not ctx.auth.required or ctx.auth.allows(headers.get("authorization"))
+            return await decide_body(ctx, {"state": state, "questions": questions}, caller,
+                                     caller_class=KEYED if keyed else ANONYMOUS)
         except BlinkError as error:
             raise error_of(error) from None
 

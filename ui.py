@@ -4,8 +4,9 @@
 GPU functions, and the same chat function) and the text users read; it reads nothing else. Each event passes
 its caller (`ctx.caller_of(request)`: on ZeroGPU the user's own quota) explicitly, as the routes do.
 The API is one documented endpoint, `decide(state, questions)` (space_tool.py), also the Space's MCP tool; every
-event here is private (the page calls it, Gradio's clients and MCP don't see it). The Chat tab takes one of the chat
-slots the API's chat takes (`ctx.chat_slots`), so UI and API chats share one limit.
+event here is private (the page calls it, Gradio's clients and MCP don't see it). The Chat tab enters the same `chat`
+admission gate as the API's chat (`ctx.admission`), so UI and API chats share one limit, and anonymous UI turns
+never take the places kept for keyed API traffic.
 """
 
 import html
@@ -17,6 +18,7 @@ from typing import Any
 import gradio as gr
 
 import space_tool
+from blink.admission import ANONYMOUS, KEYED
 from blink.auth import ApiKey
 from blink.context import Context
 from blink.errors import BlinkError
@@ -242,7 +244,8 @@ async def decide(ctx: Context, request: gr.Request | None, state: str, count: fl
     body = {"model": ctx.served_name, "state": value, "questions": questions}
     caller = ctx.caller_of(request) if request is not None else None
     try:
-        decided = await ctx.service.decide(body, Timing(), caller=caller)
+        async with ctx.admission.enter("decide", ui_class(ctx)) as ticket:
+            decided = await ctx.service.decide(body, Timing(), caller=caller, ticket=ticket)
     except BlinkError as error:
         return error_html(wire_error_message(error, list(questions))), error_body(error)
     except Exception as exc:  # noqa: BLE001 - shown to the user, logged, the UI keeps working
@@ -257,19 +260,24 @@ async def decide(ctx: Context, request: gr.Request | None, state: str, count: fl
     return notice + bars_html(decided.answers, questions), response
 
 
+def ui_class(ctx: Context) -> str:
+    """The UI's callers present no key: with one set they are anonymous, and never take the places kept for
+    keyed API traffic (blink.admission)."""
+    return ANONYMOUS if ctx.auth.required else KEYED
+
+
 def chat_reply(ctx: Context, max_tokens: int, message, history, request: gr.Request | None):
-    """The Chat tab: the same model, the same chat function (GPU generator) as /v1/chat/completions."""
+    """The Chat tab: the same model, the same chat function (GPU generator) and the same chat slots as
+    /v1/chat/completions."""
     messages = [{"role": m["role"], "content": text_of(m.get("content"))} for m in (history or [])
                 if isinstance(m, dict) and m.get("role") in ("user", "assistant", "system")]
     messages.append({"role": "user", "content": text_of(message)})
-    try:
-        rendered = ctx.chat_engine.prepare(messages, None, max_tokens)
-    except BlinkError as error:
-        raise gr.Error(error.message) from None
     caller = ctx.caller_of(request) if request is not None else None
     text = ""
     try:
-        with ctx.chat_slots.held():  # released when the turn ends or the user leaves (the generator closes)
+        with ctx.admission.enter_sync("chat", ui_class(ctx)) as ticket:
+            with ticket.preparing_sync():
+                rendered = ctx.chat_engine.prepare(messages, None, max_tokens)
             for item in ctx.chat(rendered.ids, {"max_tokens": rendered.max_tokens}, caller):
                 if isinstance(item, str):
                     text += item

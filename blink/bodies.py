@@ -1,6 +1,7 @@
 """Request bodies, read by hand for every wire: size cap, `Content-Encoding` (zstd, gzip, deflate), JSON or
 TypeSafe's multipart.
 
+Decoding and JSON parsing are blink.safejson's (cost bounded by the limits, not by the input).
 Not FastAPI's body validation: the cap must apply while the body streams in, compressed bodies must be decoded
 first, and every error must come out in the wire's own shape (blink.http renders it), also when the routes
 are grafted onto Gradio's app, where our exception handlers and middleware don't exist.
@@ -8,11 +9,9 @@ are grafted onto Gradio's app, where our exception handlers and middleware don't
 
 from __future__ import annotations
 
-import json
-import zlib
-
 from starlette.requests import Request
 
+from . import safejson
 from .errors import BlinkError, InvalidRequest, PayloadTooLarge
 from .limits import Limits
 
@@ -34,44 +33,13 @@ async def read_body(request: Request, limits: Limits) -> bytes:
 
 
 def decode_body(raw: bytes, encoding: str | None, limits: Limits) -> bytes:
-    """Undo `Content-Encoding` (zstd, gzip, deflate), with the decoded size capped (no decompression bombs)."""
-    encoding = (encoding or "identity").strip().lower()
-    if encoding in ("", "identity"):
-        return raw
-    cap = limits.max_decoded_bytes
-    try:
-        if encoding == "zstd":
-            import zstandard
-
-            reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
-            data = reader.read(cap + 1)
-        elif encoding in ("gzip", "x-gzip", "deflate"):
-            # gzip: wbits 16+; deflate: zlib-wrapped per RFC 9110, raw deflate accepted as clients do send it
-            wbits = 16 + zlib.MAX_WBITS if "gzip" in encoding else (zlib.MAX_WBITS if raw[:1] == b"\x78"
-                                                                    else -zlib.MAX_WBITS)
-            inflater = zlib.decompressobj(wbits)
-            data = inflater.decompress(raw, cap + 1)
-            if len(data) <= cap and not inflater.eof:
-                raise ValueError("truncated stream")
-        else:
-            raise BlinkError(f"unsupported Content-Encoding {encoding!r}: send zstd, gzip, deflate or none",
-                             status=415, kind="unsupported_encoding")
-    except BlinkError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - any decoder failure is the client's data
-        raise BlinkError(f"the body is not valid {encoding} data: {exc}", status=400, kind="invalid_encoding") from None
-    if len(data) > cap:
-        raise PayloadTooLarge(f"the body decompresses to more than {cap} bytes, this server's limit",
-                              kind="body_too_large")
-    return data
+    """Undo `Content-Encoding` in bounded steps: time and memory proportional to the limit (no bombs)."""
+    return safejson.decode(raw, encoding, limits.max_decoded_bytes)
 
 
 def parse_json(data: bytes):
-    try:
-        return json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        pos = getattr(exc, "pos", 0)
-        raise InvalidRequest(f"the body is not valid JSON: {exc}", loc=["body", pos], kind="json_invalid") from None
+    """JSON with a depth limit, strict UTF-8 and no lone surrogates: each refusal a located 422."""
+    return safejson.loads(data)
 
 
 def parse_multipart(data: bytes, content_type: str) -> tuple[dict, dict[str, tuple[str, bytes]]]:
@@ -128,10 +96,17 @@ def parse_multipart(data: bytes, content_type: str) -> tuple[dict, dict[str, tup
 
 
 async def read_request(request: Request, limits: Limits) -> tuple[object, dict]:
-    """The decoded request body (JSON, or multipart with its extra parts)."""
+    """The decoded request body (JSON, or multipart with its extra parts), decoded and parsed in a worker thread
+    so that no body, however built, holds up the event loop (/healthz and every other request keep answering)."""
+    from starlette.concurrency import run_in_threadpool
+
     raw = await read_body(request, limits)
-    data = decode_body(raw, request.headers.get("content-encoding"), limits)
-    content_type = request.headers.get("content-type", "")
+    return await run_in_threadpool(parse_request, raw, request.headers.get("content-encoding"),
+                                   request.headers.get("content-type", ""), limits)
+
+
+def parse_request(raw: bytes, encoding: str | None, content_type: str, limits: Limits) -> tuple[object, dict]:
+    data = decode_body(raw, encoding, limits)
     if content_type.lower().startswith("multipart/form-data"):
         return parse_multipart(data, content_type)
     return parse_json(data), {}

@@ -28,6 +28,7 @@ from .errors import InvalidRequest, param_of
 from .limits import Limits
 from .logprobs import TokenLogprobs
 from .structured import Grammars
+from .safejson import TokenCap
 from .text import partial_marker_length
 
 DEFAULT_MAX_OUTPUT_TOKENS = 4096
@@ -88,6 +89,7 @@ class ChatEngine:
         self.grammars = Grammars(self.tokenizer, self.model.config.get_text_config().vocab_size, self.eos_ids,
                                  tool_format="xml" if "<function=" in template else "json",
                                  reasoning=self.enable_thinking)
+        self.token_cap = None  # the length pre-check's vocabulary bound, found on first use
         # sampling defaults when the request sends none: the model's generation_config, else OpenAI's (1, 1)
         sample = bool(getattr(gen, "do_sample", False))
         self.defaults = {
@@ -163,6 +165,26 @@ class ChatEngine:
             images = split_images(dict(out), {})
         return Rendered([int(i) for i in ids], 0, images)
 
+    def check_length(self, messages: list[dict]) -> None:
+        """Messages whose text alone passes the context window are refused before the conversation is rendered
+        and tokenized whole: a refusal costs time and memory bounded by the window, not by the message."""
+        cap = self.token_cap or TokenCap(self.tokenizer)
+        self.token_cap = cap
+        total = 0
+        for i, m in enumerate(messages):
+            content = m.get("content")
+            parts = [content] if isinstance(content, str) else [
+                b.get("text") for b in content or [] if isinstance(b, dict) and isinstance(b.get("text"), str)]
+            for text in parts:
+                if not isinstance(text, str):
+                    continue
+                total += len(text)
+                if not cap.fits(text, self.context_tokens) or total > self.context_tokens * cap.longest:
+                    raise InvalidRequest(
+                        f"message {i} alone (or with those before it) is over this server's context window of "
+                        f"{self.context_tokens} tokens. Nothing was truncated: shorten or drop earlier messages.",
+                        loc=["body", "messages", i], kind="context_length_exceeded")
+
     def budget(self, ids: list[int], max_tokens: int | None) -> int:
         """The output budget: the request's `max_tokens` (default: the cap), clamped to the server's cap and
         to the room the context has left. A prompt that leaves no room is refused with 400."""
@@ -176,6 +198,7 @@ class ChatEngine:
         return max(1, min(wanted, self.max_output_tokens, room))
 
     def prepare(self, messages: list[dict], tools: list[dict] | None, max_tokens: int | None) -> Rendered:
+        self.check_length(messages)
         rendered = self.render(messages, tools)
         rendered.max_tokens = self.budget(rendered.ids, max_tokens)
         return rendered

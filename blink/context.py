@@ -1,5 +1,5 @@
 """What every route needs: the decision service, the chat function, the key, the limits, the served names,
-the chat slots and the health figures. Built once by the standalone server or the Space, handed to the routers."""
+the admission gates and the health figures. Built once by the standalone server or the Space, handed to the routers."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .admission import Admission
 from .auth import ApiKey
 from .limits import Limits
 from .service import DecisionService
-from .slots import ChatSlots
 
 
 def anonymous(request) -> None:
@@ -35,8 +35,9 @@ class Context:
     health: dict = field(default_factory=dict)
     # who a request is from, passed explicitly to the decision service and chat (the Space: ZeroGPU identity)
     caller_of: Callable[[Any], Any] = anonymous
-    # generations at once, shared by every chat surface (the API's and the Space's UI)
-    chat_slots: ChatSlots = field(default_factory=ChatSlots)
+    # one gate per kind of model work (decide, chat), entered by every surface before any work: the API's
+    # routes, the Space's UI, MCP; chat's gate holds the generation slots
+    admission: Admission = field(default_factory=Admission.standard)
     # seconds without a token before a streamed chat sends an SSE keep-alive comment
     sse_keepalive_s: float = 5.0
     # extra health figures computed on request (e.g. the Space's GPU-duration accounting)
@@ -50,7 +51,13 @@ class Context:
     def current_health(self) -> dict:
         stats = self.service.batcher.stats()
         out = {**self.health, "ok": bool(self.health.get("ok", True)) and stats["worker_alive"], "batching": stats,
-               "chat_slots": self.chat_slots.health(), "api_key_required": self.auth.required}
+               "chat_slots": self.chat_slots(), "admission": self.admission.state(),
+               "api_key_required": self.auth.required}
         for extra in self.live_health:
             out.update(extra())
         return out
+
+    def chat_slots(self) -> dict:
+        chat = self.admission.gate("chat")
+        with chat.lock:
+            return {"max_concurrent": chat.policy.capacity, "running": sum(chat.held.values())}

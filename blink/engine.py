@@ -9,6 +9,7 @@ through the batcher) and `decide` (warm-up, tests, tools: in this thread).
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from .calibration import UNCALIBRATED, Calibration
 from .errors import BlinkError, EngineFailure, InvalidRequest
 from .executor import Executor
+from .image_guard import give_back_memory
 from .images import ImageLimits, has_images, load_images, place_images
 from .limits import Limits
 from .loading import Loaded
@@ -23,6 +25,7 @@ from .plan import Prompt, Scored, image_usage, processed_tokens
 from .prompts import PromptBuilder, decision_config_for
 from .questions import Decision, parse_decision
 from .rotation import build as build_readings, one_prompt_per_question, read_answers
+from .safejson import TokenCap
 
 log = logging.getLogger("blink")
 
@@ -76,6 +79,7 @@ class Engine:
         self.order = order  # the server's default `x_order`
         if order == "rotate" and not one_prompt_per_question(self.config):
             raise SystemExit("x_order rotate needs a model whose template renders one question per prompt")
+        self.token_cap = TokenCap(loaded.tokenizer)
         self.executor = Executor(loaded.model, pass_cost_tokens=pass_cost_tokens, pass_cache_bytes=pass_cache_bytes,
                                  prefix_cache_bytes=prefix_cache_bytes)
 
@@ -86,6 +90,7 @@ class Engine:
     # main process --------------------------------------------------------------------------------------
     def prepare(self, body, parts: dict | None = None) -> Prepared:
         """Validate and tokenize a System One body (and its multipart parts) into what the GPU call needs."""
+        self.check_state_length(body)
         images = None
         if has_images(body, parts or {}):
             if not self.accepts_images:
@@ -96,7 +101,23 @@ class Engine:
         decision = parse_decision(body, self.config, self.limits)
         prompts, readings = build_readings(self.prompts, decision, images, decision.order or self.order)
         usage = image_usage(prompts, self.processor) if images else None
+        if images:  # the decoded pictures are dropped now (the prompts hold the processed pixels)
+            images = None
+            give_back_memory()
         return Prepared(decision, prompts, processed_tokens(prompts), usage, readings)
+
+    def check_state_length(self, body) -> None:
+        """A state that alone passes the context limit is refused before anything is rendered or tokenized
+        whole: the cost of the refusal is bounded by the limit, not by the state."""
+        state = body.get("state") if isinstance(body, dict) else None
+        if state is None:
+            return
+        text = state if isinstance(state, str) else json.dumps(state, ensure_ascii=False, default=str)
+        if not self.token_cap.fits(text, self.limits.max_context_tokens):
+            raise InvalidRequest(f"the state alone is over this server's context limit of "
+                                 f"{self.limits.max_context_tokens} tokens per prompt (state + question). Nothing "
+                                 "was truncated: shorten the state.", loc=["body", "state"],
+                                 kind="context_length_exceeded")
 
     def answer(self, prepared: Prepared, scores: list[list[list[float]]]) -> dict:
         """Answers keyed by question id, in request order."""

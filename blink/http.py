@@ -1,7 +1,9 @@
 """One route wrapper per wire family: what every blink route does around its own few lines.
 
-`Endpoint(ctx, wire, handler)` is the ASGI app of one route. It gives the request an id, checks the API key,
-reads the body (blink.bodies), calls `handler(call)` and answers: a dict as JSON with 200, a Response as it
+`Endpoint(ctx, wire, handler, admit=kind)` is the ASGI app of one route. It gives the request an id, checks
+the API key, enters the admission gate of its kind of work (blink.admission: refused with 529 + Retry-After
+before a byte of the body is read, so a refusal costs microseconds), reads the body (blink.bodies), calls
+`handler(call)` and answers: a dict as JSON with 200, a Response as it
 is. A BlinkError is rendered in the wire's own shape; anything else is logged and answered 500 in that shape.
 Every response carries the request id (under the wire's header names) and `server-timing`.
 
@@ -18,6 +20,7 @@ however it ends.
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -30,6 +33,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Match, Route
 
+from .admission import KEYED
 from .bodies import read_request
 from .errors import BlinkError, EngineFailure, NoRoute, Unauthorized
 from .service import Timing
@@ -58,7 +62,14 @@ class Wire:
         headers = {**self.headers(request_id, timing), **error.headers}
         if isinstance(error, Unauthorized):
             headers["WWW-Authenticate"] = "Bearer"
-        return JSONResponse(body, status, headers)
+        return AsciiJSONResponse(body, status, headers)
+
+
+class AsciiJSONResponse(JSONResponse):
+    """An error body is always encodable: whatever a message echoes (a lone surrogate too) is escaped."""
+
+    def render(self, content) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
 @dataclass
@@ -68,10 +79,11 @@ class Call:
     request: Request
     request_id: str
     timing: Timing
-    held: AsyncExitStack  # let go when the exchange ends: a chat slot, a generator
+    held: AsyncExitStack  # let go when the exchange ends: the admission place, a generator
     caller: Any = None
     body: Any = None
     parts: dict = field(default_factory=dict)  # multipart assets: {name: (content type, bytes)}
+    ticket: Any = None  # the admission place held for the whole exchange (blink.admission.Ticket)
 
 
 Handler = Callable[[Call], Awaitable["dict | Response"]]
@@ -81,8 +93,8 @@ class Endpoint:
     """The ASGI app of one route (an object, not a function, so Starlette hands it the raw ASGI call)."""
 
     def __init__(self, ctx, wire: Wire, handler: Handler, *, auth: bool = True, read_body: bool = True,
-                 cancel_on_disconnect: bool = False):
-        self.ctx, self.wire, self.handler = ctx, wire, handler
+                 cancel_on_disconnect: bool = False, admit: str | None = None):
+        self.ctx, self.wire, self.handler, self.admit = ctx, wire, handler, admit
         self.auth, self.read_body, self.cancel_on_disconnect = auth, read_body, cancel_on_disconnect
 
     async def __call__(self, scope, receive, send) -> None:
@@ -93,6 +105,8 @@ class Endpoint:
             try:
                 if self.auth and not ctx.auth.allows(request.headers.get("authorization")):
                     raise Unauthorized(UNAUTHORIZED)
+                if self.admit:  # API callers passed the key (or none is set): keyed
+                    call.ticket = await held.enter_async_context(ctx.admission.enter(self.admit, KEYED))
                 if self.read_body:
                     call.body, call.parts = await read_request(request, ctx.limits)
             except ClientDisconnect:

@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-import io
 import json
-import math
 import re
-from dataclasses import dataclass
 
 from .errors import InvalidRequest, PayloadTooLarge
 from .limits import ImageLimits
@@ -147,53 +144,22 @@ def gather(body: dict, parts: dict, limits: ImageLimits) -> tuple[dict, dict[str
     return body, raw, first
 
 
-def open_header(data: bytes):
-    """The image as PIL opens it, header read, pixels not yet decoded. PNG and JPEG are opened by their own
-    plugins, which skip `Image.open`'s bomb check: that one reads a process-wide limit and raises a message
-    naming no limit of ours; ours (`max_image_source_pixels`) is checked next. Other formats are opened only
-    to be named in the refusal."""
-    from PIL import Image, JpegImagePlugin, PngImagePlugin  # noqa: F401 - the imports register the plugins
-
-    for kind in ("PNG", "JPEG"):
-        factory, accept = Image.OPEN[kind]
-        if accept(data[:16]) is True:
-            return factory(io.BytesIO(data), "")
-    return Image.open(io.BytesIO(data))
-
-
 def decode(name: str, data: bytes, limits: ImageLimits):
-    """A checked RGB image: PNG or JPEG, declared size within the source limit (checked from the header,
-    before decoding), resized to at most `max_image_pixels`."""
-    from PIL import Image
+    """A checked RGB image (blink.image_guard: header, ratio, polyglots, budget, bounded decoding)."""
+    return decode_all({name: data}, limits)[name]
 
-    loc = ["body", "assets", name]
-    try:
-        image = open_header(data)
-    except Exception:  # noqa: BLE001 - not an image at all
-        raise InvalidRequest(f"asset {name!r} is not a PNG or JPEG image", loc=loc, kind="not_an_image") from None
-    if image.format not in FORMATS:
-        raise InvalidRequest(f"asset {name!r} is {image.format}; send PNG or JPEG", loc=loc, kind="unsupported_image")
-    width, height = image.size
-    if width * height > limits.max_image_source_pixels:
-        raise InvalidRequest(f"asset {name!r} declares {width}x{height} = {width * height} pixels; this server "
-                             f"decodes at most {limits.max_image_source_pixels} (--max-image-source-pixels)",
-                             loc=loc, kind="image_too_many_pixels")
-    try:
-        image.load()
-        image = image.convert("RGB")
-    except Exception as exc:  # noqa: BLE001 - truncated or corrupt data
-        raise InvalidRequest(f"asset {name!r} is a corrupt image: {exc}", loc=loc, kind="corrupt_image") from None
-    if width * height > limits.max_image_pixels:
-        scale = math.sqrt(limits.max_image_pixels / (width * height))
-        image = image.resize((max(1, int(width * scale)), max(1, int(height * scale))), Image.Resampling.BICUBIC)
-    return image
+
+def decode_all(raw: dict[str, bytes], limits: ImageLimits) -> dict:
+    from . import image_guard
+
+    return image_guard.decode_all(raw, limits.max_image_source_pixels, limits.max_image_pixels)
 
 
 def load_images(body: dict, parts: dict, limits: ImageLimits) -> tuple[dict, dict, list[str]]:
     """The request with its images as placeholders, the decoded images by placeholder (PIL, RGB, resized), and
-    the placeholders that go first."""
+    the placeholders that go first. Every header is checked before the first image is decoded."""
     body, raw, first = gather(body, parts, limits)
-    return body, {name: decode(name, data, limits) for name, data in raw.items()}, first
+    return body, decode_all(raw, limits), first
 
 
 def place_images(body: dict, first: list[str], layout: str, placeholders: list[str]) -> dict:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Callable, Iterable
 
+from .admission import Admission
 from .auth import ApiKey
 from .context import Context, anonymous
 from .settings import Settings
-from .slots import ChatSlots
 
 log = logging.getLogger("blink")
 
@@ -64,8 +65,9 @@ def build_context(settings: Settings, decide: Callable | None = None, chat: Call
     info = loaded.info
     prefix_cache = engine.executor.prefix_cache
     health = {
-        "ok": True, "model": info["model"], "served_model_name": settings.served_name, "revision": info["revision"],
-        "adapter": info["adapter"], "weights_verified": info["weights_verified"], "hub_offline": info["hub_offline"],
+        "ok": True, "model": public_name(info["model"]), "served_model_name": settings.served_name,
+        "revision": info["revision"], "adapter": public_name(info["adapter"]),
+        "weights_verified": info["weights_verified"], "hub_offline": info["hub_offline"],
         "warmup": {"repeat_identical": repeat_identical}, "kernels": info["kernels"], "device": info["device"],
         "dtype": info["dtype"], "versions": versions(), "accepts_images": engine.accepts_images,
         "limits": vars(settings.limits),
@@ -75,14 +77,28 @@ def build_context(settings: Settings, decide: Callable | None = None, chat: Call
     }
     if engine.accepts_images:
         health.update(image_layout=engine.image_layout, image_limits=vars(settings.image_limits),
-                      vision_tower=settings.vision_tower)
+                      vision_tower=public_name(settings.vision_tower))
     chat_engine = chat_engine or build_chat_engine(settings, loaded)
     return Context(service=service, served_name=settings.served_name, auth=ApiKey(settings.api_key),
                    limits=settings.limits, aliases=settings.model_aliases, health=health,
                    chat=chat or local_chat(chat_engine), chat_engine=chat_engine,
-                   chat_slots=ChatSlots(settings.max_concurrent_chats), sse_keepalive_s=settings.sse_keepalive_s,
+                   admission=admission_of(settings), sse_keepalive_s=settings.sse_keepalive_s,
                    caller_of=caller_of or anonymous, description=description or Context.description,
                    live_health=[lambda: {"prefix_cache": prefix_cache.stats()}, *live_health])
+
+
+def public_name(model: str | None) -> str | None:
+    """A model as /healthz shows it: a Hub id as it is, a local folder by its name only (no local paths)."""
+    if model and (os.path.isabs(model) or model.startswith(("~", "."))):
+        return os.path.basename(os.path.normpath(os.path.expanduser(model)))
+    return model
+
+
+def admission_of(settings: Settings) -> Admission:
+    """The gates every entry point enters: a decision holds a place from its first byte to its answer."""
+    return Admission.standard(max_queued=settings.max_queued_requests, max_batch=settings.max_batch_requests,
+                              max_chats=settings.max_concurrent_chats, chat_wait_s=settings.chat_slot_wait_s,
+                              preparing=settings.max_preparing, decide_wait_s=settings.decide_wait_s)
 
 
 def local_chat(chat_engine):
@@ -159,4 +175,9 @@ def serve(settings: Settings, host: str, port: int, log_level: str = "info", cor
     print(f"blink serving {settings.served_name} ({ctx.health['model']}) on http://{host}:{port} "
           f"[{ctx.health['device']}, {ctx.health['kernels']}; weights_verified={ctx.health['weights_verified']}; "
           f"api key {'required' if ctx.auth.required else 'not required'}]", flush=True)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_keep_alive=30)
+    from . import guard
+
+    # a key sent as ?api_key= is never written to the access log
+    logging.getLogger("uvicorn.access").addFilter(guard.ScrubQuery())
+    # slow clients: a deadline for the request head and the body, idle keep-alive, a bound on connections
+    uvicorn.run(guard.BodyDeadline(app), host=host, port=port, log_level=log_level, **guard.uvicorn_options())

@@ -7,6 +7,7 @@ whichever wire asks for it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -61,13 +62,15 @@ class DecisionService:
         self.batcher = Batcher(score_batch or (lambda plans, caller: engine.score_many(plans)), window_ms / 1000.0,
                                max_batch, max_queued)
 
-    async def decide(self, body, timing: Timing, parts: dict | None = None, caller=None) -> Decided:
+    async def decide(self, body, timing: Timing, parts: dict | None = None, caller=None, ticket=None) -> Decided:
         """The engine's prepare -> score -> answer, with the score step queued and batched with other
-        requests of the same `caller` (opaque; on the Space their ZeroGPU identity, so their own quota pays)."""
+        requests of the same `caller` (opaque; on the Space their ZeroGPU identity, so their own quota pays).
+        `ticket`: the admission place the request holds; its `preparing()` bounds how many prepare at once."""
         t = time.perf_counter()
         self.batcher.expect(+1)
         try:
-            prepared = await run_in_threadpool(self.engine.prepare, body, parts)
+            async with ticket.preparing() if ticket is not None else contextlib.nullcontext():
+                prepared = await run_in_threadpool(self.engine.prepare, body, parts)
             timing.add("prepare", time.perf_counter() - t)
             job = self.batcher.submit(prepared.prompts, caller)
         finally:

@@ -248,6 +248,12 @@ class Settings:
                                   space_default=1024)
     max_concurrent_chats: int = knob(4, Integer(1, 64), "chat: generations at once; past it 529 + Retry-After",
                                      fleet="limits.max_concurrent_chats")
+    decide_wait_s: float = knob(5.0, Number(0, 120), "decisions: seconds a decision waits for a place (queued or "
+                                "running) before 529 + Retry-After; waiting costs no parsing")
+    chat_slot_wait_s: float = knob(30.0, Number(0, 300), "chat: seconds a chat waits for a free slot before 529 + "
+                                   "Retry-After (the expected wait)")
+    max_preparing: int = knob(2, Integer(1, 64), "requests of one kind (decide, chat) parsed and tokenized at once: "
+                              "the CPU work before the queue")
     sse_keepalive_s: float = knob(5.0, Number(0.5, 60), "chat streams: seconds between keep-alive comments while "
                                   "the reply is waiting for the GPU")
     enable_thinking: bool = knob(False, flag, "chat: let the model think (Qwen3.5's `<think>` block) before it answers",

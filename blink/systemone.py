@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from starlette.routing import Route
 
+from .admission import KEYED
 from .context import Context
 from .errors import BlinkError, InvalidRequest
 from .http import Call, Endpoint, Wire
@@ -35,13 +36,18 @@ def response_body(ctx: Context, decided) -> dict:
             "x_calibration": decided.calibration}
 
 
-async def decide_body(ctx: Context, body, caller=None, timing: Timing | None = None, parts: dict | None = None) -> dict:
-    """A System One body decided and answered exactly as `/v1/systemone` answers it (also for MCP and the UI)."""
-    return response_body(ctx, await ctx.service.decide(body, timing or Timing(), parts, caller=caller))
+async def decide_body(ctx: Context, body, caller=None, timing: Timing | None = None, parts: dict | None = None,
+                      ticket=None, caller_class: str = KEYED) -> dict:
+    """A System One body decided and answered exactly as `/v1/systemone` answers it (also for MCP and the UI).
+    Without a `ticket` (MCP) it enters the decide gate itself: no entry point bypasses admission."""
+    if ticket is None:
+        async with ctx.admission.enter("decide", caller_class) as ticket:
+            return await decide_body(ctx, body, caller, timing, parts, ticket)
+    return response_body(ctx, await ctx.service.decide(body, timing or Timing(), parts, caller=caller, ticket=ticket))
 
 
 def routes(ctx: Context) -> list[Route]:
     async def systemone(call: Call) -> dict:
-        return await decide_body(ctx, call.body, call.caller, call.timing, call.parts)
+        return await decide_body(ctx, call.body, call.caller, call.timing, call.parts, call.ticket)
 
-    return [Route("/v1/systemone", Endpoint(ctx, WIRE, systemone), methods=["POST"])]
+    return [Route("/v1/systemone", Endpoint(ctx, WIRE, systemone, admit="decide"), methods=["POST"])]

@@ -2,8 +2,9 @@
 by `ctx.chat` (the engine's own `generate`, or the Space's `@spaces.GPU` wrapper of it) through one
 blink.streams.GeneratorStream, as one JSON body or as server-sent events.
 
-A turn holds one of `ctx.chat_slots` from the moment it is accepted until its exchange ends (blink.http lets
-go of it however it ends, a client that left before the first chunk included); with none free it is 529.
+A turn holds a slot of the `chat` admission gate from before its body is read until its exchange ends
+(blink.http lets go of it however it ends, a client that left before the first chunk included); with none
+free it waits up to `chat_slot_wait_s`, then 529 with Retry-After from the expected wait.
 
 With thinking on, the `<think>` block goes out as `reasoning_content` (message and delta), never in `content`.
 
@@ -60,7 +61,8 @@ def usage(final: ChatEnd) -> dict:
 async def start(ctx: Context, call: Call, req: ChatRequest) -> tuple[GeneratorStream, list[int]]:
     """Render the conversation (main process), then hold a slot and start generating it. Also the start of a
     Responses turn (blink.openai.responses), which is a chat turn on another wire."""
-    rendered = await run_in_threadpool(ctx.chat_engine.prepare, req.messages, req.tools, req.max_tokens)
+    async with call.ticket.preparing():
+        rendered = await run_in_threadpool(ctx.chat_engine.prepare, req.messages, req.tools, req.max_tokens)
     params = {**req.params, "max_tokens": rendered.max_tokens}
     if rendered.images:
         params["images"] = rendered.images
@@ -80,7 +82,8 @@ def routes(ctx: Context) -> list[Route]:
             return await completion(turn, reply)
         return sse_response(call, stream_events(turn, reply))
 
-    return [Route("/v1/chat/completions", Endpoint(ctx, WIRE, chat_completions, cancel_on_disconnect=True),
+    return [Route("/v1/chat/completions", Endpoint(ctx, WIRE, chat_completions, cancel_on_disconnect=True,
+                                                  admit="chat"),
                   methods=["POST"])]
 
 

@@ -94,7 +94,7 @@ def routes(ctx: Context) -> list[Route]:
                                          "finish_reason": got.final.finish_reason}], "usage": usage(got.final)}
         return sse_response(call, events(head, reply, include_usage, bool(params.get("logprobs"))))
 
-    return [Route("/v1/completions", Endpoint(ctx, WIRE, completions, cancel_on_disconnect=True), methods=["POST"])]
+    return [Route("/v1/completions", Endpoint(ctx, WIRE, completions, cancel_on_disconnect=True, admit="chat"), methods=["POST"])]
 
 
 async def events(head: dict, reply: Reply, include_usage: bool, logprobs: bool) -> AsyncIterator[str]:

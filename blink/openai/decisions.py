@@ -241,7 +241,7 @@ def routes(ctx: Context) -> list[Route]:
             raise bad("send decision requests as JSON (application/json), not multipart", kind="unsupported_media")
         mapped = to_systemone(call.body)
         try:
-            decided = await ctx.service.decide(mapped.body, call.timing, caller=call.caller)
+            decided = await ctx.service.decide(mapped.body, call.timing, caller=call.caller, ticket=call.ticket)
         except InvalidRequest as error:
             raise mapped.relocate(error) from None
         n = decided.input_tokens
@@ -251,4 +251,4 @@ def routes(ctx: Context) -> list[Route]:
                           "output_tokens": 0, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": n},
                 "calibration": decisions_calibration(decided.calibration)}
 
-    return [Route("/v1/decisions", Endpoint(ctx, WIRE, decisions), methods=["POST"])]
+    return [Route("/v1/decisions", Endpoint(ctx, WIRE, decisions, admit="decide"), methods=["POST"])]

@@ -45,8 +45,8 @@ def sse_response(call: Call, events: AsyncIterator[str]) -> StreamingResponse:
 
 
 def launch(ctx: Context, call: Call, ids: list[int], params: dict, streamed: bool) -> GeneratorStream:
-    """Hold a chat slot and start generating `ids` with `params` (blink.chat.ChatEngine.generate's)."""
-    call.held.enter_context(ctx.chat_slots.held())
+    """Start generating `ids` with `params` (blink.chat.ChatEngine.generate's); the exchange holds its `chat`
+    admission place (blink.http.Endpoint) until it ends."""
     stream = GeneratorStream(lambda: ctx.chat(ids, params, call.caller), ctx.sse_keepalive_s if streamed else None)
     call.held.push_async_callback(stream.aclose)
     return stream

@@ -20,8 +20,9 @@ from ..errors import BlinkError, InvalidRequest, NoRoute, PayloadTooLarge, Unaut
 from ..http import Wire
 
 MAX_STOP_SEQUENCES = 4
-ROLES = {"system", "developer", "user", "assistant", "tool"}
-IMAGE_PARTS = {"image_url", "input_image", "image"}
+# tuples, not sets: a client's value may be unhashable (a dict), and `in` must refuse it, not raise
+ROLES = ("system", "developer", "user", "assistant", "tool")
+IMAGE_PARTS = ("image_url", "input_image", "image")
 
 
 # errors ------------------------------------------------------------------------------------------------------
@@ -88,6 +89,8 @@ def text_of(content: Any, *loc) -> str | list:
         if not isinstance(part, dict):
             raise bad("a content part must be an object with a `type`", *loc, i)
         kind = part.get("type")
+        if not isinstance(kind, str):
+            raise bad("a content part needs a string `type`", *loc, i, "type")
         if kind in ("text", "input_text", "output_text"):
             text = part.get("text")
             if not isinstance(text, str):

@@ -242,7 +242,7 @@ def routes(ctx: Context) -> list[Route]:
             return shape.body(status, output_of(got), got.final, _reasoning_tokens(shape.count, got.reasoning))
         return sse_response(call, events(shape, reply))
 
-    return [Route("/v1/responses", Endpoint(ctx, WIRE, responses, cancel_on_disconnect=True), methods=["POST"])]
+    return [Route("/v1/responses", Endpoint(ctx, WIRE, responses, cancel_on_disconnect=True, admit="chat"), methods=["POST"])]
 
 
 class _Events:

@@ -53,7 +53,7 @@ def test_chat_slots_full_gets_529(demo_root):
     # greedy on the demo model, this prompt generates to max_tokens (checked below: chunks keep coming)
     chat = {"model": "demo", "messages": [{"role": "user", "content": "story"}],
             "max_tokens": 4000, "temperature": 0, "stream": True}
-    with running(blink_serve("--max-concurrent-chats", "1"), demo_root, name="serve-one-chat") as url:
+    with running(blink_serve("--max-concurrent-chats", "1", "--chat-slot-wait-s", "0"), demo_root, name="serve-one-chat") as url:
         with httpx.Client(timeout=60) as client, client.stream("POST", url + "/v1/chat/completions", json=chat) as first:
             lines = first.iter_lines()
             content = [line for line, _ in zip((x for x in lines if '"content":"' in x), range(4))]

@@ -289,3 +289,65 @@ def test_text_model_refuses_chat_images(server):
     r = httpx.post(server + "/v1/chat/completions", json={"model": "demo", "messages": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(png()).decode()}}]}]})
     assert r.status_code == 400 and "text only" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("route", ["/v1/systemone", "/v1/decisions"])
+def test_an_extreme_aspect_ratio_is_a_4xx_naming_the_asset(vision_server, route):
+    """A 690-byte 32 x 6,500 PNG: the vision processor refuses past 200:1 (it was a 500 with a traceback)."""
+    b64 = base64.b64encode(png(size=(32, 6500))).decode()
+    if route == "/v1/systemone":
+        r = httpx.post(vision_server + route, timeout=60, json={
+            "state": "photo: <image:tall>", "questions": QUESTIONS,
+            "assets": {"<image:tall>": {"type": "image", "format": "png", "data_base64": b64}}})
+        assert 400 <= r.status_code < 500 and "<image:tall>" in r.json()["error"], r.text[:300]
+        assert r.json()["detail"][0]["type"] == "image_aspect_ratio"
+    else:
+        r = httpx.post(vision_server + route, timeout=60, json={
+            "model": "demo-vision", "questions": [{"type": "predicate", "name": "q", "instructions": "Red?"}],
+            "input": [{"role": "user", "content": [
+                {"type": "input_image", "image_url": f"data:image/png;base64,{b64}"},
+                {"type": "input_text", "text": "a photo"}]}]})
+        assert r.status_code == 400 and "ratio" in r.json()["error"]["message"], r.text[:300]
+        assert r.json()["error"]["param"], r.text[:300]  # names the part
+    assert httpx.get(vision_server + "/healthz", timeout=10).json()["ok"] is True
+
+
+def rss_bytes() -> int:
+    for line in open("/proc/self/status").read().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def test_image_decoding_memory_is_bounded_and_given_back():
+    """Two noisy 2,000 x 2,000 PNGs (what a client can send inside the byte limit) decoded as a request is:
+    the process's RSS peak (sampled; PIL allocates outside Python's tracer) stays inside the request's stated
+    budget, and the memory comes back afterwards."""
+    import threading
+
+    from blink.image_guard import DecodeBudget, give_back_memory
+    from blink.images import ImageLimits, decode_all
+
+    raw = {f"<image:{i}>": png(size=(2000, 2000), noise=True) for i in range(2)}
+    limits = ImageLimits(max_image_bytes=64 * 2**20)
+    give_back_memory()
+    before = peak = rss_bytes()
+    done = threading.Event()
+
+    def sample():
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, rss_bytes())
+            done.wait(0.002)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    images = decode_all(raw, limits)
+    done.set()
+    sampler.join()
+    assert all(image.size[0] * image.size[1] <= limits.max_image_pixels for image in images.values())
+    del images
+    give_back_memory()
+    kept = rss_bytes() - before
+    assert peak - before < DecodeBudget.request_bytes, (peak - before) / 2**20
+    assert kept < 100 * 2**20, kept / 2**20

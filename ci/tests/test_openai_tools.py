@@ -324,12 +324,12 @@ def test_stream_left_before_its_first_chunk_gives_its_slot_back(scripted):
     from blink.chat import ChatEngine
     from blink.loading import Loaded
     from blink.server import create_app
-    from blink.slots import ChatSlots
+    from blink.admission import Admission
 
     model = ScriptedModel(scripted.ctx.chat_engine.model.config, scripted.tokenizer)
     engine = ChatEngine(Loaded(model, scripted.tokenizer, None))
     ctx = dataclasses.replace(scripted.ctx, chat=lambda ids, params, caller: engine.generate(ids, params),
-                              chat_engine=engine, chat_slots=ChatSlots(1))
+                              chat_engine=engine, admission=Admission.standard(max_chats=1))
     served = Served(create_app(ctx))
     try:
         body = json.dumps({"model": "x", "messages": ask("slow"), "stream": True}).encode()

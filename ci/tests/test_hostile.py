@@ -1,0 +1,336 @@
+"""Hostile inputs against a real `python -m blink serve --model demo` on loopback.
+
+Each test asserts what the public needs (4xx in the wire's shape or 529 with Retry-After, never 5xx, never a
+stall, memory bounded and given back). Bounds are generous (a shared 2-core machine); the measured numbers
+live in bench/hostile.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import zstandard
+
+from conftest import blink_serve, running
+
+MB = 2**20
+QUESTION = {"type": "noul", "instructions": "Is this about the weather?"}
+SECRET = "hostile-secret-in-query-4242"
+
+
+def pid_on_port(port: int) -> int:
+    """The server process listening on `port` (found from /proc, no extra dependency)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"blink" in argv and b"serve" in argv and b"--port" in argv and \
+                    argv[argv.index(b"--port") + 1:argv.index(b"--port") + 2] == [str(port).encode()]:
+                return int(entry.name)
+    raise RuntimeError(f"no server process on port {port}")
+
+
+def rss(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:  # the server is gone: the test that needed it fails on its own terms
+        pass
+    return 0
+
+
+class Server:
+    def __init__(self, url: str):
+        self.url = url
+        self.port = int(url.rsplit(":", 1)[1])
+        self.pid = pid_on_port(self.port)
+
+    def log_text(self) -> str:
+        from conftest import ARTIFACTS
+
+        return "\n".join(p.read_text(errors="replace") for p in ARTIFACTS.glob(f"*-{self.port}.log"))
+
+
+@pytest.fixture(scope="module")
+def hostile(demo_root, demo_dir):
+    """One server for this module (stopped with it, so no hostile work outlives the module): the model as a
+    local folder, as most deployments serve it (the /healthz test), and a small capacity for the overload test:
+    8 queued + 8 in the batch being run."""
+    argv = blink_serve("--batch-window-ms", "10", "--max-queued-requests", "8", "--max-batch-requests", "8")
+    argv[argv.index("demo")] = str(demo_dir)
+    with running(argv, demo_root, name="serve-hostile") as url:
+        yield Server(url)
+
+
+class Watch:
+    """/healthz latency (worst) and the server's RSS (peak) while a hostile request runs."""
+
+    def __init__(self, server: Server):
+        self.server, self.base = server, rss(server.pid)
+        self.peak, self.health_max = self.base, 0.0
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._rss, daemon=True),
+                         threading.Thread(target=self._health, daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def _rss(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, rss(self.server.pid))
+            self._stop.wait(0.02)
+
+    def _health(self):
+        with httpx.Client(timeout=30) as client:
+            while not self._stop.is_set():
+                t = time.perf_counter()
+                try:
+                    client.get(self.server.url + "/healthz")
+                except httpx.HTTPError:
+                    pass
+                self.health_max = max(self.health_max, time.perf_counter() - t)
+                self._stop.wait(0.05)
+
+    def done(self) -> tuple[float, int, int]:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=35)
+        time.sleep(1.0)
+        return self.health_max, self.peak - self.base, rss(self.server.pid) - self.base
+
+
+def systemone(url: str, content: bytes, headers: dict | None = None, timeout: float = 60) -> httpx.Response:
+    return httpx.post(url + "/v1/systemone", content=content, timeout=timeout,
+                      headers={"content-type": "application/json", **(headers or {})})
+
+
+def assert_systemone_4xx(r: httpx.Response, kind: str | None = None) -> dict:
+    assert 400 <= r.status_code < 500, r.text[:300]
+    body = r.json()
+    assert isinstance(body["error"], str) and "detail" in body
+    if kind is not None:
+        assert body["detail"][0]["type"] == kind
+    return body
+
+
+def text_of(n: int) -> str:
+    unit = "The quick brown fox jumps over the lazy dog near the river bank. "
+    return (unit * (n // len(unit) + 1))[:n]
+
+
+def healthy(url: str) -> None:
+    r = httpx.post(url + "/v1/systemone", json={"state": "fine", "questions": {"q": QUESTION}}, timeout=60)
+    assert r.status_code == 200, r.text[:300]
+
+
+# malformed JSON and text -----------------------------------------------------------------------------------------
+def test_deeply_nested_json_is_a_4xx(hostile):
+    depth = 100_000
+    r = systemone(hostile.url, b'{"state": ' + b"[" * depth + b"]" * depth + b', "questions": {"q": '
+                  + json.dumps(QUESTION).encode() + b"}}")
+    assert_systemone_4xx(r, "json_too_deep")
+    healthy(hostile.url)
+
+
+@pytest.mark.parametrize("route", ["/v1/systemone", "/v1/decisions", "/v1/chat/completions"])
+def test_a_lone_surrogate_is_a_4xx_on_every_route(hostile, route):
+    bodies = {
+        "/v1/systemone": b'{"state": "hi \\ud800 there", "questions": {"q": ' + json.dumps(QUESTION).encode() + b"}}",
+        "/v1/decisions": b'{"model": "demo", "input": "hi \\ud800 there", "questions": [{"type": "predicate", '
+                         b'"name": "q", "instructions": "ok?"}]}',
+        "/v1/chat/completions": b'{"model": "demo", "max_tokens": 2, "messages": [{"role": "user", '
+                                b'"content": "hi \\udfff"}]}',
+    }
+    r = httpx.post(hostile.url + route, content=bodies[route], headers={"content-type": "application/json"},
+                   timeout=60)
+    assert 400 <= r.status_code < 500, r.text[:300]
+    healthy(hostile.url)
+
+
+def test_a_utf8_encoded_surrogate_is_a_4xx(hostile):
+    r = systemone(hostile.url, b'{"state": "hi \xed\xa0\x80", "questions": {"q": ' + json.dumps(QUESTION).encode()
+                  + b"}}")
+    assert_systemone_4xx(r)
+
+
+# keys and health --------------------------------------------------------------------------------------------------
+def test_a_query_string_key_never_reaches_the_log(hostile):
+    httpx.post(hostile.url + f"/v1/systemone?api_key={SECRET}", json={"state": "s", "questions": {"q": QUESTION}},
+               timeout=60)
+    time.sleep(0.5)
+    assert SECRET not in hostile.log_text()
+
+
+def test_healthz_shows_no_local_path(hostile):
+    body = httpx.get(hostile.url + "/healthz", timeout=10).json()
+
+    def strings(value):
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, dict):
+            for item in value.values():
+                yield from strings(item)
+        elif isinstance(value, list):
+            for item in value:
+                yield from strings(item)
+
+    assert not [s for s in strings(body) if s.startswith("/") or s.startswith(os.path.expanduser("~"))]
+
+
+# slow clients -----------------------------------------------------------------------------------------------------
+def test_slow_clients_are_cut_off(hostile):
+    socks = {"idle": [], "slowloris": [], "short_body": []}
+    for _ in range(20):
+        socks["idle"].append(socket.create_connection(("127.0.0.1", hostile.port)))
+    for _ in range(10):
+        s = socket.create_connection(("127.0.0.1", hostile.port))
+        s.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\n")
+        socks["slowloris"].append(s)
+    for _ in range(10):
+        s = socket.create_connection(("127.0.0.1", hostile.port))
+        s.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+        socks["short_body"].append(s)
+    deadline = time.time() + 14  # guard's defaults: 10 s for a head, 10 s of silence inside a body
+    while time.time() < deadline:
+        for s in socks["slowloris"]:
+            try:
+                s.send(b"X-a: b\r\n")
+            except OSError:
+                pass
+        time.sleep(2)
+    still_open = {}
+    for name, group in socks.items():
+        count = 0
+        for s in group:
+            s.setblocking(False)
+            try:
+                count += s.recv(1) == b"" and 0
+            except BlockingIOError:
+                count += 1
+            except OSError:
+                pass
+            s.close()
+        still_open[name] = count
+    assert still_open == {"idle": 0, "slowloris": 0, "short_body": 0}
+    healthy(hostile.url)
+
+
+# overload ---------------------------------------------------------------------------------------------------------
+def overload_bodies(n: int) -> list[dict]:
+    """Each request its own state and question names, so a crossed answer cannot pass for the right one."""
+    heavy = text_of(1500 * 5)
+    return [{"state": f"Request {i}. " + (heavy if i % 8 == 0 else "It may rain today."),
+             "questions": {f"r{i}q{k}": {"type": "noul", "instructions": f"Question {k} of request {i}?"}
+                           for k in range(8 if i % 8 == 0 else 1)}} for i in range(n)]
+
+
+def server_total_s(r: httpx.Response) -> float:
+    timing = dict(part.strip().split(";dur=") for part in r.headers["server-timing"].split(","))
+    return float(timing["total"]) / 1000
+
+
+async def _offer(url: str, bodies: list[dict], retries: int):
+    """Everything at once; each client retries 529 as the SDKs do (Retry-After, capped for the test's time)."""
+    results: dict[int, httpx.Response] = {}
+    refusals = []
+    limits = httpx.Limits(max_connections=len(bodies), max_keepalive_connections=len(bodies))
+    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+        async def one(i, body):
+            for attempt in range(retries + 1):
+                r = await client.post(url + "/v1/systemone", json=body)
+                if r.status_code != 529:
+                    break
+                # the refusal's cost to the server (its own server-timing), not the round trip, which on a loaded
+                # shared machine is mostly the client's wait for a CPU
+                refusals.append((server_total_s(r), r.headers.get("retry-after")))
+                if attempt < retries:
+                    await asyncio.sleep(min(float(r.headers.get("retry-after") or 1), 1.0))
+            results[i] = r
+
+        t = time.perf_counter()
+        await asyncio.gather(*(one(i, b) for i, b in enumerate(bodies)))
+        return results, refusals, time.perf_counter() - t
+
+
+def _solo(url: str, bodies: list[dict]):
+    answers = {}
+    with httpx.Client(timeout=120) as client:
+        t = time.perf_counter()
+        for i, body in enumerate(bodies):
+            r = client.post(url + "/v1/systemone", json=body)
+            assert r.status_code == 200, r.text[:300]
+            answers[i] = r.json()["answers"]
+        return answers, len(bodies) / (time.perf_counter() - t)
+
+
+@pytest.fixture(scope="module")
+def overload_run(hostile):
+    bodies = overload_bodies(64)  # 4x the server's capacity of 16, all at once
+    solo_answers, solo_rate = _solo(hostile.url, bodies)
+    results, refusals, wall = asyncio.run(_offer(hostile.url, bodies, retries=8))
+    return bodies, solo_answers, solo_rate, results, refusals, wall
+
+
+def test_overload_loses_and_crosses_nothing(overload_run):
+    bodies, solo_answers, _, results, refusals, _ = overload_run
+    assert len(results) == len(bodies)
+    for i, r in results.items():
+        assert r.status_code in (200, 529), r.text[:300]
+        if r.status_code == 200:
+            answers = r.json()["answers"]
+            assert set(answers) == set(bodies[i]["questions"])  # its own questions, no one else's
+            for name, answer in answers.items():
+                assert answer == pytest.approx(solo_answers[i][name], abs=1e-4)
+        else:
+            assert r.headers.get("retry-after"), "a 529 without Retry-After"
+    assert all(retry_after for _, retry_after in refusals)
+
+
+def test_overload_goodput_holds_and_refusals_are_cheap(overload_run):
+    bodies, _, solo_rate, results, refusals, wall = overload_run
+    served = sum(1 for r in results.values() if r.status_code == 200)
+    goodput = served / wall / solo_rate
+    refusal_p50 = sorted(t for t, _ in refusals)[len(refusals) // 2] if refusals else 0.0
+    assert served == len(bodies), f"{len(bodies) - served} requests still refused after 8 retries"
+    assert goodput >= 0.8, f"goodput {goodput:.2f} of one-at-a-time"
+    assert refusal_p50 < 0.05, f"a refusal took {refusal_p50:.3f} s (p50)"
+
+
+# cost bounded by the limits -------------------------------------------------------------------------------------
+def test_a_zstd_bomb_is_refused_fast_in_bounded_memory_and_healthz_stays_live(hostile):
+    body = json.dumps({"state": text_of(8 * MB), "questions": {"q": QUESTION}}).encode()
+    packed = zstandard.ZstdCompressor(level=10).compress(body)
+    assert len(packed) < 64 * 1024
+    watch = Watch(hostile)
+    t = time.perf_counter()
+    try:
+        r = systemone(hostile.url, packed, {"content-encoding": "zstd"}, timeout=12)
+        took, status = time.perf_counter() - t, r.status_code
+    except httpx.TimeoutException:
+        took, status = time.perf_counter() - t, None
+    health_max, peak, kept = watch.done()
+    assert status is not None and 400 <= status < 500 and took < 10, (status, took)
+    assert health_max < 1.0, health_max
+    assert peak < 500 * MB and kept < 100 * MB, (peak / MB, kept / MB)
+
+
+def test_a_huge_chat_message_is_refused_in_bounded_memory(hostile):
+    watch = Watch(hostile)
+    try:
+        r = httpx.post(hostile.url + "/v1/chat/completions", timeout=12, json={
+            "model": "demo", "max_tokens": 2, "messages": [{"role": "user", "content": text_of(12 * MB)}]})
+    except httpx.TimeoutException:
+        r = None
+    health_max, peak, kept = watch.done()
+    assert r is not None and r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", r.text[:300]
+    assert peak < 500 * MB and kept < 100 * MB, (peak / MB, kept / MB)

@@ -1,0 +1,160 @@
+"""Bodies whose cost is bounded by the limits: decoding, JSON depth, Unicode, and the capped token count."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+import tracemalloc
+import zlib
+
+import pytest
+import zstandard
+
+from blink import safejson
+from blink.errors import BlinkError, InvalidRequest, PayloadTooLarge
+
+MB = 2**20
+
+
+def bomb(n_bytes: int) -> bytes:
+    return b'{"state": "' + b"a" * n_bytes + b'"}'
+
+
+@pytest.mark.parametrize("encoding", ["zstd", "gzip", "deflate", "raw-deflate"])
+def test_decoding_stops_at_the_limit_in_memory_proportional_to_it(encoding):
+    data = bomb(48 * MB)
+    if encoding == "zstd":
+        packed = zstandard.ZstdCompressor(level=3).compress(data)
+    elif encoding == "gzip":
+        packed = gzip.compress(data, 1)
+    elif encoding == "deflate":
+        packed = zlib.compress(data, 1)
+    else:
+        c = zlib.compressobj(1, zlib.DEFLATED, -zlib.MAX_WBITS)
+        packed = c.compress(data) + c.flush()
+    del data
+    limit = 4 * MB
+    tracemalloc.start()
+    t = time.perf_counter()
+    with pytest.raises(PayloadTooLarge) as refused:
+        safejson.decode(packed, "deflate" if encoding == "raw-deflate" else encoding, limit)
+    took = time.perf_counter() - t
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert refused.value.status == 413 and str(limit) in refused.value.message
+    assert peak < 3 * limit, f"{peak / MB:.0f} MB held to refuse at {limit / MB:.0f} MB"
+    assert took < 2.0  # a 48 MB bomb is refused after decoding ~4 MB
+
+
+@pytest.mark.parametrize("encoding", ["zstd", "gzip", "deflate", "identity", None])
+def test_decoding_round_trips_under_the_limit(encoding):
+    data = json.dumps({"state": "x" * 1000, "questions": {}}).encode()
+    packed = {"zstd": lambda d: zstandard.ZstdCompressor().compress(d), "gzip": gzip.compress,
+              "deflate": zlib.compress}.get(encoding, lambda d: d)(data)
+    assert safejson.decode(packed, encoding, len(data)) == data
+
+
+def test_bad_encodings():
+    with pytest.raises(BlinkError) as unsupported:
+        safejson.decode(b"x", "br", 100)
+    assert unsupported.value.status == 415
+    with pytest.raises(BlinkError) as garbage:
+        safejson.decode(b"not gzip at all", "gzip", 100)
+    assert garbage.value.status == 400
+    truncated = gzip.compress(b"x" * 10000)[:-12]
+    with pytest.raises(BlinkError) as cut:
+        safejson.decode(truncated, "gzip", 10**6)
+    assert cut.value.status == 400
+
+
+@pytest.mark.parametrize("depth", [65, 1000, 100_000, 1_000_000])
+def test_deep_nesting_is_a_located_422(depth):
+    data = b'{"state": ' + b"[" * depth + b"]" * depth + b"}"
+    with pytest.raises(InvalidRequest) as refused:
+        safejson.loads(data)
+    assert refused.value.status == 422 and refused.value.kind == "json_too_deep"
+    assert refused.value.loc[:2] == ["body", "state"] or refused.value.loc == ["body"]
+
+
+def test_objects_count_toward_depth_and_the_limit_is_exact():
+    ok = json.dumps({"a": [[[{"b": [1]}]]]})
+    assert safejson.loads(ok.encode(), max_depth=6) == json.loads(ok)
+    with pytest.raises(InvalidRequest):
+        safejson.loads(ok.encode(), max_depth=5)
+
+
+@pytest.mark.parametrize("raw,where", [
+    (b'{"state": "hello \\ud800 world"}', ["body", "state"]),
+    (b'{"state": {"k": ["ok", "\\uDFFF"]}}', ["body", "state", "k", 1]),
+    (b'{"\\ud800key": 1}', ["body", "\ud800key"]),
+])
+def test_lone_surrogates_are_a_422_naming_the_string(raw, where):
+    with pytest.raises(InvalidRequest) as refused:
+        safejson.loads(raw)
+    assert refused.value.kind == "invalid_unicode" and refused.value.loc == where
+
+
+def test_valid_surrogate_pairs_pass():
+    assert safejson.loads(b'{"s": "\\ud83d\\ude00"}') == {"s": "\U0001F600"}
+
+
+@pytest.mark.parametrize("raw", [b'{"s": "\xff"}', b'{"s": "\xed\xa0\x80"}', b'{"s": "\xc3"}'])
+def test_invalid_utf8_is_a_422_naming_the_byte(raw):
+    with pytest.raises(InvalidRequest) as refused:
+        safejson.loads(raw)
+    assert refused.value.kind == "invalid_utf8" and refused.value.loc == ["body", 7]
+
+
+def test_not_json_and_size():
+    with pytest.raises(InvalidRequest) as bad:
+        safejson.loads(b"{nope")
+    assert bad.value.kind == "json_invalid" and bad.value.loc == ["body", 1]
+    with pytest.raises(PayloadTooLarge):
+        safejson.loads(b"[" + b"1," * 100 + b"1]", max_bytes=50)
+    assert safejson.loads("\ufeff".encode() + b"[1]") == [1]  # a UTF-8 BOM is allowed
+
+
+def test_a_wide_flat_body_is_linear():
+    data = json.dumps({"state": ["x"] * 200_000, "questions": {f"q{i}": {"type": "noul"} for i in range(1000)}})
+    t = time.perf_counter()
+    safejson.loads(data.encode())
+    assert time.perf_counter() - t < 2.0
+
+
+# the capped token count -----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tokenizer(demo_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(demo_dir)
+
+
+def test_capped_tokens_is_exact_within_the_limit(tokenizer):
+    encode = lambda s: tokenizer(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    longest = safejson.longest_token_chars(tokenizer)
+    for text in ["hi", "The quick brown fox " * 50, "数字和文字 " * 40, " " * 900]:
+        exact = len(encode(text))
+        assert safejson.capped_tokens(encode, text, exact, longest) == exact
+        assert safejson.capped_tokens(encode, text, exact + 10, longest) == exact
+        if exact > 2:
+            assert safejson.capped_tokens(encode, text, exact - 2, longest) is None
+
+
+def test_capped_tokens_refuses_a_huge_text_without_tokenizing_it_whole(tokenizer):
+    calls = []
+
+    def encode(s):
+        calls.append(len(s))
+        return tokenizer(s, add_special_tokens=False)["input_ids"]
+
+    longest = safejson.longest_token_chars(tokenizer)
+    text = "The quick brown fox jumps over the lazy dog. " * 200_000  # 9 MB, ~2M tokens
+    t = time.perf_counter()
+    assert safejson.capped_tokens(encode, text, 4096, longest) is None
+    took = time.perf_counter() - t
+    assert sum(calls) <= 4096 * 4 * 2, calls  # only a prefix proportional to the limit was tokenized
+    assert took < 2.0
+    calls.clear()
+    assert safejson.capped_tokens(encode, "x" * (4096 * longest + 1), 4096, longest) is None
+    assert calls == []  # past the character bound: refused untokenized
