@@ -31,8 +31,9 @@ from blink.loading import go_offline_if_local
 from blink.settings import resolve_space
 
 log = logging.getLogger("blink.space")
-logging.basicConfig(level=os.environ.get("BLINK_LOG_LEVEL", "info").upper(),
-                    format="%(asctime)s %(name)s %(levelname)s %(message)s")
+logging.basicConfig(
+    level=os.environ.get("BLINK_LOG_LEVEL", "info").upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
+)
 
 
 SETTINGS, SPACE = resolve_space(space_config)
@@ -56,8 +57,15 @@ keep_secrets_out_of_logs(SETTINGS.api_key)  # the key, and callers' ZeroGPU toke
 ESTIMATOR = durations.configured(SPACE)
 
 # --- the model, at module scope ----------------------------------------------------------------------------
-LOADED = load(SETTINGS.model, SETTINGS.revision, SETTINGS.adapter, SETTINGS.adapter_revision,
-              vision=SETTINGS.vision, vision_tower=SETTINGS.vision_tower, max_image_pixels=SETTINGS.max_image_pixels)
+LOADED = load(
+    SETTINGS.model,
+    SETTINGS.revision,
+    SETTINGS.adapter,
+    SETTINGS.adapter_revision,
+    vision=SETTINGS.vision,
+    vision_tower=SETTINGS.vision_tower,
+    max_image_pixels=SETTINGS.max_image_pixels,
+)
 # No prefix-state cache on ZeroGPU: a state would live only in the forked worker that computed it, and the next
 # call may run in a fresh fork (always after a failed call) that never saw it; off, every call is the same
 ENGINE = build_engine(dataclasses.replace(SETTINGS, prefix_cache_mib=0) if ZERO_GPU else SETTINGS, LOADED)
@@ -81,8 +89,9 @@ def score_batch(plans, caller) -> list:
     """The batcher's GPU step: one call for a batch of one caller's requests, as that caller; it asks for its
     prefill tokens' worth of seconds (shared prefixes counted once)."""
     tokens = sum(processed_tokens(plan) for plan in plans)
-    with GpuCall("decide", ESTIMATOR, zero_gpu=ZERO_GPU, caller=caller, prefill_tokens=tokens,
-                 max_s=DURATION_MAX_S) as call:
+    with GpuCall(
+        "decide", ESTIMATOR, zero_gpu=ZERO_GPU, caller=caller, prefill_tokens=tokens, max_s=DURATION_MAX_S
+    ) as call:
         out = call.run(gpu_decide, plans)
         call.used(out[0].compute_s)  # a blink.plan.Scored per plan, each carrying the call's seconds
     return out
@@ -93,28 +102,55 @@ def chat(ids, params, caller=None):
     prompt tokens (prefill) and output budget (decode). Closing it (a client that disconnected) closes the GPU
     generator, which stops the worker and releases the GPU."""
     budget = int(params.get("max_tokens") or MAX_OUTPUT_TOKENS)
-    with GpuCall("chat", ESTIMATOR, zero_gpu=ZERO_GPU, caller=caller, prefill_tokens=len(ids),
-                 decode_tokens=budget, max_s=CHAT_DURATION_MAX_S) as call:
+    with GpuCall(
+        "chat",
+        ESTIMATOR,
+        zero_gpu=ZERO_GPU,
+        caller=caller,
+        prefill_tokens=len(ids),
+        decode_tokens=budget,
+        max_s=CHAT_DURATION_MAX_S,
+    ) as call:
         yield from call.stream(gpu_chat(list(ids), dict(params), seconds=call.seconds))
 
 
 # --- the context every route and the UI serve from ---------------------------------------------------------
-CTX = build_context(SETTINGS, decide=score_batch, chat=chat, engine=ENGINE, chat_engine=CHAT_ENGINE,
-                    warmup=not ZERO_GPU, caller_of=lambda request: caller_from_headers(request.headers),
-                    description=DESCRIPTION or None,
-                    live_health=[lambda: {"gpu_seconds": ESTIMATOR.health(), "zero_gpu": ZERO_GPU,
-                                          "gpu_size": GPU_SIZE if ZERO_GPU else None}])
+CTX = build_context(
+    SETTINGS,
+    decide=score_batch,
+    chat=chat,
+    engine=ENGINE,
+    chat_engine=CHAT_ENGINE,
+    warmup=not ZERO_GPU,
+    caller_of=lambda request: caller_from_headers(request.headers),
+    description=DESCRIPTION or None,
+    live_health=[
+        lambda: {"gpu_seconds": ESTIMATOR.health(), "zero_gpu": ZERO_GPU, "gpu_size": GPU_SIZE if ZERO_GPU else None}
+    ],
+)
 
 # --- the UI, the queue, launch -----------------------------------------------------------------------------
-demo = ui.build(CTX, title=TITLE, description=DESCRIPTION, caveat=CAVEAT, chat_max_tokens=UI_CHAT_MAX_TOKENS,
-                demo_model=(Path(LOADED.root) / "blink_demo.json").is_file(),  # make-demo-model's marker
-                api_needs_key=SPACE.gradio_api_needs_key and CTX.auth.required)
+demo = ui.build(
+    CTX,
+    title=TITLE,
+    description=DESCRIPTION,
+    caveat=CAVEAT,
+    chat_max_tokens=UI_CHAT_MAX_TOKENS,
+    demo_model=(Path(LOADED.root) / "blink_demo.json").is_file(),  # make-demo-model's marker
+    api_needs_key=SPACE.gradio_api_needs_key and CTX.auth.required,
+)
 
 
 def main() -> None:
     demo.queue(max_size=SPACE.queue_max_size, default_concurrency_limit=SPACE.queue_concurrency)
-    log.info("serving %s (%s) [%s; ZeroGPU=%s; api key %s]", CTX.served_name, SETTINGS.model, LOADED.info["device"],
-             ZERO_GPU, "required" if CTX.auth.required else "not required")
+    log.info(
+        "serving %s (%s) [%s; ZeroGPU=%s; api key %s]",
+        CTX.served_name,
+        SETTINGS.model,
+        LOADED.info["device"],
+        ZERO_GPU,
+        "required" if CTX.auth.required else "not required",
+    )
     demo.launch(
         server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
         ssr_mode=False,

@@ -17,10 +17,10 @@ from typing import Any
 
 import gradio as gr
 
+from blink.admission import ANONYMOUS, KEYED
 from blink.context import Context
 from blink.errors import BlinkError, Unauthorized
 from blink.mcp_tool import DECIDE_DOC
-from blink.admission import ANONYMOUS, KEYED
 from blink.systemone import decide_body
 
 ARGS_DOC = """
@@ -33,6 +33,7 @@ Returns:
     The /v1/systemone response body: {"model", "answers": {id: answer}, "usage": {"input_tokens", "output_tokens"}}.
 """
 
+
 def error_of(error: BlinkError) -> gr.Error:
     """A wire error as Gradio shows it: its message, its HTTP status in the title (clients see both)."""
     return gr.Error(error.message, title=f"Error {error.status}", print_exception=False)
@@ -41,8 +42,9 @@ def error_of(error: BlinkError) -> gr.Error:
 def decide_endpoint(ctx: Context, *, needs_key: bool = False):
     """The `decide` function Gradio serves: typed, documented, answering as /v1/systemone does."""
 
-    async def decide(state: str | dict[str, Any] | list[Any], questions: dict[str, Any],
-                     request: gr.Request) -> dict[str, Any]:
+    async def decide(
+        state: str | dict[str, Any] | list[Any], questions: dict[str, Any], request: gr.Request
+    ) -> dict[str, Any]:
         headers = getattr(request, "headers", None) or {}
         caller = ctx.caller_of(request) if request is not None else None
         try:
@@ -51,8 +53,9 @@ def decide_endpoint(ctx: Context, *, needs_key: bool = False):
             # one call site for every decision asked through Gradio (the endpoint and its MCP tool): admitted by
             # decide_body; without the key (when one is set) a caller never takes the places kept for keyed traffic
             keyed = not ctx.auth.required or ctx.auth.allows(headers.get("authorization"))
-            return await decide_body(ctx, {"state": state, "questions": questions}, caller,
-                                     caller_class=KEYED if keyed else ANONYMOUS)
+            return await decide_body(
+                ctx, {"state": state, "questions": questions}, caller, caller_class=KEYED if keyed else ANONYMOUS
+            )
         except BlinkError as error:
             raise error_of(error) from None
 

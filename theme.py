@@ -21,7 +21,8 @@ THEME = gr.themes.Soft(
     block_title_text_weight="600",
 )
 
-CSS = """
+CSS = (
+    """
 .blink-header h1 { margin: 0 0 .25rem 0; font-size: 1.6rem; }
 .blink-header p { margin: 0; opacity: .85; }
 .blink-caveat { border-left: 4px solid #f59e0b; background: rgba(245, 158, 11, .10); padding: .5rem .75rem;
@@ -33,7 +34,9 @@ CSS = """
              gap: .5rem; margin: .15rem 0; font-size: .9rem; }
 .blink-bar .blink-track { background: rgba(100, 116, 139, .18); border-radius: 4px; height: .9rem;
                           overflow: hidden; }
-.blink-bar .blink-fill { background: """ + ACCENT + """; height: 100%; border-radius: 4px; min-width: 2px; }
+.blink-bar .blink-fill { background: """
+    + ACCENT
+    + """; height: 100%; border-radius: 4px; min-width: 2px; }
 .blink-bar.blink-top .blink-fill { background: #16a34a; }
 .blink-bar .blink-p { text-align: right; font-variant-numeric: tabular-nums; }
 .blink-error { color: #b91c1c; }
@@ -43,3 +46,4 @@ CSS = """
               border-radius: 6px; font-size: .9rem; margin-bottom: .5rem; }
 .blink-snippet pre { font-size: .82rem; }
 """
+)

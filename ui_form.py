@@ -22,8 +22,10 @@ def state_value(text: str) -> tuple[Any, str | None]:
         try:
             return json.loads(text), None
         except json.JSONDecodeError as error:
-            return text, (f"The state looks like JSON but does not parse ({error.msg}, line {error.lineno} column "
-                          f"{error.colno}): it was sent as plain text.")
+            return text, (
+                f"The state looks like JSON but does not parse ({error.msg}, line {error.lineno} column "
+                f"{error.colno}): it was sent as plain text."
+            )
     return text, None
 
 
@@ -80,7 +82,7 @@ def form_problems(state: str, count, slots, limits: Limits) -> dict[int, str]:
         problems[0] = "Write the text (or JSON) the questions are about."
     first_with: dict[str, int] = {}
     for i in range(active_slots(count)):
-        name, kind, instructions, options = slots[4 * i:4 * i + 4]
+        name, kind, instructions, options = slots[4 * i : 4 * i + 4]
         box = 2 + 4 * i
         qid = question_id(name, i)
         if qid in first_with:
@@ -108,7 +110,8 @@ def wire_error_message(error: BlinkError, qids: list[str]) -> str:
         return f"State: {message}"
     if loc[:2] == ["body", "questions"] and len(loc) > 2 and loc[2] in qids:
         qid = loc[2]
-        message = re.sub(r"(?:an? \w+ question's )?`criteria`", "the Options box",
-                         message.removeprefix(f"question {qid!r}: "))
+        message = re.sub(
+            r"(?:an? \w+ question's )?`criteria`", "the Options box", message.removeprefix(f"question {qid!r}: ")
+        )
         return f"Question {qids.index(qid) + 1} ({qid}): {message}"
     return f"Error {error.status}: {message}"

@@ -28,8 +28,8 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import gradio as gr
 from gradio.context import LocalContext
@@ -56,8 +56,13 @@ def gradio_request(caller: tuple | None):
     """A `gr.Request` carrying the caller's identity headers (what `spaces` reads), or None."""
     if not caller:
         return None
-    scope = {"type": "http", "method": "POST", "path": "/", "query_string": b"",
-             "headers": [(name.encode("latin-1"), value.encode("latin-1")) for name, value in caller]}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/",
+        "query_string": b"",
+        "headers": [(name.encode("latin-1"), value.encode("latin-1")) for name, value in caller],
+    }
     return gr.Request(request=Request(scope))
 
 
@@ -90,11 +95,11 @@ def zerogpu_error(exc: BaseException) -> BlinkError:
     message = re.sub(r"<[^>]+>", "", str(getattr(exc, "message", None) or exc)).strip()
     if title in QUOTA_TITLES:
         if "No GPU was available" in message:  # queued, then refused (what anonymous callers are told)
-            return GPUUnavailable(f"no GPU was available in time: {message}", retry_after=30,
-                                  kind="gpu_queue_timeout")
+            return GPUUnavailable(f"no GPU was available in time: {message}", retry_after=30, kind="gpu_queue_timeout")
         default = 3600 if title == "ZeroGPU quota exceeded" else 60
-        return QuotaExceeded(f"{title}: {message}", retry_after=retry_after_from(message, default),
-                             kind="gpu_quota_exceeded")
+        return QuotaExceeded(
+            f"{title}: {message}", retry_after=retry_after_from(message, default), kind="gpu_quota_exceeded"
+        )
     if title == "ZeroGPU queue timeout":
         return GPUUnavailable(f"no GPU was available in time: {message}", retry_after=30, kind="gpu_queue_timeout")
     if title == "ZeroGPU client error":  # the scheduler's 503 ("No GPU was available"), an expired proxy token
@@ -128,8 +133,17 @@ class GpuCall:
     worker reports as used, calibrating the estimate from them. Use it as a context manager: a call that
     fails or is abandoned is accounted as having used nothing that came back."""
 
-    def __init__(self, kind: str, estimator, *, zero_gpu: bool, caller: tuple | None, prefill_tokens: int,
-                 decode_tokens: int = 0, max_s: int | None = None):
+    def __init__(
+        self,
+        kind: str,
+        estimator,
+        *,
+        zero_gpu: bool,
+        caller: tuple | None,
+        prefill_tokens: int,
+        decode_tokens: int = 0,
+        max_s: int | None = None,
+    ):
         self.kind, self.estimator, self.zero_gpu, self.caller = kind, estimator, zero_gpu, caller
         self.prefill_tokens, self.decode_tokens = prefill_tokens, decode_tokens
         self.seconds = estimator.seconds(prefill_tokens, decode_tokens, max_s)
@@ -208,8 +222,9 @@ class GpuCall:
 REDACTED = "[redacted]"
 # a query value whose name says it is a credential: ZeroGPU's `token=` and `allowToken=`, `api_key=`, `key=`,
 # `access_token=`, `hf_token=`, `client_secret=`, `password=` ...
-SECRET_IN_QUERY = re.compile(r"([?&][\w.\-]*(?:token|key|secret|password|signature)[\w.\-]*=)[^&#\s\"']+",
-                             re.IGNORECASE)
+SECRET_IN_QUERY = re.compile(
+    r"([?&][\w.\-]*(?:token|key|secret|password|signature)[\w.\-]*=)[^&#\s\"']+", re.IGNORECASE
+)
 
 
 def scrub(text: str, secrets=()) -> str:

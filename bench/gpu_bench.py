@@ -31,8 +31,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-for var, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("TRANSFORMERS_VERBOSITY", "error"),
-                   ("TOKENIZERS_PARALLELISM", "false")):
+for var, value in (
+    ("HF_HUB_OFFLINE", "1"),
+    ("TRANSFORMERS_OFFLINE", "1"),
+    ("TRANSFORMERS_VERBOSITY", "error"),
+    ("TOKENIZERS_PARALLELISM", "false"),
+):
     os.environ.setdefault(var, value)
 
 import workload  # noqa: E402
@@ -42,13 +46,34 @@ from honesty import duration_honesty  # noqa: E402
 # defaults are a larger model (hidden 4096, intermediate 12288); the 4B numbers below are the ones our design
 # notes use: 32 layers, 3 Gated DeltaNet layers to 1 full-attention layer, tied embeddings.
 SHAPES = {
-    "4b": dict(hidden_size=2560, intermediate_size=9216, num_hidden_layers=32, num_attention_heads=16,
-               num_key_value_heads=4, head_dim=256, linear_num_key_heads=16, linear_num_value_heads=32,
-               linear_key_head_dim=128, linear_value_head_dim=128, vocab_size=248320,
-               mrope_section=[11, 11, 10]),
-    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-                 num_key_value_heads=2, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
-                 linear_key_head_dim=16, linear_value_head_dim=16, vocab_size=248320, mrope_section=[1, 1, 0]),
+    "4b": dict(
+        hidden_size=2560,
+        intermediate_size=9216,
+        num_hidden_layers=32,
+        num_attention_heads=16,
+        num_key_value_heads=4,
+        head_dim=256,
+        linear_num_key_heads=16,
+        linear_num_value_heads=32,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        vocab_size=248320,
+        mrope_section=[11, 11, 10],
+    ),
+    "tiny": dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=16,
+        linear_value_head_dim=16,
+        vocab_size=248320,
+        mrope_section=[1, 1, 0],
+    ),
 }
 KEV = [  # (name, state tokens, questions, Kev-4B on an H100: new / cached ms, from research/peers.md §5)
     ("6 q, short text", 128, 6, "18.0 / 13.0 ms"),
@@ -72,11 +97,21 @@ def build(shape: str, device: str, dtype):
     mrope = dims.pop("mrope_section")
     layers = dims["num_hidden_layers"]
     config = Qwen3_5TextConfig(
-        **dims, linear_conv_kernel_dim=4, tie_word_embeddings=True, max_position_embeddings=32768,
+        **dims,
+        linear_conv_kernel_dim=4,
+        tie_word_embeddings=True,
+        max_position_embeddings=32768,
         layer_types=["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)],
-        rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25,
-                         "mrope_section": mrope, "mrope_interleaved": True},
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 1e7,
+            "partial_rotary_factor": 0.25,
+            "mrope_section": mrope,
+            "mrope_interleaved": True,
+        },
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     torch.manual_seed(0)
     default = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
@@ -152,8 +187,10 @@ def main(argv=None) -> None:
         return [scored.result() for scored in out], out[0].compute_s
 
     # 1. bodies: Kev's cells and the throughput clients (each its own short state, 6 questions)
-    cells = [(name, workload.body(tokenizer, "blink-4b-random", state, n_q, seed=500 + i), kev)
-             for i, (name, state, n_q, kev) in enumerate(KEV)]
+    cells = [
+        (name, workload.body(tokenizer, "blink-4b-random", state, n_q, seed=500 + i), kev)
+        for i, (name, state, n_q, kev) in enumerate(KEV)
+    ]
     clients = [workload.body(tokenizer, "blink-4b-random", 128, 6, seed=9000 + c) for c in range(args.clients)]
 
     # 2. the fp32 plain path's answers (bf16's drift is measured against them), then the model in its dtype;
@@ -193,7 +230,9 @@ def main(argv=None) -> None:
     lopsided = [engine.prepare(cells[-1][1])] + prepared_clients[:8]
     batched_scores, _ = ours(lopsided)
     for p, scores in zip(lopsided, batched_scores):
-        worst = max(worst, workload.max_abs_diff(engine.answer(p, scores), engine.answer(p, plain(engine, p, args.device))))
+        worst = max(
+            worst, workload.max_abs_diff(engine.answer(p, scores), engine.answer(p, plain(engine, p, args.device)))
+        )
     bound = 1e-5 if dtype == torch.float32 else 5e-2
     log(f"check: max |p_ours - p_plain| = {worst:.2e} (bound {bound:g}), argmax {agree}/{total}")
     if fp32_answers:
@@ -207,16 +246,27 @@ def main(argv=None) -> None:
     for name, b, kev in cells:
         p = engine.prepare(b)
         ms = timed(lambda: calls.append((p.input_tokens, ours([p])[1])), args.device, args.reps)
+
         def end_to_end():
             q = engine.prepare(b)
             engine.answer(q, ours([q])[0][0])
 
         e2e = timed(end_to_end, args.device, max(3, args.reps // 4))
         pl = timed(lambda: plain(engine, p, args.device), args.device, max(3, args.reps // 4))
-        rows.append({"cell": name, "tokens": p.input_tokens, "ours_ms": statistics.median(ms),
-                     "ours_e2e_ms": statistics.median(e2e), "plain_ms": statistics.median(pl), "kev": kev})
-        log(f"{name}: ours {rows[-1]['ours_ms']:.1f} ms (with prepare {rows[-1]['ours_e2e_ms']:.1f}), "
-            f"plain {rows[-1]['plain_ms']:.1f} ms")
+        rows.append(
+            {
+                "cell": name,
+                "tokens": p.input_tokens,
+                "ours_ms": statistics.median(ms),
+                "ours_e2e_ms": statistics.median(e2e),
+                "plain_ms": statistics.median(pl),
+                "kev": kev,
+            }
+        )
+        log(
+            f"{name}: ours {rows[-1]['ours_ms']:.1f} ms (with prepare {rows[-1]['ours_e2e_ms']:.1f}), "
+            f"plain {rows[-1]['plain_ms']:.1f} ms"
+        )
 
     # 3b. the pass cost of length bucketing (blink/executor.py: its CUDA value is an estimate): model time of
     # Kev's cells and the 64-client batch at a few values, so the next run can set it from a measurement
@@ -229,8 +279,12 @@ def main(argv=None) -> None:
             ours(plans)  # warm this bucketing's shapes
             sweep[cost].append(statistics.median(timed(lambda: ours(plans), args.device, max(3, args.reps // 4))))
     engine.executor.pass_cost_tokens = default_cost
-    log("pass cost sweep (model ms: " + ", ".join(name for name, _, _ in cells) + ", batch): "
-        + "; ".join(f"{c:g}: " + " / ".join(f"{ms:.1f}" for ms in v) for c, v in sweep.items()))
+    log(
+        "pass cost sweep (model ms: "
+        + ", ".join(name for name, _, _ in cells)
+        + ", batch): "
+        + "; ".join(f"{c:g}: " + " / ".join(f"{ms:.1f}" for ms in v) for c, v in sweep.items())
+    )
 
     # 4. throughput: N clients' requests in one batched call vs one call per request
     n = len(prepared_clients)
@@ -252,47 +306,83 @@ def main(argv=None) -> None:
     tb = timed(batched, args.device, 5)
     tu = timed(unbatched, args.device, 2)
     te = timed(batched_e2e, args.device, 3)
-    thr = {"clients": n, "batched_rps": n / (statistics.median(tb) / 1000),
-           "unbatched_rps": n / (statistics.median(tu) / 1000), "batched_e2e_rps": n / (statistics.median(te) / 1000)}
+    thr = {
+        "clients": n,
+        "batched_rps": n / (statistics.median(tb) / 1000),
+        "unbatched_rps": n / (statistics.median(tu) / 1000),
+        "batched_e2e_rps": n / (statistics.median(te) / 1000),
+    }
     peak = torch.cuda.max_memory_allocated() if args.device.startswith("cuda") else None
 
     # 5. duration honesty over every timed call, in order, as the Space's settings would ask
     honesty = duration_honesty(calls)
 
     # the table
-    print(f"\nblink GPU bench — {time.strftime('%Y-%m-%d %H:%M')} — {gpu} — {args.shape} shape (ASSUMED Qwen3.5-4B "
-          f"shape, random weights), {params / 1e9:.2f}B params, {args.dtype}, {kernels} — versions {versions()}")
-    print(f"check vs plain per-question forward: max |Δp| = {worst:.2e} ({'≤' if worst <= bound else '>'} "
-          f"bound {bound:g}), argmax agree {agree}/{total}")
+    print(
+        f"\nblink GPU bench — {time.strftime('%Y-%m-%d %H:%M')} — {gpu} — {args.shape} shape (ASSUMED Qwen3.5-4B "
+        f"shape, random weights), {params / 1e9:.2f}B params, {args.dtype}, {kernels} — versions {versions()}"
+    )
+    print(
+        f"check vs plain per-question forward: max |Δp| = {worst:.2e} ({'≤' if worst <= bound else '>'} "
+        f"bound {bound:g}), argmax agree {agree}/{total}"
+    )
     if fp32_answers:
-        print(f"{args.dtype} drift: ours in {args.dtype} vs the plain path in fp32 (same weights): max |Δp| = {drift:.2e} "
-              f"({'≤' if drift <= 5e-2 else '>'} stated bound 5e-2), argmax agree {drift_agree}/{total}")
-    print("| cell | tokens run | ours: model | ours: prepare+model+answer | plain per-question | plain ÷ ours | "
-          "Kev-4B H100 new / cached |")
+        print(
+            f"{args.dtype} drift: ours in {args.dtype} vs the plain path in fp32 (same weights): "
+            f"max |Δp| = {drift:.2e} "
+            f"({'≤' if drift <= 5e-2 else '>'} stated bound 5e-2), argmax agree {drift_agree}/{total}"
+        )
+    print(
+        "| cell | tokens run | ours: model | ours: prepare+model+answer | plain per-question | plain ÷ ours | "
+        "Kev-4B H100 new / cached |"
+    )
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['cell']} | {r['tokens']} | {r['ours_ms']:.1f} ms | {r['ours_e2e_ms']:.1f} ms | "
-              f"{r['plain_ms']:.1f} ms | {r['plain_ms'] / r['ours_ms']:.2f}× | {r['kev']} |")
-    print(f"| throughput, {n} clients × 6 q (128-token states) | {tokens_all} | {thr['batched_rps']:.1f} req/s batched"
-          f" | {thr['batched_e2e_rps']:.1f} req/s batched | {thr['unbatched_rps']:.1f} req/s unbatched | "
-          f"{thr['batched_rps'] / thr['unbatched_rps']:.2f}× | {KEV_THROUGHPUT} |")
+        print(
+            f"| {r['cell']} | {r['tokens']} | {r['ours_ms']:.1f} ms | {r['ours_e2e_ms']:.1f} ms | "
+            f"{r['plain_ms']:.1f} ms | {r['plain_ms'] / r['ours_ms']:.2f}× | {r['kev']} |"
+        )
+    print(
+        f"| throughput, {n} clients × 6 q (128-token states) | {tokens_all} | {thr['batched_rps']:.1f} req/s batched"
+        f" | {thr['batched_e2e_rps']:.1f} req/s batched | {thr['unbatched_rps']:.1f} req/s unbatched | "
+        f"{thr['batched_rps'] / thr['unbatched_rps']:.2f}× | {KEV_THROUGHPUT} |"
+    )
     if peak is not None:
         print(f"| peak GPU memory allocated | | {peak / 2**30:.1f} GiB | | | | |")
     for cost, times in sweep.items():
-        print(f"| bucketing pass cost {cost:g} tokens{' (default)' if cost == default_cost else ''} | | "
-              + " / ".join(f"{ms:.1f}" for ms in times) + " ms (Kev cells / batch) | | | | |")
-    print(f"| duration honesty ({honesty['calls']} calls, Space settings) | | {honesty['requested_s']:.0f} s "
-          f"requested / {honesty['used_s']:.2f} s used = {honesty['ratio']:.1f}× | cut off: {honesty['cut_off']} | "
-          f"calls over 1 s: {honesty['long_calls']}, {honesty['long_ratio']:.2f}× | | |")
+        print(
+            f"| bucketing pass cost {cost:g} tokens{' (default)' if cost == default_cost else ''} | | "
+            + " / ".join(f"{ms:.1f}" for ms in times)
+            + " ms (Kev cells / batch) | | | | |"
+        )
+    print(
+        f"| duration honesty ({honesty['calls']} calls, Space settings) | | {honesty['requested_s']:.0f} s "
+        f"requested / {honesty['used_s']:.2f} s used = {honesty['ratio']:.1f}× | cut off: {honesty['cut_off']} | "
+        f"calls over 1 s: {honesty['long_calls']}, {honesty['long_ratio']:.2f}× | | |"
+    )
     print(f"(wall {time.time() - started:.0f} s)")
     if args.json:
-        Path(args.json).write_text(json.dumps({"gpu": gpu, "shape": args.shape, "params": params, "kernels": kernels,
-                                               "check": {"max_abs_diff": worst, "argmax_agree": [agree, total]},
-                                               "drift_vs_fp32": {"max_abs_diff": drift if fp32_answers else None,
-                                                                 "argmax_agree": [drift_agree, total]},
-                                               "cells": rows, "throughput": thr, "peak_bytes": peak,
-                                               "pass_cost_sweep": sweep,
-                                               "durations": honesty}, indent=1))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "gpu": gpu,
+                    "shape": args.shape,
+                    "params": params,
+                    "kernels": kernels,
+                    "check": {"max_abs_diff": worst, "argmax_agree": [agree, total]},
+                    "drift_vs_fp32": {
+                        "max_abs_diff": drift if fp32_answers else None,
+                        "argmax_agree": [drift_agree, total],
+                    },
+                    "cells": rows,
+                    "throughput": thr,
+                    "peak_bytes": peak,
+                    "pass_cost_sweep": sweep,
+                    "durations": honesty,
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

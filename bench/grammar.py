@@ -38,34 +38,76 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 # feature schemas: (name, schema, valid instances, invalid instances) ----------------------------------------
 def _obj(props: dict, required=None, **extra) -> dict:
-    return {"type": "object", "properties": props, "required": list(required if required is not None else props),
-            "additionalProperties": False, **extra}
+    return {
+        "type": "object",
+        "properties": props,
+        "required": list(required if required is not None else props),
+        "additionalProperties": False,
+        **extra,
+    }
 
 
 FEATURES = [
-    ("nested objects", _obj({"user": _obj({"name": {"type": "string"}, "age": {"type": "integer"}})}),
-     [{"user": {"name": "Ada", "age": 36}}], [{"user": {"name": "Ada"}}, {"user": {"name": "Ada", "age": 1.5}}]),
+    (
+        "nested objects",
+        _obj({"user": _obj({"name": {"type": "string"}, "age": {"type": "integer"}})}),
+        [{"user": {"name": "Ada", "age": 36}}],
+        [{"user": {"name": "Ada"}}, {"user": {"name": "Ada", "age": 1.5}}],
+    ),
     ("additionalProperties false", _obj({"a": {"type": "integer"}}), [{"a": 1}], [{"a": 1, "b": 2}]),
-    ("additionalProperties schema", {"type": "object", "additionalProperties": {"type": "integer"}},
-     [{"x": 1, "y": 2}, {}], [{"x": "one"}]),
-    ("required", {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
-                  "required": ["b"]}, [{"b": "x"}, {"a": "y", "b": "x"}], [{"a": "y"}]),
+    (
+        "additionalProperties schema",
+        {"type": "object", "additionalProperties": {"type": "integer"}},
+        [{"x": 1, "y": 2}, {}],
+        [{"x": "one"}],
+    ),
+    (
+        "required",
+        {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}}, "required": ["b"]},
+        [{"b": "x"}, {"a": "y", "b": "x"}],
+        [{"a": "y"}],
+    ),
     ("enum", {"enum": ["red", "green", 3]}, ["red", 3], ["blue", 4]),
     ("const", _obj({"kind": {"const": "circle"}}), [{"kind": "circle"}], [{"kind": "square"}]),
     ("type list", {"type": ["string", "null"]}, ["x", None], [1]),
     ("anyOf", {"anyOf": [{"type": "integer"}, {"type": "null"}]}, [3, None], ["3"]),
-    ("oneOf", {"oneOf": [_obj({"cat": {"type": "string"}}), _obj({"dog": {"type": "integer"}})]},
-     [{"cat": "tom"}, {"dog": 1}], [{"cat": 1}]),
-    ("allOf", {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
-                         {"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["b"]}]},
-     [{"a": 1, "b": 2}], [{"a": 1}]),
-    ("$ref/$defs", {"$defs": {"Pt": _obj({"x": {"type": "number"}, "y": {"type": "number"}})},
-                    **_obj({"a": {"$ref": "#/$defs/Pt"}, "b": {"$ref": "#/$defs/Pt"}})},
-     [{"a": {"x": 1, "y": 2.5}, "b": {"x": 0, "y": -1}}], [{"a": {"x": 1}, "b": {"x": 0, "y": 0}}]),
-    ("recursive $ref", {"$defs": {"Node": _obj({"v": {"type": "integer"},
-                                                "kids": {"type": "array", "items": {"$ref": "#/$defs/Node"}}})},
-                        "$ref": "#/$defs/Node"},
-     [{"v": 1, "kids": [{"v": 2, "kids": []}]}], [{"v": 1, "kids": [{"v": "2", "kids": []}]}]),
+    (
+        "oneOf",
+        {"oneOf": [_obj({"cat": {"type": "string"}}), _obj({"dog": {"type": "integer"}})]},
+        [{"cat": "tom"}, {"dog": 1}],
+        [{"cat": 1}],
+    ),
+    (
+        "allOf",
+        {
+            "allOf": [
+                {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                {"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["b"]},
+            ]
+        },
+        [{"a": 1, "b": 2}],
+        [{"a": 1}],
+    ),
+    (
+        "$ref/$defs",
+        {
+            "$defs": {"Pt": _obj({"x": {"type": "number"}, "y": {"type": "number"}})},
+            **_obj({"a": {"$ref": "#/$defs/Pt"}, "b": {"$ref": "#/$defs/Pt"}}),
+        },
+        [{"a": {"x": 1, "y": 2.5}, "b": {"x": 0, "y": -1}}],
+        [{"a": {"x": 1}, "b": {"x": 0, "y": 0}}],
+    ),
+    (
+        "recursive $ref",
+        {
+            "$defs": {
+                "Node": _obj({"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/Node"}}})
+            },
+            "$ref": "#/$defs/Node",
+        },
+        [{"v": 1, "kids": [{"v": 2, "kids": []}]}],
+        [{"v": 1, "kids": [{"v": "2", "kids": []}]}],
+    ),
     ("pattern", {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{2}$"}, ["ABC-12"], ["abc-12", "ABCD-1"]),
     ("minLength/maxLength", {"type": "string", "minLength": 2, "maxLength": 4}, ["ab", "abcd"], ["a", "abcde"]),
     ("format date-time", {"type": "string", "format": "date-time"}, ["2026-12-01T07:00:00Z"], ["yesterday"]),
@@ -77,35 +119,71 @@ FEATURES = [
     ("minimum/maximum", {"type": "integer", "minimum": 1, "maximum": 5}, [1, 5], [0, 6]),
     ("exclusiveMinimum (number)", {"type": "number", "exclusiveMinimum": 0, "maximum": 1}, [0.5, 1], [0, 1.5]),
     ("multipleOf", {"type": "integer", "multipleOf": 5}, [10, 0], [7]),
-    ("minItems/maxItems", {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 2},
-     [[1], [1, 2]], [[], [1, 2, 3]]),
+    (
+        "minItems/maxItems",
+        {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 2},
+        [[1], [1, 2]],
+        [[], [1, 2, 3]],
+    ),
     ("uniqueItems", {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, [[1, 2]], [[1, 1]]),
-    ("prefixItems", {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}], "items": False},
-     [["a", 1]], [[1, "a"], ["a", 1, 2]]),
+    (
+        "prefixItems",
+        {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}], "items": False},
+        [["a", 1]],
+        [[1, "a"], ["a", 1, 2]],
+    ),
     ("contains", {"type": "array", "items": {"type": "integer"}, "contains": {"const": 7}}, [[1, 7]], [[1, 2]]),
-    ("minProperties/maxProperties", {"type": "object", "additionalProperties": {"type": "integer"},
-                                     "minProperties": 1, "maxProperties": 1}, [{"a": 1}], [{}, {"a": 1, "b": 2}]),
-    ("patternProperties", {"type": "object", "patternProperties": {"^x_": {"type": "integer"}},
-                           "additionalProperties": False}, [{"x_a": 1}], [{"y": 1}]),
-    ("propertyNames", {"type": "object", "propertyNames": {"pattern": "^[a-z]+$"},
-                       "additionalProperties": {"type": "integer"}}, [{"ab": 1}], [{"AB": 1}]),
-    ("dependentRequired", {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                           "dependentRequired": {"a": ["b"]}}, [{"a": 1, "b": 2}, {}], [{"a": 1}]),
-    ("if/then/else", {"type": "object", "properties": {"a": {"type": "integer"}},
-                      "if": {"properties": {"a": {"const": 1}}}, "then": {"required": ["b"]}},
-     [{"a": 2}, {"a": 1, "b": 0}], [{"a": 1}]),
+    (
+        "minProperties/maxProperties",
+        {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 1, "maxProperties": 1},
+        [{"a": 1}],
+        [{}, {"a": 1, "b": 2}],
+    ),
+    (
+        "patternProperties",
+        {"type": "object", "patternProperties": {"^x_": {"type": "integer"}}, "additionalProperties": False},
+        [{"x_a": 1}],
+        [{"y": 1}],
+    ),
+    (
+        "propertyNames",
+        {"type": "object", "propertyNames": {"pattern": "^[a-z]+$"}, "additionalProperties": {"type": "integer"}},
+        [{"ab": 1}],
+        [{"AB": 1}],
+    ),
+    (
+        "dependentRequired",
+        {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "dependentRequired": {"a": ["b"]},
+        },
+        [{"a": 1, "b": 2}, {}],
+        [{"a": 1}],
+    ),
+    (
+        "if/then/else",
+        {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}},
+            "if": {"properties": {"a": {"const": 1}}},
+            "then": {"required": ["b"]},
+        },
+        [{"a": 2}, {"a": 1, "b": 0}],
+        [{"a": 1}],
+    ),
     ("not", {"type": "integer", "not": {"const": 3}}, [2], [3]),
 ]
 
 
 def pydantic_schema() -> dict:
     """What pydantic 2 emits for a typical model: $defs, $ref, anyOf with null, enum, Literal, constrained fields."""
-    from enum import Enum
-    from typing import Literal, Optional
+    from enum import StrEnum
+    from typing import Literal
 
     from pydantic import BaseModel, Field
 
-    class Role(str, Enum):
+    class Role(StrEnum):
         admin = "admin"
         user = "user"
 
@@ -119,7 +197,7 @@ def pydantic_schema() -> dict:
         age: int = Field(ge=0, le=150)
         role: Role
         kind: Literal["person"] = "person"
-        email: Optional[str] = Field(default=None, max_length=60)
+        email: str | None = Field(default=None, max_length=60)
         address: Address
         tags: list[str] = Field(default_factory=list, max_length=3)
         scores: dict[str, float] = Field(default_factory=dict)
@@ -131,38 +209,90 @@ def pydantic_schema() -> dict:
 ZOD = {
     "type": "object",
     "properties": {
-        "recipe": {"type": "object", "properties": {
-            "name": {"type": "string"},
-            "ingredients": {"type": "array", "items": {"type": "object", "properties": {
-                "name": {"type": "string"}, "amount": {"type": "string"}},
-                "required": ["name", "amount"], "additionalProperties": False}},
-            "steps": {"type": "array", "items": {"type": "string"}},
-            "difficulty": {"type": "string", "enum": ["easy", "medium", "hard"]},
-            "servings": {"anyOf": [{"type": "number"}, {"type": "null"}]}},
-            "required": ["name", "ingredients", "steps", "difficulty", "servings"], "additionalProperties": False}},
-    "required": ["recipe"], "additionalProperties": False, "$schema": "http://json-schema.org/draft-07/schema#",
+        "recipe": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"},
+                "ingredients": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {"name": {"type": "string"}, "amount": {"type": "string"}},
+                        "required": ["name", "amount"],
+                        "additionalProperties": False,
+                    },
+                },
+                "steps": {"type": "array", "items": {"type": "string"}},
+                "difficulty": {"type": "string", "enum": ["easy", "medium", "hard"]},
+                "servings": {"anyOf": [{"type": "number"}, {"type": "null"}]},
+            },
+            "required": ["name", "ingredients", "steps", "difficulty", "servings"],
+            "additionalProperties": False,
+        }
+    },
+    "required": ["recipe"],
+    "additionalProperties": False,
+    "$schema": "http://json-schema.org/draft-07/schema#",
 }
 
 # OpenAI's structured-outputs guide: chain-of-thought steps, and a function's `parameters` (strict)
-MATH = _obj({"steps": {"type": "array", "items": _obj({"explanation": {"type": "string"},
-                                                         "output": {"type": "string"}})},
-             "final_answer": {"type": "string"}})
-WEATHER = _obj({"location": {"type": "string", "description": "City and country e.g. Bogotá, Colombia"},
-                "units": {"type": ["string", "null"], "enum": ["celsius", "fahrenheit", None]}})
+MATH = _obj(
+    {
+        "steps": {"type": "array", "items": _obj({"explanation": {"type": "string"}, "output": {"type": "string"}})},
+        "final_answer": {"type": "string"},
+    }
+)
+WEATHER = _obj(
+    {
+        "location": {"type": "string", "description": "City and country e.g. Bogotá, Colombia"},
+        "units": {"type": ["string", "null"], "enum": ["celsius", "fahrenheit", None]},
+    }
+)
 # OpenAI's recursive UI example (a $ref to the root)
-UI = {"type": "object", "properties": {
-    "type": {"type": "string", "enum": ["div", "button", "header", "section", "field", "form"]},
-    "label": {"type": "string"},
-    "children": {"type": "array", "items": {"$ref": "#"}},
-    "attributes": {"type": "array", "items": _obj({"name": {"type": "string"}, "value": {"type": "string"}})}},
-    "required": ["type", "label", "children", "attributes"], "additionalProperties": False}
+UI = {
+    "type": "object",
+    "properties": {
+        "type": {"type": "string", "enum": ["div", "button", "header", "section", "field", "form"]},
+        "label": {"type": "string"},
+        "children": {"type": "array", "items": {"$ref": "#"}},
+        "attributes": {"type": "array", "items": _obj({"name": {"type": "string"}, "value": {"type": "string"}})},
+    },
+    "required": ["type", "label", "children", "attributes"],
+    "additionalProperties": False,
+}
 
 REAL = [
-    ("pydantic Person", pydantic_schema(), [{"name": "Ada", "age": 36, "role": "admin", "kind": "person",
-                                             "email": None, "address": {"street": "1 Main", "city": "X",
-                                                                        "zip": "12345"}, "tags": [], "scores": {}}]),
-    ("zod recipe", ZOD, [{"recipe": {"name": "soup", "ingredients": [{"name": "salt", "amount": "1 g"}],
-                                     "steps": ["boil"], "difficulty": "easy", "servings": None}}]),
+    (
+        "pydantic Person",
+        pydantic_schema(),
+        [
+            {
+                "name": "Ada",
+                "age": 36,
+                "role": "admin",
+                "kind": "person",
+                "email": None,
+                "address": {"street": "1 Main", "city": "X", "zip": "12345"},
+                "tags": [],
+                "scores": {},
+            }
+        ],
+    ),
+    (
+        "zod recipe",
+        ZOD,
+        [
+            {
+                "recipe": {
+                    "name": "soup",
+                    "ingredients": [{"name": "salt", "amount": "1 g"}],
+                    "steps": ["boil"],
+                    "difficulty": "easy",
+                    "servings": None,
+                }
+            }
+        ],
+    ),
     ("OpenAI math_reasoning", MATH, [{"steps": [{"explanation": "add", "output": "2"}], "final_answer": "2"}]),
     ("OpenAI get_weather parameters", WEATHER, [{"location": "Paris, France", "units": None}]),
     ("OpenAI recursive UI", UI, [{"type": "form", "label": "f", "children": [], "attributes": []}]),
@@ -240,7 +370,7 @@ class LLGuidance:
         import numpy as np
         import torch
 
-        allowed = np.unpackbits(bitmask.numpy().view(np.uint8), bitorder="little")[:logits.shape[-1]]
+        allowed = np.unpackbits(bitmask.numpy().view(np.uint8), bitorder="little")[: logits.shape[-1]]
         logits.masked_fill_(torch.from_numpy(allowed) == 0, float("-inf"))
 
     def accept(self, matcher, token: int) -> bool:
@@ -283,8 +413,7 @@ def coverage(engine, tokenizer, eos: int) -> list[dict]:
         for v in valid:
             jsonschema.validate(v, schema, format_checker=format_checker())
         for v in invalid:
-            assert not jsonschema.Draft202012Validator(schema, format_checker=format_checker()).is_valid(v), \
-                (name, v)
+            assert not jsonschema.Draft202012Validator(schema, format_checker=format_checker()).is_valid(v), (name, v)
         try:
             compiled = engine.compile(schema)
             engine.matcher(compiled)
@@ -391,20 +520,30 @@ def main() -> None:
                 print(f"  {name:32s} refused: {str(exc)[:100]}")
                 continue
             accepts = all(feed(engine, compiled, tokenizer, eos, v) for v in valid)
-            outcomes = [walk(engine, compiled, schema, tokenizer, eos, tilt, generator, args.max_steps, timings)
-                        for _ in range(args.walks)]
+            outcomes = [
+                walk(engine, compiled, schema, tokenizer, eos, tilt, generator, args.max_steps, timings)
+                for _ in range(args.walks)
+            ]
             real.append({"schema": name, "compile_s": compile_s, "accepts_valid": accepts, "walks": outcomes})
             summary = {o: outcomes.count(o) for o in dict.fromkeys(outcomes)}
-            print(f"  {name:32s} compile {compile_s * 1000:7.1f} ms  valid example accepted: {accepts}  "
-                  f"walks: {summary}")
+            print(
+                f"  {name:32s} compile {compile_s * 1000:7.1f} ms  valid example accepted: {accepts}  walks: {summary}"
+            )
         us = {k: (statistics.median(v) * 1e6, sorted(v)[int(0.95 * (len(v) - 1))] * 1e6) for k, v in timings.items()}
         total = [a + b + c for a, b, c in zip(timings["mask"], timings["apply"], timings["accept"])]
-        print(f"  per token over {len(total)} steps (median / p95 us): mask {us['mask'][0]:.0f} / {us['mask'][1]:.0f}"
-              f"  apply {us['apply'][0]:.0f} / {us['apply'][1]:.0f}  accept {us['accept'][0]:.0f} / "
-              f"{us['accept'][1]:.0f}  total {statistics.median(total) * 1e6:.0f} / "
-              f"{sorted(total)[int(0.95 * (len(total) - 1))] * 1e6:.0f}")
-        report["engines"][engine.name] = {"version": version, "setup_s": setup, "coverage": rows, "real": real,
-                                          "per_token_us": us}
+        print(
+            f"  per token over {len(total)} steps (median / p95 us): mask {us['mask'][0]:.0f} / {us['mask'][1]:.0f}"
+            f"  apply {us['apply'][0]:.0f} / {us['apply'][1]:.0f}  accept {us['accept'][0]:.0f} / "
+            f"{us['accept'][1]:.0f}  total {statistics.median(total) * 1e6:.0f} / "
+            f"{sorted(total)[int(0.95 * (len(total) - 1))] * 1e6:.0f}"
+        )
+        report["engines"][engine.name] = {
+            "version": version,
+            "setup_s": setup,
+            "coverage": rows,
+            "real": real,
+            "per_token_us": us,
+        }
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
 

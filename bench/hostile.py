@@ -27,8 +27,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-for var, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("TRANSFORMERS_VERBOSITY", "error"),
-                   ("TOKENIZERS_PARALLELISM", "false"), ("HF_HUB_DISABLE_TELEMETRY", "1")):
+for var, value in (
+    ("HF_HUB_OFFLINE", "1"),
+    ("TRANSFORMERS_OFFLINE", "1"),
+    ("TRANSFORMERS_VERBOSITY", "error"),
+    ("TOKENIZERS_PARALLELISM", "false"),
+    ("HF_HUB_DISABLE_TELEMETRY", "1"),
+):
     os.environ.setdefault(var, value)
 
 import httpx  # noqa: E402
@@ -109,8 +114,10 @@ class Watch:
         self.health_max = 0.0
         self.health_fail = 0
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._rss, daemon=True),
-                         threading.Thread(target=self._health, daemon=True)]
+        self._threads = [
+            threading.Thread(target=self._rss, daemon=True),
+            threading.Thread(target=self._health, daemon=True),
+        ]
         for t in self._threads:
             t.start()
 
@@ -135,9 +142,12 @@ class Watch:
         for t in self._threads:
             t.join(timeout=65)
         time.sleep(settle_s)  # what the server gives back, it gives back soon
-        return {"healthz_max_s": round(self.health_max, 3), "healthz_failed": self.health_fail,
-                "rss_peak_mb": round((self.peak - self.base) / MB), "rss_kept_mb": round((self.server.rss() -
-                                                                                          self.base) / MB)}
+        return {
+            "healthz_max_s": round(self.health_max, 3),
+            "healthz_failed": self.health_fail,
+            "rss_peak_mb": round((self.peak - self.base) / MB),
+            "rss_kept_mb": round((self.server.rss() - self.base) / MB),
+        }
 
 
 def timed_post(url: str, path: str, timeout: float = 120, **kwargs) -> tuple[int | str, float, str]:
@@ -160,8 +170,9 @@ def case_zstd_bomb(s: Server, state_mb: int = 24) -> dict:
     packed = zstandard.ZstdCompressor(level=19).compress(body)
     del body
     w = Watch(s)
-    status, secs, text = timed_post(s.url, "/v1/systemone", content=packed,
-                                    headers={"content-type": "application/json", "content-encoding": "zstd"})
+    status, secs, text = timed_post(
+        s.url, "/v1/systemone", content=packed, headers={"content-type": "application/json", "content-encoding": "zstd"}
+    )
     return {"status": status, "seconds": round(secs, 2), "sent_bytes": len(packed), **w.done(), "detail": text}
 
 
@@ -173,19 +184,22 @@ def case_chat_12mb(s: Server) -> dict:
 
 
 def case_nested_json(s: Server, depth: int = 100_000) -> dict:
-    content = b'{"state": ' + b"[" * depth + b"]" * depth + b', "questions": {"q": ' + json.dumps(QUESTION).encode() \
-        + b"}}"
+    content = (
+        b'{"state": ' + b"[" * depth + b"]" * depth + b', "questions": {"q": ' + json.dumps(QUESTION).encode() + b"}}"
+    )
     w = Watch(s)
-    status, secs, text = timed_post(s.url, "/v1/systemone", content=content,
-                                    headers={"content-type": "application/json"})
+    status, secs, text = timed_post(
+        s.url, "/v1/systemone", content=content, headers={"content-type": "application/json"}
+    )
     return {"status": status, "seconds": round(secs, 2), **w.done(0.5), "detail": text}
 
 
 def case_lone_surrogate(s: Server) -> dict:
     content = b'{"state": "hello \\ud800 world", "questions": {"q": ' + json.dumps(QUESTION).encode() + b"}}"
     w = Watch(s)
-    status, secs, text = timed_post(s.url, "/v1/systemone", content=content,
-                                    headers={"content-type": "application/json"})
+    status, secs, text = timed_post(
+        s.url, "/v1/systemone", content=content, headers={"content-type": "application/json"}
+    )
     return {"status": status, "seconds": round(secs, 2), **w.done(0.5), "detail": text}
 
 
@@ -202,8 +216,10 @@ def png(width: int, height: int, noise: bool = False) -> bytes:
 
 
 def image_body(images: list[bytes]) -> dict:
-    assets = {f"<img{i}>": {"type": "image", "format": "png", "data_base64": base64.b64encode(data).decode()}
-              for i, data in enumerate(images)}
+    assets = {
+        f"<img{i}>": {"type": "image", "format": "png", "data_base64": base64.b64encode(data).decode()}
+        for i, data in enumerate(images)
+    }
     return {"state": "Look: " + " ".join(assets), "questions": {"q": QUESTION}, "assets": assets}
 
 
@@ -211,16 +227,38 @@ def case_aspect_png(s: Server) -> dict:
     body = image_body([png(32, 6500)])
     out = {}
     w = Watch(s)
-    for path, payload in (("/v1/systemone", body), ("/v1/decisions", {
-            "model": "demo", "input": [{"role": "user", "content": [
-                {"type": "input_text", "text": "Look"},
-                {"type": "input_image", "image_url": "data:image/png;base64," + body["assets"]["<img0>"]["data_base64"]}
-            ]}], "questions": [{"type": "predicate", "name": "q", "instructions": "weather?"}]})):
+    for path, payload in (
+        ("/v1/systemone", body),
+        (
+            "/v1/decisions",
+            {
+                "model": "demo",
+                "input": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "input_text", "text": "Look"},
+                            {
+                                "type": "input_image",
+                                "image_url": "data:image/png;base64," + body["assets"]["<img0>"]["data_base64"],
+                            },
+                        ],
+                    }
+                ],
+                "questions": [{"type": "predicate", "name": "q", "instructions": "weather?"}],
+            },
+        ),
+    ):
         status, secs, text = timed_post(s.url, path, json=payload)
         out[path] = (status, round(secs, 2), text)
     statuses = "/".join(str(v[0]) for v in out.values())
-    return {"status": statuses, "seconds": max(v[1] for v in out.values()), **w.done(0.5),
-            "sent_bytes": len(body["assets"]["<img0>"]["data_base64"]), "detail": json.dumps(out)[:300]}
+    return {
+        "status": statuses,
+        "seconds": max(v[1] for v in out.values()),
+        **w.done(0.5),
+        "sent_bytes": len(body["assets"]["<img0>"]["data_base64"]),
+        "detail": json.dumps(out)[:300],
+    }
 
 
 def case_png_memory(s: Server, concurrency: int = 8) -> dict:
@@ -233,8 +271,13 @@ def case_png_memory(s: Server, concurrency: int = 8) -> dict:
     with httpx.Client(timeout=300) as client:
         results = list(_threads(concurrency, lambda: client.post(s.url + "/v1/systemone", json=body).status_code))
     secs = time.perf_counter() - t
-    return {"status": "/".join(sorted({str(r) for r in results})), "seconds": round(secs, 2), "sent_bytes": sent,
-            **w.done(), "detail": f"{concurrency} concurrent requests of 2 x 20 MP PNGs"}
+    return {
+        "status": "/".join(sorted({str(r) for r in results})),
+        "seconds": round(secs, 2),
+        "sent_bytes": sent,
+        **w.done(),
+        "detail": f"{concurrency} concurrent requests of 2 x 20 MP PNGs",
+    }
 
 
 def _threads(n: int, fn):
@@ -285,14 +328,18 @@ def case_slow_clients(s: Server, wait_s: float = 35.0) -> dict:
         groups["slowloris"].append(sock)
     for _ in range(50):
         sock = connect()
-        sock.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: 1000\r\n\r\n{\"state\": ")
+        sock.sendall(
+            b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 1000\r\n\r\n{"state": '
+        )
         groups["short_body"].append(sock)
     chunk = b"x" * MB
     for _ in range(40):
         sock = connect()
-        sock.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     + f"Content-Length: {15 * MB + 1}\r\n\r\n".encode())
+        sock.sendall(
+            b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {15 * MB + 1}\r\n\r\n".encode()
+        )
         sock.settimeout(5)
         try:
             for _ in range(15):
@@ -314,13 +361,18 @@ def case_slow_clients(s: Server, wait_s: float = 35.0) -> dict:
         for sock in socks:
             sock.close()
     total = sum(len(v) for v in groups.values())
-    return {"status": f"{sum(open_counts.values())}/{total} open", "seconds": wait_s, **w.done(),
-            "detail": json.dumps({**open_counts, "rss_while_held_mb": held_rss})}
+    return {
+        "status": f"{sum(open_counts.values())}/{total} open",
+        "seconds": wait_s,
+        **w.done(),
+        "detail": json.dumps({**open_counts, "rss_while_held_mb": held_rss}),
+    }
 
 
 def case_query_key_in_log(s: Server) -> dict:
-    status, secs, _ = timed_post(s.url, f"/v1/systemone?api_key={SECRET}", json={"state": "s", "questions": {
-        "q": QUESTION}})
+    status, secs, _ = timed_post(
+        s.url, f"/v1/systemone?api_key={SECRET}", json={"state": "s", "questions": {"q": QUESTION}}
+    )
     time.sleep(0.5)
     leaked = SECRET in s.log.read_text(errors="replace")
     return {"status": "leaked" if leaked else "scrubbed", "seconds": round(secs, 2), "detail": f"http {status}"}
@@ -335,10 +387,14 @@ def case_healthz_path(s: Server) -> dict:
 # overload -----------------------------------------------------------------------------------------------------
 def overload_bodies(n: int = 200) -> list[dict]:
     heavy_state = text_of(3400 * 5)  # ~3,400 tokens of the demo tokenizer (about 5 characters per token)
-    heavy = {"state": heavy_state, "questions": {f"q{i}": {"type": "noul", "instructions": f"Question {i}?"}
-                                                 for i in range(32)}}
-    return [dict(heavy) if i % 10 == 0 else {"state": f"Request {i}: it may rain today.", "questions": {"q": QUESTION}}
-            for i in range(n)]
+    heavy = {
+        "state": heavy_state,
+        "questions": {f"q{i}": {"type": "noul", "instructions": f"Question {i}?"} for i in range(32)},
+    }
+    return [
+        dict(heavy) if i % 10 == 0 else {"state": f"Request {i}: it may rain today.", "questions": {"q": QUESTION}}
+        for i in range(n)
+    ]
 
 
 async def one_at_a_time(url: str, bodies: list[dict]) -> float:
@@ -359,6 +415,7 @@ async def offered(url: str, bodies: list[dict], connections: int, retries: int, 
     stop_at = time.perf_counter() + deadline_s
 
     async with httpx.AsyncClient(timeout=300, limits=limits) as client:
+
         async def worker():
             nonlocal wrong
             while not queue.empty():
@@ -390,11 +447,18 @@ async def offered(url: str, bodies: list[dict], connections: int, retries: int, 
         await asyncio.gather(*(worker() for _ in range(connections)))
         wall = time.perf_counter() - t
     served.sort()
-    return {"served": len(served), "served_per_s": len(served) / wall, "wall_s": wall,
-            "p99_s": served[min(len(served) - 1, int(len(served) * 0.99))] if served else None,
-            "refused_finally": failed.count("529"), "other_failures": len(failed) - failed.count("529"),
-            "refusals": len(refusals), "refusal_p50_s": statistics.median(r[0] for r in refusals) if refusals else None,
-            "missing_retry_after": sum(1 for r in refusals if not r[1]), "wrong_answers": wrong}
+    return {
+        "served": len(served),
+        "served_per_s": len(served) / wall,
+        "wall_s": wall,
+        "p99_s": served[min(len(served) - 1, int(len(served) * 0.99))] if served else None,
+        "refused_finally": failed.count("529"),
+        "other_failures": len(failed) - failed.count("529"),
+        "refusals": len(refusals),
+        "refusal_p50_s": statistics.median(r[0] for r in refusals) if refusals else None,
+        "missing_retry_after": sum(1 for r in refusals if not r[1]),
+        "wrong_answers": wrong,
+    }
 
 
 def case_overload(retries: int = 8, deadline_s: float = 150.0) -> dict:
@@ -407,12 +471,20 @@ def case_overload(retries: int = 8, deadline_s: float = 150.0) -> dict:
         watched = w.done()
     finally:
         s.stop()
-    return {"status": f"{load['served']}/200 served", "seconds": round(load["wall_s"], 1), **watched,
-            "goodput": round(load["served_per_s"] / solo, 2), "solo_per_s": round(solo, 2),
-            "served_per_s": round(load["served_per_s"], 2), "p99_s": load["p99_s"] and round(load["p99_s"], 2),
-            "refused_finally": load["refused_finally"], "refusal_p50_s": load["refusal_p50_s"] and
-            round(load["refusal_p50_s"], 3), "detail": json.dumps({k: load[k] for k in (
-                "refusals", "other_failures", "missing_retry_after", "wrong_answers")})}
+    return {
+        "status": f"{load['served']}/200 served",
+        "seconds": round(load["wall_s"], 1),
+        **watched,
+        "goodput": round(load["served_per_s"] / solo, 2),
+        "solo_per_s": round(solo, 2),
+        "served_per_s": round(load["served_per_s"], 2),
+        "p99_s": load["p99_s"] and round(load["p99_s"], 2),
+        "refused_finally": load["refused_finally"],
+        "refusal_p50_s": load["refusal_p50_s"] and round(load["refusal_p50_s"], 3),
+        "detail": json.dumps(
+            {k: load[k] for k in ("refusals", "other_failures", "missing_retry_after", "wrong_answers")}
+        ),
+    }
 
 
 CASES = {
@@ -431,8 +503,10 @@ CASES = {
 
 def table(saved: dict) -> str:
     columns = list(saved)
-    rows = ["| case | " + " | ".join(f"{c}: status | s | healthz max s | RSS peak/kept MB" for c in columns) + " |",
-            "|---|" + "---|---|---|---|" * len(columns)]
+    rows = [
+        "| case | " + " | ".join(f"{c}: status | s | healthz max s | RSS peak/kept MB" for c in columns) + " |",
+        "|---|" + "---|---|---|---|" * len(columns),
+    ]
     names = list(dict.fromkeys(name for col in saved.values() for name in col))
     for name in names:
         cells = []
@@ -442,9 +516,12 @@ def table(saved: dict) -> str:
                 cells += ["", "", "", ""]
                 continue
             rss = f"{r.get('rss_peak_mb', '')}/{r.get('rss_kept_mb', '')}" if "rss_peak_mb" in r else ""
-            status = str(r["status"]) + (f", goodput {r['goodput']}, p99 {r['p99_s']} s, refusal "
-                                         f"{r['refusal_p50_s']} s, {r['refused_finally']} refused"
-                                         if "goodput" in r else "")
+            status = str(r["status"]) + (
+                f", goodput {r['goodput']}, p99 {r['p99_s']} s, refusal "
+                f"{r['refusal_p50_s']} s, {r['refused_finally']} refused"
+                if "goodput" in r
+                else ""
+            )
             cells += [status, str(r.get("seconds", "")), str(r.get("healthz_max_s", "")), rss]
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(rows)

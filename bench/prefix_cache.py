@@ -49,8 +49,10 @@ def main() -> None:
     loaded = load(model)
     engine = Engine(loaded, prefix_cache_bytes=2 << 30)
     tokenizer = loaded.tokenizer
-    print(f"model {args.model}: {sum(p.numel() for p in loaded.model.parameters()) / 1e6:.0f}M params, "
-          f"{args.threads} thread(s), {args.reps} reps")
+    print(
+        f"model {args.model}: {sum(p.numel() for p in loaded.model.parameters()) / 1e6:.0f}M params, "
+        f"{args.threads} thread(s), {args.reps} reps"
+    )
 
     print("\n| row | cold (ms) | warm (ms) | cold / warm | cached tokens |\n|---|---|---|---|---|")
     seed = 1000
@@ -75,9 +77,11 @@ def main() -> None:
     entries = list(engine.executor.prefix_cache.entries.values())
     per_token = sum(e.nbytes for e in entries) / max(1, sum(e.length for e in entries))
     fixed = min(e.nbytes - e.length * engine.executor.kv_bytes_per_token() for e in entries)
-    print(f"\ncache memory: {stats['entries']} states, {stats['used_mib']:.1f} MiB; "
-          f"{engine.executor.kv_bytes_per_token()} B/token of attention KV + {fixed / 2**20:.2f} MiB of DeltaNet "
-          f"state per entry ({per_token / 1024:.1f} KiB/token on average here)")
+    print(
+        f"\ncache memory: {stats['entries']} states, {stats['used_mib']:.1f} MiB; "
+        f"{engine.executor.kv_bytes_per_token()} B/token of attention KV + {fixed / 2**20:.2f} MiB of DeltaNet "
+        f"state per entry ({per_token / 1024:.1f} KiB/token on average here)"
+    )
 
     print("\n| outside model, 64 tok | library (ms) | once (ms) | library / once |\n|---|---|---|---|")
     builder = engine.prompts

@@ -24,31 +24,51 @@ import platform
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-for var, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("TRANSFORMERS_VERBOSITY", "error"),
-                   ("TOKENIZERS_PARALLELISM", "false")):
+for var, value in (
+    ("HF_HUB_OFFLINE", "1"),
+    ("TRANSFORMERS_OFFLINE", "1"),
+    ("TRANSFORMERS_VERBOSITY", "error"),
+    ("TOKENIZERS_PARALLELISM", "false"),
+):
     os.environ.setdefault(var, value)
 
 import workload  # noqa: E402
 
-OPTIONS = {"billing": "Charges, refunds and invoices", "shipping": "Late, lost or damaged parcels",
-           "technical": "Devices, network and accounts", "returns": "Items sent back", "sales": "New orders",
-           "security": "Fraud and account takeovers", "legal": "Contracts and complaints to authorities",
-           "other": "Anything else"}
+OPTIONS = {
+    "billing": "Charges, refunds and invoices",
+    "shipping": "Late, lost or damaged parcels",
+    "technical": "Devices, network and accounts",
+    "returns": "Items sent back",
+    "sales": "New orders",
+    "security": "Fraud and account takeovers",
+    "legal": "Contracts and complaints to authorities",
+    "other": "Anything else",
+}
 CELLS = [(64, 4), (512, 4), (512, 8), (2000, 4), (2000, 8)]
 
 
 def request(tokenizer, state_tokens: int, options: int, seed: int) -> dict:
-    return {"state": workload.text_of_tokens(tokenizer, state_tokens, seed), "questions": {
-        "team": {"type": "choice", "instructions": "Which team should handle this ticket?",
-                 "criteria": dict(list(OPTIONS.items())[:options])},
-        "urgent": {"type": "noul", "instructions": "Does this need a reply today?"},
-        "anger": {"type": "score", "instructions": "How upset is the customer?",
-                  "criteria": ["Calm", "Annoyed", "Angry", "Furious"]}}}
+    return {
+        "state": workload.text_of_tokens(tokenizer, state_tokens, seed),
+        "questions": {
+            "team": {
+                "type": "choice",
+                "instructions": "Which team should handle this ticket?",
+                "criteria": dict(list(OPTIONS.items())[:options]),
+            },
+            "urgent": {"type": "noul", "instructions": "Does this need a reply today?"},
+            "anger": {
+                "type": "score",
+                "instructions": "How upset is the customer?",
+                "criteria": ["Calm", "Annoyed", "Angry", "Furious"],
+            },
+        },
+    }
 
 
 def rotations(body: dict) -> list[dict]:
@@ -87,10 +107,12 @@ def main(argv=None) -> None:
     else:
         path = Path(args.model)
     engine = Engine(load(str(path)))
-    started = datetime.now(timezone.utc)
-    print(f"blink rotation bench — {started.isoformat(timespec='seconds')} — model {args.model} ({path}) — "
-          f"{os.cpu_count()} CPUs {platform.processor() or platform.machine()} — torch {torch.__version__} "
-          f"{torch.get_num_threads()} threads — load avg {os.getloadavg()[0]:.2f}")
+    started = datetime.now(UTC)
+    print(
+        f"blink rotation bench — {started.isoformat(timespec='seconds')} — model {args.model} ({path}) — "
+        f"{os.cpu_count()} CPUs {platform.processor() or platform.machine()} — torch {torch.__version__} "
+        f"{torch.get_num_threads()} threads — load avg {os.getloadavg()[0]:.2f}"
+    )
     print("| cell | fixed | rotate | client re-ask | rotate ÷ fixed | re-ask ÷ rotate | tokens fixed → rotate |")
     print("|---|---|---|---|---|---|---|")
     for state_tokens, k in CELLS:
@@ -98,9 +120,11 @@ def main(argv=None) -> None:
         fixed = engine.prepare(body)
         rotate = engine.prepare({**body, "x_order": "rotate"})
         reask = [engine.prepare(r) for r in rotations(body)]
-        sides = {"fixed": lambda: engine.score_many([fixed.prompts]),
-                 "rotate": lambda: engine.score_many([rotate.prompts]),
-                 "reask": lambda: [engine.score_many([r.prompts]) for r in reask]}
+        sides = {
+            "fixed": lambda: engine.score_many([fixed.prompts]),
+            "rotate": lambda: engine.score_many([rotate.prompts]),
+            "reask": lambda: [engine.score_many([r.prompts]) for r in reask],
+        }
         for fn in sides.values():  # warm-up
             fn()
         ms = {name: [] for name in sides}
@@ -108,9 +132,12 @@ def main(argv=None) -> None:
             for name, fn in sides.items():
                 ms[name].append(timed(fn))
         med = {name: statistics.median(v) for name, v in ms.items()}
-        print(f"| {state_tokens} tok, choice of {k} | {med['fixed']:.1f} ms | {med['rotate']:.1f} ms | "
-              f"{med['reask']:.1f} ms | {med['rotate'] / med['fixed']:.2f}× | {med['reask'] / med['rotate']:.2f}× | "
-              f"{fixed.input_tokens} → {rotate.input_tokens} |", flush=True)
+        print(
+            f"| {state_tokens} tok, choice of {k} | {med['fixed']:.1f} ms | {med['rotate']:.1f} ms | "
+            f"{med['reask']:.1f} ms | {med['rotate'] / med['fixed']:.2f}× | {med['reask'] / med['rotate']:.2f}× | "
+            f"{fixed.input_tokens} → {rotate.input_tokens} |",
+            flush=True,
+        )
     print(f"load avg at the end {os.getloadavg()[0]:.2f}; {args.reps} reps per side, medians")
 
 

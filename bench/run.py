@@ -36,29 +36,48 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-for var, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("TRANSFORMERS_VERBOSITY", "error"),
-                   ("TOKENIZERS_PARALLELISM", "false"), ("HF_HUB_DISABLE_TELEMETRY", "1")):
+for var, value in (
+    ("HF_HUB_OFFLINE", "1"),
+    ("TRANSFORMERS_OFFLINE", "1"),
+    ("TRANSFORMERS_VERBOSITY", "error"),
+    ("TOKENIZERS_PARALLELISM", "false"),
+    ("HF_HUB_DISABLE_TELEMETRY", "1"),
+):
     os.environ.setdefault(var, value)
 
 import httpx  # noqa: E402
 import psutil  # noqa: E402
-
 import workload  # noqa: E402
 from honesty import duration_honesty  # noqa: E402
 
 # (state tokens, questions): the performance issue's grid, plus the engine issue's 1,000-token state at 1/4/16
-FULL_GRID = [(64, 1), (64, 6), (64, 16), (64, 64), (512, 1), (512, 6), (512, 16), (512, 64),
-             (1000, 1), (1000, 4), (1000, 16), (2200, 1), (2200, 6), (2200, 16), (2200, 64)]
+FULL_GRID = [
+    (64, 1),
+    (64, 6),
+    (64, 16),
+    (64, 64),
+    (512, 1),
+    (512, 6),
+    (512, 16),
+    (512, 64),
+    (1000, 1),
+    (1000, 4),
+    (1000, 16),
+    (2200, 1),
+    (2200, 6),
+    (2200, 16),
+    (2200, 64),
+]
 QUICK_GRID = [(64, 1), (64, 16), (1000, 1), (1000, 16)]
-FULL_CLIENTS = {1: 8, 16: 3, 64: 2}     # concurrent clients -> requests each (closed loop)
+FULL_CLIENTS = {1: 8, 16: 3, 64: 2}  # concurrent clients -> requests each (closed loop)
 QUICK_CLIENTS = {1: 3, 16: 2}
-THROUGHPUT_STATE = 64                    # each client: its own ~64-token state, one question per request
+THROUGHPUT_STATE = 64  # each client: its own ~64-token state, one question per request
 
-TARGET_TS_16 = 4.0        # ours >= 4x faster than transformers serve at 16 questions
-TARGET_TS_1 = 1.0         # never slower at 1 question
+TARGET_TS_16 = 4.0  # ours >= 4x faster than transformers serve at 16 questions
+TARGET_TS_1 = 1.0  # never slower at 1 question
 TARGET_BATCHING_16 = 2.0  # batched >= 2x unbatched throughput at 16 clients
-TARGET_OUTSIDE = 0.10     # < 10% of a 16-question request's time outside the model (larger model)
-BF16_BOUND = 5e-2           # the bf16 drift we state: |p_bf16 - p_fp32| per probability
+TARGET_OUTSIDE = 0.10  # < 10% of a 16-question request's time outside the model (larger model)
+BF16_BOUND = 5e-2  # the bf16 drift we state: |p_bf16 - p_fp32| per probability
 TARGET_DURATION_RATIO = 2.0  # GPU seconds requested <= 2x used, over calls of more than 1 s of work
 
 
@@ -123,8 +142,9 @@ class Server:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; log {self.log}:\n"
-                                   f"{self.log.read_text()[-3000:]}")
+                raise RuntimeError(
+                    f"{self.name} exited with {self.proc.returncode}; log {self.log}:\n{self.log.read_text()[-3000:]}"
+                )
             try:
                 if httpx.get(self.url + self.health, timeout=2).status_code == 200:
                     self.ready_rss = self.rss()
@@ -180,8 +200,13 @@ class Sides:
         r.raise_for_status()
         data = r.json()
         timing = parse_server_timing(r.headers.get("server-timing"))
-        return {"ms": ms, "model_ms": timing.get("model", math.nan), "timing": timing, "answers": data["answers"],
-                "input_tokens": data["usage"]["input_tokens"]}
+        return {
+            "ms": ms,
+            "model_ms": timing.get("model", math.nan),
+            "timing": timing,
+            "answers": data["answers"],
+            "input_tokens": data["usage"]["input_tokens"],
+        }
 
     def ts(self, body: dict) -> dict:
         r, ms = self.post("ts", body)
@@ -195,8 +220,11 @@ class Sides:
         t = time.perf_counter()
         scores = [self.engine.executor.reference(prompt) for prompt in prepared.prompts]
         ms = (time.perf_counter() - t) * 1000
-        return {"ms": ms, "answers": self.engine.answer(prepared, scores),
-                "input_tokens": sum(len(p.ids) for p in prepared.prompts)}
+        return {
+            "ms": ms,
+            "answers": self.engine.answer(prepared, scores),
+            "input_tokens": sum(len(p.ids) for p in prepared.prompts),
+        }
 
 
 def bf16_drift(sides: Sides, model_name: str, quick: bool) -> dict:
@@ -247,8 +275,9 @@ def median(xs):
     return statistics.median(xs) if xs else math.nan
 
 
-def measure_cell(sides: Sides, tokenizer, model_name: str, state: int, n_q: int, budget_s: float,
-                 max_reps: int) -> dict:
+def measure_cell(
+    sides: Sides, tokenizer, model_name: str, state: int, n_q: int, budget_s: float, max_reps: int
+) -> dict:
     """Reps of the same cell; in each rep all sides answer the same body, in a rotating order. A side keeps
     sampling while its minimum is not met, or while the cell's time budget has room for another sample."""
     names = ["ours", "ts", "plain"]
@@ -260,8 +289,12 @@ def measure_cell(sides: Sides, tokenizer, model_name: str, state: int, n_q: int,
     rep = 0
     while rep < max_reps:
         elapsed = time.perf_counter() - start
-        want = [n for n in names if len(samples[n]) < min_reps[n]
-                or (samples[n] and elapsed + statistics.mean(s["ms"] for s in samples[n]) / 1000 <= budget_s)]
+        want = [
+            n
+            for n in names
+            if len(samples[n]) < min_reps[n]
+            or (samples[n] and elapsed + statistics.mean(s["ms"] for s in samples[n]) / 1000 <= budget_s)
+        ]
         if not want:
             break
         body = workload.body(tokenizer, model_name, state, n_q, seed=100_000 + 1000 * state + 10 * n_q + rep)
@@ -273,22 +306,28 @@ def measure_cell(sides: Sides, tokenizer, model_name: str, state: int, n_q: int,
         if "plain" in got:
             for side in ("ours", "ts"):
                 if side in got:
-                    diffs[f"{side}_vs_plain"] = max(diffs[f"{side}_vs_plain"],
-                                                    workload.max_abs_diff(got[side]["answers"], got["plain"]["answers"]))
+                    diffs[f"{side}_vs_plain"] = max(
+                        diffs[f"{side}_vs_plain"], workload.max_abs_diff(got[side]["answers"], got["plain"]["answers"])
+                    )
         rep += 1
     ours = samples["ours"]
     outside = [(s["ms"] - s["model_ms"]) / s["ms"] for s in ours]
     cell = {
-        "state_tokens": state, "questions": n_q,
-        "ours_ms": median([s["ms"] for s in ours]), "ts_ms": median([s["ms"] for s in samples["ts"]]),
+        "state_tokens": state,
+        "questions": n_q,
+        "ours_ms": median([s["ms"] for s in ours]),
+        "ts_ms": median([s["ms"] for s in samples["ts"]]),
         "plain_ms": median([s["ms"] for s in samples["plain"]]),
         "ours_model_ms": median([s["model_ms"] for s in ours]),
         "ours_phases_ms": {k: median([s["timing"].get(k) for s in ours]) for k in ours[0]["timing"]},
         "outside_share": median(outside),
         "prepare_share": median([s["timing"].get("prepare", math.nan) / s["ms"] for s in ours]),
         "n": {n: len(samples[n]) for n in names},
-        "input_tokens": {"ours": ours[0]["input_tokens"], "ts": samples["ts"][0]["input_tokens"],
-                         "plain": samples["plain"][0]["input_tokens"]},
+        "input_tokens": {
+            "ours": ours[0]["input_tokens"],
+            "ts": samples["ts"][0]["input_tokens"],
+            "plain": samples["plain"][0]["input_tokens"],
+        },
         "max_abs_diff": diffs,
         "calls": [(s["input_tokens"], s["model_ms"] / 1000) for s in ours],  # for duration honesty
     }
@@ -304,6 +343,7 @@ async def closed_loop(url: str, bodies: list[list[dict]]) -> dict:
     limits = httpx.Limits(max_connections=n + 4, max_keepalive_connections=n + 4)
     errors = []
     async with httpx.AsyncClient(base_url=url, timeout=900, limits=limits) as client:
+
         async def one(mine: list[dict]) -> None:
             for b in mine:
                 try:
@@ -321,12 +361,20 @@ async def closed_loop(url: str, bodies: list[list[dict]]) -> dict:
     return {"rps": (total - len(errors)) / wall, "wall_s": wall, "requests": total, "errors": errors}
 
 
-def measure_throughput(unbatched: Server, batched: Server, tokenizer, model_name: str, clients: int,
-                       per_client: int, reps: int = 2) -> dict:
-    bodies = [[{"model": model_name,
+def measure_throughput(
+    unbatched: Server, batched: Server, tokenizer, model_name: str, clients: int, per_client: int, reps: int = 2
+) -> dict:
+    bodies = [
+        [
+            {
+                "model": model_name,
                 "state": workload.text_of_tokens(tokenizer, THROUGHPUT_STATE, seed=7000 + c),
-                "questions": workload.questions(1, seed=c * 31 + k)} for k in range(per_client)]
-              for c in range(clients)]
+                "questions": workload.questions(1, seed=c * 31 + k),
+            }
+            for k in range(per_client)
+        ]
+        for c in range(clients)
+    ]
     got = {"unbatched": [], "batched": []}
     servers = {"unbatched": unbatched, "batched": batched}
     before = batcher_stats(batched)
@@ -337,11 +385,15 @@ def measure_throughput(unbatched: Server, batched: Server, tokenizer, model_name
             got[name].append(asyncio.run(closed_loop(servers[name].url, bodies)))
     after = batcher_stats(batched)
     batches = after.get("batches", 0) - before.get("batches", 0)
-    row = {"clients": clients, "requests_each": per_client, "reps": reps,
-           "unbatched_rps": median([g["rps"] for g in got["unbatched"]]),
-           "batched_rps": median([g["rps"] for g in got["batched"]]),
-           "errors": {k: sum(len(g["errors"]) for g in v) for k, v in got.items()},
-           "mean_batch": (after.get("requests", 0) - before.get("requests", 0)) / batches if batches else math.nan}
+    row = {
+        "clients": clients,
+        "requests_each": per_client,
+        "reps": reps,
+        "unbatched_rps": median([g["rps"] for g in got["unbatched"]]),
+        "batched_rps": median([g["rps"] for g in got["batched"]]),
+        "errors": {k: sum(len(g["errors"]) for g in v) for k, v in got.items()},
+        "mean_batch": (after.get("requests", 0) - before.get("requests", 0)) / batches if batches else math.nan,
+    }
     row["x_batching"] = row["batched_rps"] / row["unbatched_rps"]
     return row
 
@@ -372,16 +424,49 @@ def bench_model(spec: str, quick: bool, window_ms: float, logdir: Path) -> dict:
     label, path = resolve_model(spec)
     py = sys.executable
     ts_bin = str(Path(py).parent / "transformers")
-    common = [py, "-m", "blink", "serve", "--model", str(path), "--host", "127.0.0.1", "--port", "{port}",
-              "--log-level", "warning", "--max-queued-requests", "512"]
+    common = [
+        py,
+        "-m",
+        "blink",
+        "serve",
+        "--model",
+        str(path),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "{port}",
+        "--log-level",
+        "warning",
+        "--max-queued-requests",
+        "512",
+    ]
     log(f"{label}: starting servers ({path})")
     servers = {
         "ours": Server(f"{label}-ours", common + ["--batch-window-ms", "0"], "/healthz", logdir),
-        "batched": Server(f"{label}-ours-batched", common + ["--batch-window-ms", str(window_ms),
-                                                             "--max-batch-requests", "64"], "/healthz", logdir),
-        "ts": Server(f"{label}-transformers-serve", [ts_bin, "serve", str(path), "--host", "127.0.0.1", "--port",
-                                                     "{port}", "--device", "cpu", "--log-level", "error"],
-                     "/health", logdir),
+        "batched": Server(
+            f"{label}-ours-batched",
+            common + ["--batch-window-ms", str(window_ms), "--max-batch-requests", "64"],
+            "/healthz",
+            logdir,
+        ),
+        "ts": Server(
+            f"{label}-transformers-serve",
+            [
+                ts_bin,
+                "serve",
+                str(path),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "{port}",
+                "--device",
+                "cpu",
+                "--log-level",
+                "error",
+            ],
+            "/health",
+            logdir,
+        ),
     }
     try:
         from blink.engine import Engine
@@ -405,16 +490,20 @@ def bench_model(spec: str, quick: bool, window_ms: float, logdir: Path) -> dict:
         for state, n_q in grid:
             cell = measure_cell(sides, engine.tokenizer, model_name, state, n_q, budget, max_reps=3 if quick else 7)
             cells.append(cell)
-            log(f"{label}: {state:>5} tok x {n_q:>2} q: ours {cell['ours_ms']:.1f} ms, TS {cell['ts_ms']:.1f} ms "
+            log(
+                f"{label}: {state:>5} tok x {n_q:>2} q: ours {cell['ours_ms']:.1f} ms, TS {cell['ts_ms']:.1f} ms "
                 f"(x{cell['x_ts']:.2f}), plain {cell['plain_ms']:.1f} ms (x{cell['x_plain']:.2f}), "
-                f"outside {cell['outside_share']:.1%} (prepare {cell['prepare_share']:.1%}), n={cell['n']}")
+                f"outside {cell['outside_share']:.1%} (prepare {cell['prepare_share']:.1%}), n={cell['n']}"
+            )
         throughput = []
         for clients, each in (QUICK_CLIENTS if quick else FULL_CLIENTS).items():
             row = measure_throughput(servers["ours"], servers["batched"], engine.tokenizer, model_name, clients, each)
             throughput.append(row)
-            log(f"{label}: {clients} clients: unbatched {row['unbatched_rps']:.1f} req/s, batched "
+            log(
+                f"{label}: {clients} clients: unbatched {row['unbatched_rps']:.1f} req/s, batched "
                 f"{row['batched_rps']:.1f} req/s (x{row['x_batching']:.2f}), mean batch {row['mean_batch']:.1f}, "
-                f"errors {row['errors']}")
+                f"errors {row['errors']}"
+            )
         calls = [c for cell in cells for c in cell.pop("calls")]
         bench_rss = psutil.Process().memory_info().rss
     finally:
@@ -423,12 +512,20 @@ def bench_model(spec: str, quick: bool, window_ms: float, logdir: Path) -> dict:
     log(f"{label}: bf16 drift against the fp32 plain forward; a lopsided batch")
     drift = bf16_drift(sides, model_name, quick)
     lopsided = mixed_batch(sides.engine, model_name)
-    return {"model": label, "path": str(path), "params": params, "cells": cells, "throughput": throughput,
-            "memory": {name: {"ready_rss": s.ready_rss, "peak_rss": s.peak_rss} for name, s in servers.items()}
-            | {"bench_process_rss": bench_rss},
-            "durations": duration_honesty(calls), "bf16": drift, "mixed_batch": lopsided,
-            "batch_window_ms": window_ms,
-            "restarts": [why for s in servers.values() for why in s.restarts]}
+    return {
+        "model": label,
+        "path": str(path),
+        "params": params,
+        "cells": cells,
+        "throughput": throughput,
+        "memory": {name: {"ready_rss": s.ready_rss, "peak_rss": s.peak_rss} for name, s in servers.items()}
+        | {"bench_process_rss": bench_rss},
+        "durations": duration_honesty(calls),
+        "bf16": drift,
+        "mixed_batch": lopsided,
+        "batch_window_ms": window_ms,
+        "restarts": [why for s in servers.values() for why in s.restarts],
+    }
 
 
 # the table ------------------------------------------------------------------------------------------------
@@ -441,8 +538,18 @@ def mark(ok: bool) -> str:
 
 
 def table(results: list[dict], larger: str | None) -> str:
-    head = ["model", "row", "ours", "transformers serve", "plain fwd / unbatched", "TS ÷ ours",
-            "plain ÷ ours / batched ÷ unbatched", "outside model", "n ours/TS/plain", "target"]
+    head = [
+        "model",
+        "row",
+        "ours",
+        "transformers serve",
+        "plain fwd / unbatched",
+        "TS ÷ ours",
+        "plain ÷ ours / batched ÷ unbatched",
+        "outside model",
+        "n ours/TS/plain",
+        "target",
+    ]
     rows = []
     for res in results:
         m = res["model"]
@@ -455,45 +562,134 @@ def table(results: list[dict], larger: str | None) -> str:
             if c["questions"] == 1:
                 targets.append(f"TS ≥{TARGET_TS_1:g}× {mark(c['x_ts'] >= TARGET_TS_1)}")
             n = c["n"]
-            rows.append([m, f"latency {c['state_tokens']} tok × {c['questions']} q", fmt_ms(c["ours_ms"]),
-                         fmt_ms(c["ts_ms"]), fmt_ms(c["plain_ms"]), f"{c['x_ts']:.2f}×", f"{c['x_plain']:.2f}×",
-                         f"{c['outside_share']:.1%} (prepare {c['prepare_share']:.0%})", f"{n['ours']}/{n['ts']}/{n['plain']}", "; ".join(targets)])
+            rows.append(
+                [
+                    m,
+                    f"latency {c['state_tokens']} tok × {c['questions']} q",
+                    fmt_ms(c["ours_ms"]),
+                    fmt_ms(c["ts_ms"]),
+                    fmt_ms(c["plain_ms"]),
+                    f"{c['x_ts']:.2f}×",
+                    f"{c['x_plain']:.2f}×",
+                    f"{c['outside_share']:.1%} (prepare {c['prepare_share']:.0%})",
+                    f"{n['ours']}/{n['ts']}/{n['plain']}",
+                    "; ".join(targets),
+                ]
+            )
         for t in res["throughput"]:
-            target = f"≥{TARGET_BATCHING_16:g}× {mark(t['x_batching'] >= TARGET_BATCHING_16)}" if t["clients"] == 16 else ""
+            target = (
+                f"≥{TARGET_BATCHING_16:g}× {mark(t['x_batching'] >= TARGET_BATCHING_16)}" if t["clients"] == 16 else ""
+            )
             errs = sum(t["errors"].values())
-            rows.append([m, f"throughput {t['clients']} clients × 1 q ({THROUGHPUT_STATE} tok each)"
-                            + (f", {errs} errors" if errs else ""),
-                         f"{t['batched_rps']:.1f} req/s batched (mean batch {t['mean_batch']:.1f})", "—", f"{t['unbatched_rps']:.1f} req/s", "—",
-                         f"{t['x_batching']:.2f}×", "", f"{t['reps']}×{t['clients'] * t['requests_each']} req", target])
+            rows.append(
+                [
+                    m,
+                    f"throughput {t['clients']} clients × 1 q ({THROUGHPUT_STATE} tok each)"
+                    + (f", {errs} errors" if errs else ""),
+                    f"{t['batched_rps']:.1f} req/s batched (mean batch {t['mean_batch']:.1f})",
+                    "—",
+                    f"{t['unbatched_rps']:.1f} req/s",
+                    "—",
+                    f"{t['x_batching']:.2f}×",
+                    "",
+                    f"{t['reps']}×{t['clients'] * t['requests_each']} req",
+                    target,
+                ]
+            )
         mb_ = res["mixed_batch"]
-        rows.append([m, "lopsided batch: 1 × 2,200 tok + 15 × 64 tok, 1 q each", f"{fmt_ms(mb_['one_call_ms'])} in one call",
-                     "—", f"{fmt_ms(mb_['each_ms'])} one call each", "—", f"{mb_['x']:.2f}×", "", "3 reps (in-process)",
-                     f"≥1× {mark(mb_['x'] >= 1)}"])
+        rows.append(
+            [
+                m,
+                "lopsided batch: 1 × 2,200 tok + 15 × 64 tok, 1 q each",
+                f"{fmt_ms(mb_['one_call_ms'])} in one call",
+                "—",
+                f"{fmt_ms(mb_['each_ms'])} one call each",
+                "—",
+                f"{mb_['x']:.2f}×",
+                "",
+                "3 reps (in-process)",
+                f"≥1× {mark(mb_['x'] >= 1)}",
+            ]
+        )
         mem = res["memory"]
         mb = lambda b: f"{b / 2**20:.0f} MB"  # noqa: E731
-        rows.append([m, "peak RSS (server process)", f"{mb(mem['ours']['peak_rss'])} (batched server "
-                     f"{mb(mem['batched']['peak_rss'])})", mb(mem["ts"]["peak_rss"]),
-                     f"bench process {mb(mem['bench_process_rss'])}",
-                     f"{mem['ts']['peak_rss'] / mem['ours']['peak_rss']:.2f}×", "", "", "", ""])
+        rows.append(
+            [
+                m,
+                "peak RSS (server process)",
+                f"{mb(mem['ours']['peak_rss'])} (batched server {mb(mem['batched']['peak_rss'])})",
+                mb(mem["ts"]["peak_rss"]),
+                f"bench process {mb(mem['bench_process_rss'])}",
+                f"{mem['ts']['peak_rss'] / mem['ours']['peak_rss']:.2f}×",
+                "",
+                "",
+                "",
+                "",
+            ]
+        )
         worst = max(c["max_abs_diff"]["ours_vs_plain"] for c in res["cells"])
         worst_ts = max(c["max_abs_diff"]["ts_vs_plain"] for c in res["cells"])
-        rows.append([m, "max |Δ probability| vs plain forward", f"{worst:.1e}", f"{worst_ts:.1e}", "0 (reference)",
-                     "", "", "", "", "fp32: ≤ 1e-5 " + mark(worst <= 1e-5)])
+        rows.append(
+            [
+                m,
+                "max |Δ probability| vs plain forward",
+                f"{worst:.1e}",
+                f"{worst_ts:.1e}",
+                "0 (reference)",
+                "",
+                "",
+                "",
+                "",
+                "fp32: ≤ 1e-5 " + mark(worst <= 1e-5),
+            ]
+        )
         b = res["bf16"]
-        rows.append([m, "bf16 drift: max |Δ probability|, ours in bf16 vs plain fp32", f"{b['max_abs_diff']:.1e}", "",
-                     "0 (reference)", "", "", "", f"{b['answers']} answers, argmax {b['argmax_agree']}/{b['answers']}",
-                     f"bound {BF16_BOUND:g} " + mark(b["max_abs_diff"] <= BF16_BOUND)])
+        rows.append(
+            [
+                m,
+                "bf16 drift: max |Δ probability|, ours in bf16 vs plain fp32",
+                f"{b['max_abs_diff']:.1e}",
+                "",
+                "0 (reference)",
+                "",
+                "",
+                "",
+                f"{b['answers']} answers, argmax {b['argmax_agree']}/{b['answers']}",
+                f"bound {BF16_BOUND:g} " + mark(b["max_abs_diff"] <= BF16_BOUND),
+            ]
+        )
         d = res["durations"]
-        rows.append([m, "duration honesty: requested vs used s (CPU compute)",
-                     f"{d['requested_s']:.0f} s asked / {d['used_s']:.1f} s used = {d['ratio']:.1f}×",
-                     "", "", "", "", "", f"{d['calls']} calls", f"cut off: {d['cut_off']}/{d['calls']} "
-                     + mark(d["cut_off"] == 0)])
+        rows.append(
+            [
+                m,
+                "duration honesty: requested vs used s (CPU compute)",
+                f"{d['requested_s']:.0f} s asked / {d['used_s']:.1f} s used = {d['ratio']:.1f}×",
+                "",
+                "",
+                "",
+                "",
+                "",
+                f"{d['calls']} calls",
+                f"cut off: {d['cut_off']}/{d['calls']} " + mark(d["cut_off"] == 0),
+            ]
+        )
         if d.get("long_calls"):
             ok = d["long_ratio"] <= TARGET_DURATION_RATIO
-            rows.append([m, f"… of which calls over {d['long_s']:g} s of work",
-                         f"{d['long_requested_s']:.0f} s asked / {d['long_used_s']:.1f} s used = "
-                         f"{d['long_ratio']:.2f}× (worst call {d['long_worst']:.2f}×)", "", "", "", "", "",
-                         f"{d['long_calls']} calls", f"≤{TARGET_DURATION_RATIO:g}× {mark(ok)}"])
+            rows.append(
+                [
+                    m,
+                    f"… of which calls over {d['long_s']:g} s of work",
+                    f"{d['long_requested_s']:.0f} s asked / {d['long_used_s']:.1f} s used = "
+                    f"{d['long_ratio']:.2f}× (worst call {d['long_worst']:.2f}×)",
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                    f"{d['long_calls']} calls",
+                    f"≤{TARGET_DURATION_RATIO:g}× {mark(ok)}",
+                ]
+            )
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
     line = lambda r: "| " + " | ".join(str(x).ljust(w) for x, w in zip(r, widths)) + " |"  # noqa: E731
     return "\n".join([line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(r) for r in rows])
@@ -511,20 +707,33 @@ def machine() -> dict:
     import torch
     import transformers
 
-    return {"nproc": os.cpu_count(), "cpu": cpu, "torch_threads": torch.get_num_threads(),
-            "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-            "loadavg_start": os.getloadavg()}
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "loadavg_start": os.getloadavg(),
+    }
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a smoke run: 4 latency cells, 1 and 16 clients, few reps")
-    ap.add_argument("--model", default=None,
-                    help="demo, large, a model folder, or a comma list (default: demo,large; --quick: demo)")
+    ap.add_argument(
+        "--model",
+        default=None,
+        help="demo, large, a model folder, or a comma list (default: demo,large; --quick: demo)",
+    )
     ap.add_argument("--batch-window-ms", type=float, default=10.0, help="the batched server's window (default 10)")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads (OMP_NUM_THREADS) of every side (default 1; 0 = torch's default). On a "
-                         "shared 2-core machine 2 threads made a forward 3x slower and far noisier under load")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (OMP_NUM_THREADS) of every side (default 1; 0 = torch's default). On a "
+        "shared 2-core machine 2 threads made a forward 3x slower and far noisier under load",
+    )
     ap.add_argument("--json", help="also write the raw results here")
     args = ap.parse_args(argv)
     if args.threads:
@@ -542,11 +751,16 @@ def main(argv=None) -> None:
     info["wall_s"] = round(time.time() - started, 1)
     info["date"] = dt.datetime.now().astimezone().isoformat(timespec="seconds")
     larger = max(results, key=lambda r: r["params"])["model"] if len(results) > 1 else results[0]["model"]
-    print(f"\nblink bench — {info['date']} — {'quick' if args.quick else 'full'} run, {info['wall_s']} s — "
-          f"{info['nproc']} × {info['cpu']} (torch {info['torch']} {info['torch_threads']} threads, transformers "
-          f"{info['transformers']}) — load avg {info['loadavg_start'][0]:.2f} → {info['loadavg_end'][0]:.2f}")
-    print("models: " + "; ".join(f"{r['model']} = {r['params'] / 1e6:.0f}M params ({r['path']})" for r in results)
-          + f"; batched server: --batch-window-ms {args.batch_window_ms:g} --max-batch-requests 64")
+    print(
+        f"\nblink bench — {info['date']} — {'quick' if args.quick else 'full'} run, {info['wall_s']} s — "
+        f"{info['nproc']} × {info['cpu']} (torch {info['torch']} {info['torch_threads']} threads, transformers "
+        f"{info['transformers']}) — load avg {info['loadavg_start'][0]:.2f} → {info['loadavg_end'][0]:.2f}"
+    )
+    print(
+        "models: "
+        + "; ".join(f"{r['model']} = {r['params'] / 1e6:.0f}M params ({r['path']})" for r in results)
+        + f"; batched server: --batch-window-ms {args.batch_window_ms:g} --max-batch-requests 64"
+    )
     print(table(results, larger))
     for r in results:
         for why in r["restarts"]:

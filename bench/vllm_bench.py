@@ -88,18 +88,22 @@ def local_side(engine):
         return "blink engine (executor)", lambda plans: [s for _, s in engine.score_many(plans)["results"]]
     except BlinkError:
         model = engine.executor.model
-        return ("plain per-question forward (executor fix pending)",
-                lambda plans: [workload.plain_scores(model, plan) for plan in plans])
+        return (
+            "plain per-question forward (executor fix pending)",
+            lambda plans: [workload.plain_scores(model, plan) for plan in plans],
+        )
 
 
 def scores_of(scorer):
     """The scorer's scores; any request it could not score stops the run (a dead replica must not look fast)."""
+
     def score(plans):
         results = scorer.score_many(plans)["results"]
         failed = [message for status, message in results if status != "ok"]
         if failed:
             raise SystemExit(f"{len(failed)} of {len(results)} requests failed: {failed[0]}")
         return [scores for _, scores in results]
+
     return score
 
 
@@ -143,8 +147,11 @@ def main(argv=None) -> None:
             sides[side]([warm, warm])
         first_s = time.perf_counter() - first
 
-        cells = [(64, 1), (512, 8), (2000, 16)] if args.quick else [(64, 1), (64, 8), (512, 1), (512, 8),
-                                                                      (2000, 1), (2000, 16), (2000, 64)]
+        cells = (
+            [(64, 1), (512, 8), (2000, 16)]
+            if args.quick
+            else [(64, 1), (64, 8), (512, 1), (512, 8), (2000, 1), (2000, 16), (2000, 64)]
+        )
         repeat = 3 if args.quick else 5
         rows, worst = [], 0.0
         for state, n_q in cells:
@@ -160,14 +167,16 @@ def main(argv=None) -> None:
             log(f"{state} x {n_q}: " + ", ".join(f"{k} {v:.0f} ms" for k, v in row.items()))
 
         clients = 8
-        bodies = [engine.prepare(workload.body(tokenizer, "m", 512, 8, seed=1000 + i)).prompts
-                  for i in range(clients * (2 if args.quick else 4))]
+        bodies = [
+            engine.prepare(workload.body(tokenizer, "m", 512, 8, seed=1000 + i)).prompts
+            for i in range(clients * (2 if args.quick else 4))
+        ]
         throughput = {}
         for side, fn in sides.items():
             started = time.perf_counter()
             if side == "local":  # one engine: a batch at a time, as blink's batcher hands it over
                 for k in range(0, len(bodies), clients):
-                    fn(bodies[k:k + clients])
+                    fn(bodies[k : k + clients])
             else:
                 with ThreadPoolExecutor(clients) as pool:
                     list(pool.map(lambda plan, f=fn: f([plan]), bodies))
@@ -176,20 +185,29 @@ def main(argv=None) -> None:
     finally:
         stop(replicas)
 
-    print(f"\n### blink vs blink -> vLLM ({args.shape} qwen3, fp32), {time.strftime('%Y-%m-%d')}, "
-          f"{platform.machine()} x {os.cpu_count()} cores, torch.compile {'off' if args.no_compile else 'on'}\n")
-    print(f"local side: {name}. Two replicas started side by side in {start_s:.0f} s; "
-          f"first requests {first_s:.1f} s.\n")
+    print(
+        f"\n### blink vs blink -> vLLM ({args.shape} qwen3, fp32), {time.strftime('%Y-%m-%d')}, "
+        f"{platform.machine()} x {os.cpu_count()} cores, torch.compile {'off' if args.no_compile else 'on'}\n"
+    )
+    print(
+        f"local side: {name}. Two replicas started side by side in {start_s:.0f} s; first requests {first_s:.1f} s.\n"
+    )
     print("| cell | local ms | vLLM x1 ms | vLLM x2 ms | x1 / local |")
     print("|---|---|---|---|---|")
     for label, row in rows:
-        print(f"| {label} | {row['local']:.0f} | {row['vllm x1']:.0f} | {row['vllm x2']:.0f} | "
-              f"{row['local'] / row['vllm x1']:.2f} |")
-    print(f"| throughput, {clients} clients, 512 tok x 8 q (decisions/s) | {throughput['local']:.2f} | "
-          f"{throughput['vllm x1']:.2f} | {throughput['vllm x2']:.2f} | "
-          f"{throughput['vllm x1'] / throughput['local']:.2f} |")
-    print(f"\nmax |dp| vLLM vs local: {worst:.2e}; requests per replica (x2 side): "
-          + ", ".join(str(r["served"]) for r in health))
+        print(
+            f"| {label} | {row['local']:.0f} | {row['vllm x1']:.0f} | {row['vllm x2']:.0f} | "
+            f"{row['local'] / row['vllm x1']:.2f} |"
+        )
+    print(
+        f"| throughput, {clients} clients, 512 tok x 8 q (decisions/s) | {throughput['local']:.2f} | "
+        f"{throughput['vllm x1']:.2f} | {throughput['vllm x2']:.2f} | "
+        f"{throughput['vllm x1'] / throughput['local']:.2f} |"
+    )
+    print(
+        f"\nmax |dp| vLLM vs local: {worst:.2e}; requests per replica (x2 side): "
+        + ", ".join(str(r["served"]) for r in health)
+    )
 
 
 if __name__ == "__main__":

@@ -48,20 +48,33 @@ def questions(count: int, seed: int = 0) -> dict:
         if kind == "noul":
             q = {"type": "noul", "instructions": f"Does the customer mention the {topic}?"}
         elif kind == "choice":
-            q = {"type": "choice", "instructions": f"Which team should handle the {topic} part of this ticket?",
-                 "criteria": {"billing": "Charges, refunds and invoices", "shipping": "Late, lost or damaged parcels",
-                              "technical": "Devices, network and accounts", "other": "Anything else"}}
+            q = {
+                "type": "choice",
+                "instructions": f"Which team should handle the {topic} part of this ticket?",
+                "criteria": {
+                    "billing": "Charges, refunds and invoices",
+                    "shipping": "Late, lost or damaged parcels",
+                    "technical": "Devices, network and accounts",
+                    "other": "Anything else",
+                },
+            }
         else:
             levels = ["None", "Low", "Medium", "High", "Extreme"][: rng.randint(3, 5)]
-            q = {"type": "score", "instructions": f"How much {EMOTIONS[i % len(EMOTIONS)]} about the {topic} "
-                                                  "does the customer show?", "criteria": levels}
+            q = {
+                "type": "score",
+                "instructions": f"How much {EMOTIONS[i % len(EMOTIONS)]} about the {topic} does the customer show?",
+                "criteria": levels,
+            }
         out[f"q{i:02d}"] = q
     return out
 
 
 def body(tokenizer, model: str, state_tokens: int, n_questions: int, seed: int) -> dict:
-    return {"model": model, "state": text_of_tokens(tokenizer, state_tokens, seed),
-            "questions": questions(n_questions, seed)}
+    return {
+        "model": model,
+        "state": text_of_tokens(tokenizer, state_tokens, seed),
+        "questions": questions(n_questions, seed),
+    }
 
 
 def probabilities(answer: dict) -> list[float]:

@@ -19,8 +19,9 @@ def main(argv: list[str] | None = None) -> None:
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser(
-        "serve", help="serve /v1/systemone, the OpenAI routes (/v1/chat/completions, /v1/responses, /v1/completions, "
-        "/v1/decisions), /v1/models and /healthz"
+        "serve",
+        help="serve /v1/systemone, the OpenAI routes (/v1/chat/completions, /v1/responses, /v1/completions, "
+        "/v1/decisions), /v1/models and /healthz",
     )
     add_arguments(serve.add_argument_group("listening"), Listen)
     add_arguments(serve.add_argument_group("serving (blink/settings.py)"), Settings)
@@ -34,13 +35,18 @@ def main(argv: list[str] | None = None) -> None:
         help="demo: 16M params (tests); large: ~150M params (CPU benchmarks)",
     )
     demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--arch", choices=("qwen3_5", "qwen3"), default="qwen3_5",
-                      help="qwen3_5: the hybrid architecture blink serves; qwen3: plain attention (vLLM's CPU build)")
+    demo.add_argument(
+        "--arch",
+        choices=("qwen3_5", "qwen3"),
+        default="qwen3_5",
+        help="qwen3_5: the hybrid architecture blink serves; qwen3: plain attention (vLLM's CPU build)",
+    )
 
     from .calibrate import add_arguments as add_calibrate_arguments
 
-    calibrate = commands.add_parser("calibrate", help="fit a temperature per question type to labelled requests "
-                                                      "and write calibration.json")
+    calibrate = commands.add_parser(
+        "calibrate", help="fit a temperature per question type to labelled requests and write calibration.json"
+    )
     add_calibrate_arguments(calibrate)
 
     args = parser.parse_args(argv)
@@ -61,8 +67,10 @@ def main(argv: list[str] | None = None) -> None:
     settings, listen = from_args(args, Settings), from_args(args, Listen)
     if any(a == "--api-key" or a.startswith("--api-key=") for a in (sys.argv[1:] if argv is None else argv)):
         # the command line is readable by every user of the machine (ps, /proc/<pid>/cmdline)
-        logging.getLogger("blink").warning("--api-key puts the key in the process list, where any user of this "
-                                           "machine can read it; set BLINK_API_KEY instead")
+        logging.getLogger("blink").warning(
+            "--api-key puts the key in the process list, where any user of this "
+            "machine can read it; set BLINK_API_KEY instead"
+        )
     from .loading import go_offline_if_local
 
     go_offline_if_local(settings.model)  # before any Hub library is imported

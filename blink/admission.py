@@ -12,9 +12,10 @@ parses or tokenizes a body:
 A refusal costs no parsing, no tokenizing and no queue slot, so an overloaded server keeps its time for the
 requests it admitted. Each kind of work has its own budget (`Policy`): how many requests hold a place at once,
 how long one may wait for a place before it is refused (chat waits for a slot; a decision waits a few seconds,
-so a burst is served back to back instead of sleeping through client-side retries), and how many places anonymous callers (the UI) may never take, so keyed API traffic is
-never starved by anonymous traffic; when a place frees, waiting keyed callers are served before anonymous
-ones. `Retry-After` is the expected wait: the places ahead of the caller times the mean time a place is held.
+so a burst is served back to back instead of sleeping through client-side retries), and how many places
+anonymous callers (the UI) may never take, so keyed API traffic is never starved by anonymous traffic; when a
+place frees, waiting keyed callers are served before anonymous ones. `Retry-After` is the expected wait: the
+places ahead of the caller times the mean time a place is held.
 
 The gate is thread-safe: the UI's synchronous event handlers enter it with `enter_sync` from worker threads,
 the routes with `enter` from the event loop, and they share the same places.
@@ -32,17 +33,17 @@ from dataclasses import dataclass
 
 from .errors import Overloaded
 
-KEYED = "keyed"          # a caller who presented the API key, or any API caller when no key is set
+KEYED = "keyed"  # a caller who presented the API key, or any API caller when no key is set
 ANONYMOUS = "anonymous"  # the Gradio UI's callers when a key is set: they may never take the reserved places
 CLASSES = (KEYED, ANONYMOUS)
 
 
 @dataclass(frozen=True)
 class Policy:
-    capacity: int              # requests holding a place at once (preparing, queued or running)
-    wait_s: float = 0.0        # longest wait for a place before 529 (0: refuse at once)
-    reserved: int = 0          # places anonymous callers never take
-    preparing: int = 2         # requests parsing/tokenizing at once (the CPU work before the queue)
+    capacity: int  # requests holding a place at once (preparing, queued or running)
+    wait_s: float = 0.0  # longest wait for a place before 529 (0: refuse at once)
+    reserved: int = 0  # places anonymous callers never take
+    preparing: int = 2  # requests parsing/tokenizing at once (the CPU work before the queue)
     anonymous_wait_s: float | None = None  # anonymous callers' longest wait (default: wait_s)
 
     def __post_init__(self):
@@ -72,8 +73,8 @@ class Gate:
         self.held = {c: 0 for c in CLASSES}
         self.waiting: dict[str, deque[_Waiter]] = {c: deque() for c in CLASSES}
         self.admitted = self.refused = self.waited = 0
-        self.mean_hold_s = 0.5   # running mean of how long a place is held (seeds Retry-After)
-        self.measured = False    # a place has been given back: the mean is a measurement, not the seed
+        self.mean_hold_s = 0.5  # running mean of how long a place is held (seeds Retry-After)
+        self.measured = False  # a place has been given back: the mean is a measurement, not the seed
         self.preparing = Bound(policy.preparing)
 
     # places -------------------------------------------------------------------------------------------------
@@ -111,8 +112,11 @@ class Gate:
         self.refused += 1
         seconds = self.retry_after(caller_class)
         what = "chat slot" if self.kind == "chat" else "place"
-        return Overloaded(f"blink is busy: every {what} for {self.kind} requests is taken. Retry after {seconds} s.",
-                          retry_after=seconds, kind="overloaded")
+        return Overloaded(
+            f"blink is busy: every {what} for {self.kind} requests is taken. Retry after {seconds} s.",
+            retry_after=seconds,
+            kind="overloaded",
+        )
 
     def _enqueue(self, caller_class: str, wake) -> _Waiter | None:
         """Under the lock: the waiter, or None when the caller took a place at once; raises when it may not wait."""
@@ -163,7 +167,7 @@ class Gate:
         if waiter is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(future), self._wait_limit(caller_class))
-            except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
+            except (TimeoutError, asyncio.CancelledError) as exc:
                 with self.lock:
                     granted = waiter.granted
                     if not granted or isinstance(exc, asyncio.CancelledError):
@@ -196,11 +200,19 @@ class Gate:
 
     def state(self) -> dict:
         with self.lock:
-            return {"capacity": self.policy.capacity, "reserved_for_keyed": self.policy.reserved,
-                    "wait_s": self.policy.wait_s, "held": dict(self.held),
-                    "waiting": {c: len(q) for c, q in self.waiting.items()}, "admitted": self.admitted,
-                    "refused": self.refused, "waited": self.waited, "mean_hold_s": round(self.mean_hold_s, 3),
-                    "retry_after_s": self.retry_after(), "preparing": self.preparing.held}
+            return {
+                "capacity": self.policy.capacity,
+                "reserved_for_keyed": self.policy.reserved,
+                "wait_s": self.policy.wait_s,
+                "held": dict(self.held),
+                "waiting": {c: len(q) for c, q in self.waiting.items()},
+                "admitted": self.admitted,
+                "refused": self.refused,
+                "waited": self.waited,
+                "mean_hold_s": round(self.mean_hold_s, 3),
+                "retry_after_s": self.retry_after(),
+                "preparing": self.preparing.held,
+            }
 
 
 class Bound:
@@ -286,16 +298,33 @@ class Admission:
         self.gates = {kind: Gate(kind, policy) for kind, policy in policies.items()}
 
     @classmethod
-    def standard(cls, *, max_queued: int = 64, max_batch: int = 16, max_chats: int = 4, chat_wait_s: float = 30.0,
-                 reserved_decide: int | None = None, reserved_chat: int | None = None,
-                 preparing: int = 2, decide_wait_s: float = 0.0) -> "Admission":
+    def standard(
+        cls,
+        *,
+        max_queued: int = 64,
+        max_batch: int = 16,
+        max_chats: int = 4,
+        chat_wait_s: float = 30.0,
+        reserved_decide: int | None = None,
+        reserved_chat: int | None = None,
+        preparing: int = 2,
+        decide_wait_s: float = 0.0,
+    ) -> Admission:
         """The server's gates from its settings: a decision holds a place from its first byte to its answer
         (the batcher's queue plus the batch being run), a chat holds a generation slot."""
         capacity = max_queued + max_batch
-        decide = Policy(capacity, wait_s=decide_wait_s, preparing=preparing,
-                        reserved=capacity // 4 if reserved_decide is None else reserved_decide)
-        chat = Policy(max_chats, wait_s=chat_wait_s, preparing=preparing,
-                      reserved=(max_chats // 4 if reserved_chat is None else reserved_chat))
+        decide = Policy(
+            capacity,
+            wait_s=decide_wait_s,
+            preparing=preparing,
+            reserved=capacity // 4 if reserved_decide is None else reserved_decide,
+        )
+        chat = Policy(
+            max_chats,
+            wait_s=chat_wait_s,
+            preparing=preparing,
+            reserved=(max_chats // 4 if reserved_chat is None else reserved_chat),
+        )
         return cls({"decide": decide, "chat": chat})
 
     def gate(self, kind: str) -> Gate:

@@ -33,8 +33,9 @@ class Job:
 
 
 class Batcher:
-    def __init__(self, run: Callable[[list, Any], list], window_s: float = 0.0, max_batch: int = 16,
-                 max_queued: int = 64):
+    def __init__(
+        self, run: Callable[[list, Any], list], window_s: float = 0.0, max_batch: int = 16, max_queued: int = 64
+    ):
         self.run = run
         self.window_s = window_s
         self.max_batch = max_batch if window_s > 0 else 1
@@ -108,6 +109,12 @@ class Batcher:
                 job.future.set_result(result)
 
     def stats(self) -> dict:
-        return {"window_ms": self.window_s * 1000, "max_requests": self.max_batch, "max_queued": self.max_queued,
-                "worker_alive": self.alive(), "queued": self.queue.qsize() + len(self.held), "batches": self.batches,
-                "requests": self.requests}
+        return {
+            "window_ms": self.window_s * 1000,
+            "max_requests": self.max_batch,
+            "max_queued": self.max_queued,
+            "worker_alive": self.alive(),
+            "queued": self.queue.qsize() + len(self.held),
+            "batches": self.batches,
+            "requests": self.requests,
+        }

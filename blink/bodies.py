@@ -20,14 +20,18 @@ async def read_body(request: Request, limits: Limits) -> bytes:
     """The raw body, refused with 413 as soon as it passes the cap (a 100 MB body is never held whole)."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limits.max_body_bytes:
-        raise PayloadTooLarge(f"the body is {int(declared)} bytes; this server accepts at most "
-                              f"{limits.max_body_bytes} bytes per request", kind="body_too_large")
+        raise PayloadTooLarge(
+            f"the body is {int(declared)} bytes; this server accepts at most {limits.max_body_bytes} bytes per request",
+            kind="body_too_large",
+        )
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limits.max_body_bytes:
-            raise PayloadTooLarge(f"the body is over {limits.max_body_bytes} bytes, this server's limit per request",
-                                  kind="body_too_large")
+            raise PayloadTooLarge(
+                f"the body is over {limits.max_body_bytes} bytes, this server's limit per request",
+                kind="body_too_large",
+            )
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -78,9 +82,17 @@ def parse_multipart(data: bytes, content_type: str) -> tuple[dict, dict[str, tup
             raise InvalidRequest(f"multipart part {name!r} appears twice", loc=["body", name], kind="multipart_invalid")
         parts[name] = (current["headers"].get("content-type", ""), b"".join(current["data"]))
 
-    parser = MultipartParser(boundary, callbacks={
-        "on_part_begin": on_part_begin, "on_header_field": on_header_field, "on_header_value": on_header_value,
-        "on_header_end": on_header_end, "on_part_data": on_part_data, "on_part_end": on_part_end})
+    parser = MultipartParser(
+        boundary,
+        callbacks={
+            "on_part_begin": on_part_begin,
+            "on_header_field": on_header_field,
+            "on_header_value": on_header_value,
+            "on_header_end": on_header_end,
+            "on_part_data": on_part_data,
+            "on_part_end": on_part_end,
+        },
+    )
     try:
         parser.write(data)
         parser.finalize()
@@ -89,8 +101,9 @@ def parse_multipart(data: bytes, content_type: str) -> tuple[dict, dict[str, tup
     except Exception as exc:  # noqa: BLE001
         raise InvalidRequest(f"invalid multipart body: {exc}", loc=["body"], kind="multipart_invalid") from None
     if "request" not in parts:
-        raise InvalidRequest("a multipart body needs a `request` part holding the JSON request",
-                             loc=["body", "request"], kind="missing")
+        raise InvalidRequest(
+            "a multipart body needs a `request` part holding the JSON request", loc=["body", "request"], kind="missing"
+        )
     body = parse_json(parts.pop("request")[1])
     return body, parts
 
@@ -101,8 +114,9 @@ async def read_request(request: Request, limits: Limits) -> tuple[object, dict]:
     from starlette.concurrency import run_in_threadpool
 
     raw = await read_body(request, limits)
-    return await run_in_threadpool(parse_request, raw, request.headers.get("content-encoding"),
-                                   request.headers.get("content-type", ""), limits)
+    return await run_in_threadpool(
+        parse_request, raw, request.headers.get("content-encoding"), request.headers.get("content-type", ""), limits
+    )
 
 
 def parse_request(raw: bytes, encoding: str | None, content_type: str, limits: Limits) -> tuple[object, dict]:

@@ -28,8 +28,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--adapter", default=None, help="LoRA adapter merged into the model (as `serve --adapter`)")
     parser.add_argument("--adapter-revision", default=None, help="Hub revision of --adapter")
     parser.add_argument("--out", required=True, help="where to write the calibration file (calibration.json)")
-    parser.add_argument("--x-order", choices=("fixed", "rotate"), default="fixed",
-                        help="how choices are read on lines without their own x_order: fit it the way you serve it")
+    parser.add_argument(
+        "--x-order",
+        choices=("fixed", "rotate"),
+        default="fixed",
+        help="how choices are read on lines without their own x_order: fit it the way you serve it",
+    )
     parser.add_argument("--batch", type=int, default=8, help="requests per model call")
 
 
@@ -41,18 +45,23 @@ def label_index(question, label) -> int:
     """The index of the true option among `question.options`; BadLine says why a label doesn't fit."""
     if question.type == "noul":
         if not isinstance(label, bool):
-            raise BadLine(f"the label of noul question {question.name!r} must be true or false, "
-                          f"got {json.dumps(label)}")
+            raise BadLine(
+                f"the label of noul question {question.name!r} must be true or false, got {json.dumps(label)}"
+            )
         return question.options.index("true" if label else "false")
     if question.type == "choice":
         if not isinstance(label, str) or label not in question.options:
-            raise BadLine(f"the label of choice question {question.name!r} must be one of its options "
-                          f"({', '.join(map(repr, question.options))}), got {json.dumps(label)}")
+            raise BadLine(
+                f"the label of choice question {question.name!r} must be one of its options "
+                f"({', '.join(map(repr, question.options))}), got {json.dumps(label)}"
+            )
         return question.options.index(label)
     levels = len(question.options)
     if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < levels:
-        raise BadLine(f"the label of score question {question.name!r} must be a level index 0-{levels - 1}, "
-                      f"got {json.dumps(label)}")
+        raise BadLine(
+            f"the label of score question {question.name!r} must be a level index 0-{levels - 1}, "
+            f"got {json.dumps(label)}"
+        )
     return label
 
 
@@ -122,20 +131,28 @@ def fit(by_type: dict) -> tuple[dict, dict]:
             continue
         temperature = fit_temperature(examples)
         temperatures[kind] = round(temperature, 6)
-        report[kind] = {"n": len(examples), "temperature": temperatures[kind],
-                        "at_bound": temperature in BOUNDS, "before": metrics(examples, 1.0),
-                        "after": metrics(examples, temperatures[kind])}
+        report[kind] = {
+            "n": len(examples),
+            "temperature": temperatures[kind],
+            "at_bound": temperature in BOUNDS,
+            "before": metrics(examples, 1.0),
+            "after": metrics(examples, temperatures[kind]),
+        }
     return temperatures, report
 
 
 def report_table(report: dict) -> str:
-    rows = [f"{'type':<7}{'n':>7}{'T':>10}   {'NLL before -> after':<22}{'ECE before -> after':<22}"
-            f"{'Brier before -> after':<22}"]
+    rows = [
+        f"{'type':<7}{'n':>7}{'T':>10}   {'NLL before -> after':<22}{'ECE before -> after':<22}"
+        f"{'Brier before -> after':<22}"
+    ]
     for kind, r in report.items():
         b, a = r["before"], r["after"]
-        rows.append(f"{kind:<7}{r['n']:>7}{r['temperature']:>10.4f}   "
-                    f"{b['nll']:.4f} -> {a['nll']:.4f}      {b['ece']:.4f} -> {a['ece']:.4f}      "
-                    f"{b['brier']:.4f} -> {a['brier']:.4f}" + ("   (T at the search bound)" if r["at_bound"] else ""))
+        rows.append(
+            f"{kind:<7}{r['n']:>7}{r['temperature']:>10.4f}   "
+            f"{b['nll']:.4f} -> {a['nll']:.4f}      {b['ece']:.4f} -> {a['ece']:.4f}      "
+            f"{b['brier']:.4f} -> {a['brier']:.4f}" + ("   (T at the search bound)" if r["at_bound"] else "")
+        )
     return "\n".join(rows)
 
 
@@ -176,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
     by_type: dict = {}
     with progress(total=len(lines), desc="scoring", unit=" requests") as bar:
         for start in range(0, len(lines), args.batch):
-            chunk = lines[start:start + args.batch]
+            chunk = lines[start : start + args.batch]
             results = engine.score_many([prepared.prompts for _, prepared, _ in chunk])
             for (number, prepared, labels), scored in zip(chunk, results):
                 if scored.error is not None:
@@ -188,8 +205,16 @@ def run(args: argparse.Namespace) -> int:
 
     temperatures, report = fit(by_type)
     fingerprint = weights_fingerprint(loaded.root, args.adapter, args.adapter_revision)
-    fit_info = {"data": path.name, "lines": len(lines), "model": args.model, "revision": args.revision,
-                "adapter": args.adapter, "x_order": args.x_order, "bounds": list(BOUNDS), "report": report}
+    fit_info = {
+        "data": path.name,
+        "lines": len(lines),
+        "model": args.model,
+        "revision": args.revision,
+        "adapter": args.adapter,
+        "x_order": args.x_order,
+        "bounds": list(BOUNDS),
+        "report": report,
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(to_file(temperatures, fingerprint, fit_info), indent=2) + "\n", encoding="utf-8")
     print(report_table(report))

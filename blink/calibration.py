@@ -63,8 +63,12 @@ class Calibration:
 
     def health(self) -> dict:
         """`weights`: the fingerprint the file is bound to (null: a file that applies to any weights)."""
-        return {"loaded": bool(self.temperatures), "source": self.source, "temperatures": dict(self.temperatures),
-                "weights": self.weights}
+        return {
+            "loaded": bool(self.temperatures),
+            "source": self.source,
+            "temperatures": dict(self.temperatures),
+            "weights": self.weights,
+        }
 
 
 UNCALIBRATED = Calibration()
@@ -82,6 +86,7 @@ def check_temperature(value: Any) -> float:
 
 def parse(data: Any, source: str) -> Calibration:
     """A calibration file's content, validated; `CalibrationError` names the file and the fault."""
+
     def refuse(message: str) -> CalibrationError:
         return CalibrationError(f"calibration file {source}: {message}")
 
@@ -104,7 +109,7 @@ def parse(data: Any, source: str) -> Calibration:
             raise refuse(f"temperature of {kind!r} {error}") from None
     weights = data.get("weights")
     if weights is not None and not (isinstance(weights, str) and re.fullmatch(r"sha256:[0-9a-f]{64}", weights)):
-        raise refuse(f"`weights` must be a fingerprint \"sha256:<64 hex>\", got {weights!r}")
+        raise refuse(f'`weights` must be a fingerprint "sha256:<64 hex>", got {weights!r}')
     return Calibration({kind: out[kind] for kind in TYPES if kind in out}, source, weights)
 
 
@@ -116,8 +121,9 @@ def read_file(path: str | Path) -> Calibration:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
-        raise CalibrationError(f"calibration file {path}: not JSON ({error.msg} at line {error.lineno} column "
-                               f"{error.colno})") from None
+        raise CalibrationError(
+            f"calibration file {path}: not JSON ({error.msg} at line {error.lineno} column {error.colno})"
+        ) from None
     return parse(data, str(path))
 
 
@@ -134,7 +140,8 @@ def for_model(setting: str | None, root: Path, fingerprint: str) -> Calibration:
         raise CalibrationError(
             f"calibration file {path} was fitted on other weights ({calibration.weights}); this model's are "
             f"{fingerprint}. Refit it on this model (python -m blink calibrate --model ... DATA.jsonl --out FILE), "
-            "or remove its `weights` line to apply it anyway.")
+            "or remove its `weights` line to apply it anyway."
+        )
     return calibration
 
 
@@ -167,10 +174,16 @@ def weights_fingerprint(root: Path, adapter: str | None = None, adapter_revision
             if line.strip():
                 digest, name = line.split(None, 1)
                 manifest[name.strip().lstrip("*")] = digest.lower()
-    weights = {p.name: file_digest(p, manifest) for p in sorted(root.iterdir())
-               if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES)}
-    decision = {name: hashlib.sha256((root / name).read_bytes()).hexdigest()
-                for name in DECISION_FILES if (root / name).is_file()}
+    weights = {
+        p.name: file_digest(p, manifest)
+        for p in sorted(root.iterdir())
+        if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES)
+    }
+    decision = {
+        name: hashlib.sha256((root / name).read_bytes()).hexdigest()
+        for name in DECISION_FILES
+        if (root / name).is_file()
+    }
     parts = {"weights": weights, "adapter": [adapter, adapter_revision] if adapter else None, "decision": decision}
     return "sha256:" + hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
@@ -192,8 +205,9 @@ class Example:
 
 
 def nll(examples: list[Example], temperature: float) -> float:
-    return math.fsum(-math.log(max(probabilities(e.rows, temperature)[e.label], 1e-300))
-                     for e in examples) / len(examples)
+    return math.fsum(-math.log(max(probabilities(e.rows, temperature)[e.label], 1e-300)) for e in examples) / len(
+        examples
+    )
 
 
 def metrics(examples: list[Example], temperature: float = 1.0, bins: int = 10) -> dict:

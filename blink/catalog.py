@@ -34,16 +34,22 @@ def names(ctx: Context) -> list[str]:
 
 def model_card(ctx: Context, name: str) -> dict:
     inputs = ["text", "image"] if ctx.health.get("accepts_images") else ["text"]
-    return {"id": name, "object": "model", "created": ctx.created, "owned_by": "blink",
-            "architecture": {"input_modalities": inputs, "output_modalities": ["text", "decisions"]}}
+    return {
+        "id": name,
+        "object": "model",
+        "created": ctx.created,
+        "owned_by": "blink",
+        "architecture": {"input_modalities": inputs, "output_modalities": ["text", "decisions"]},
+    }
 
 
 def listing(ctx: Context) -> dict:
     return {
         "object": "list",
         "data": [model_card(ctx, name) for name in names(ctx)],
-        "models": [{"name": name, "description": ctx.description, "release_date": ctx.release_date}
-                   for name in names(ctx)],
+        "models": [
+            {"name": name, "description": ctx.description, "release_date": ctx.release_date} for name in names(ctx)
+        ],
     }
 
 
@@ -54,13 +60,18 @@ def routes(ctx: Context) -> list[Route]:
     async def model(call: Call) -> dict:
         name = call.request.path_params["name"]
         if name not in names(ctx):
-            raise NoRoute(f"The model `{name}` does not exist on this server; it serves {', '.join(names(ctx))}",
-                          loc=["body", "model"], kind="model_not_found")
+            raise NoRoute(
+                f"The model `{name}` does not exist on this server; it serves {', '.join(names(ctx))}",
+                loc=["body", "model"],
+                kind="model_not_found",
+            )
         return model_card(ctx, name)
 
     async def healthz(call: Call) -> dict:
         return ctx.current_health()
 
-    return [Route("/v1/models", Endpoint(ctx, WIRE, models, read_body=False), methods=["GET"]),
-            Route("/v1/models/{name:path}", Endpoint(ctx, protocol.WIRE, model, read_body=False), methods=["GET"]),
-            Route("/healthz", Endpoint(ctx, WIRE, healthz, auth=False, read_body=False), methods=["GET"])]
+    return [
+        Route("/v1/models", Endpoint(ctx, WIRE, models, read_body=False), methods=["GET"]),
+        Route("/v1/models/{name:path}", Endpoint(ctx, protocol.WIRE, model, read_body=False), methods=["GET"]),
+        Route("/healthz", Endpoint(ctx, WIRE, healthz, auth=False, read_body=False), methods=["GET"]),
+    ]

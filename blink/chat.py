@@ -21,14 +21,15 @@ step's logits before sampling; generation ends when its grammar is complete.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from .errors import InvalidRequest, param_of
 from .limits import Limits
 from .logprobs import TokenLogprobs
-from .structured import Grammars
 from .safejson import TokenCap
+from .structured import Grammars
 from .text import partial_marker_length
 
 DEFAULT_MAX_OUTPUT_TOKENS = 4096
@@ -64,9 +65,16 @@ class Rendered:
 class ChatEngine:
     """Chat on one loaded model. `render` runs in the main process; `generate` is the GPU generator."""
 
-    def __init__(self, loaded, limits: Limits | None = None, *, system_prompt: str | None = None,
-                 max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS, enable_thinking: bool = False,
-                 image_limits=None):
+    def __init__(
+        self,
+        loaded,
+        limits: Limits | None = None,
+        *,
+        system_prompt: str | None = None,
+        max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
+        enable_thinking: bool = False,
+        image_limits=None,
+    ):
         from .images import ImageLimits
 
         self.model = loaded.model
@@ -81,14 +89,19 @@ class ChatEngine:
         self.enable_thinking = bool(enable_thinking)
         gen = getattr(self.model, "generation_config", None)
         eos = [self.tokenizer.eos_token_id, getattr(gen, "eos_token_id", None)]
-        self.eos_ids = sorted({int(i) for e in eos for i in (e if isinstance(e, (list, tuple)) else [e])
-                               if i is not None})
+        self.eos_ids = sorted(
+            {int(i) for e in eos for i in (e if isinstance(e, (list, tuple)) else [e]) if i is not None}
+        )
         self.hidden_ids = hidden_token_ids(self.tokenizer)
         # constrained decoding: the model's tool-call markup (Qwen3.5 writes XML-style calls, Qwen3 / Hermes JSON)
         template = str(getattr(self.tokenizer, "chat_template", None) or "")
-        self.grammars = Grammars(self.tokenizer, self.model.config.get_text_config().vocab_size, self.eos_ids,
-                                 tool_format="xml" if "<function=" in template else "json",
-                                 reasoning=self.enable_thinking)
+        self.grammars = Grammars(
+            self.tokenizer,
+            self.model.config.get_text_config().vocab_size,
+            self.eos_ids,
+            tool_format="xml" if "<function=" in template else "json",
+            reasoning=self.enable_thinking,
+        )
         self.token_cap = None  # the length pre-check's vocabulary bound, found on first use
         # sampling defaults when the request sends none: the model's generation_config, else OpenAI's (1, 1)
         sample = bool(getattr(gen, "do_sample", False))
@@ -107,13 +120,17 @@ class ChatEngine:
         """Image blocks (base64 from the wire) decoded and checked against the image limits."""
         from .images import check_count, check_size, decode, decode_base64
 
-        blocks = [b for m in messages if isinstance(m.get("content"), list) for b in m["content"]
-                  if b.get("type") == "image"]
+        blocks = [
+            b for m in messages if isinstance(m.get("content"), list) for b in m["content"] if b.get("type") == "image"
+        ]
         if not blocks:
             return messages
         if self.processor is None:
-            raise InvalidRequest("this server's model reads text only: image parts are not accepted",
-                                 loc=["body", *blocks[0]["loc"]], kind="images_unsupported")
+            raise InvalidRequest(
+                "this server's model reads text only: image parts are not accepted",
+                loc=["body", *blocks[0]["loc"]],
+                kind="images_unsupported",
+            )
         check_count(len(blocks), self.image_limits, ["body", "messages"])
         out = []
         for m in messages:
@@ -140,19 +157,24 @@ class ChatEngine:
         kwargs: dict[str, Any] = {"add_generation_prompt": True, "enable_thinking": self.enable_thinking}
         if tools:
             kwargs["tools"] = tools
-        with_images = any(isinstance(m.get("content"), list) and any(b.get("type") == "image" for b in m["content"])
-                          for m in messages)
+        with_images = any(
+            isinstance(m.get("content"), list) and any(b.get("type") == "image" for b in m["content"]) for m in messages
+        )
         try:
             if with_images:
-                out = self.processor.apply_chat_template(messages, tokenize=True, return_dict=True,
-                                                         return_tensors="pt", **kwargs)
+                out = self.processor.apply_chat_template(
+                    messages, tokenize=True, return_dict=True, return_tensors="pt", **kwargs
+                )
             else:
                 out = self.tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, **kwargs)
         except InvalidRequest:
             raise
         except Exception as exc:  # noqa: BLE001 - the template refused this conversation (e.g. role order)
-            raise InvalidRequest(f"the model's chat template cannot render these messages: {exc}",
-                                 loc=["body", "messages"], kind="invalid_messages") from None
+            raise InvalidRequest(
+                f"the model's chat template cannot render these messages: {exc}",
+                loc=["body", "messages"],
+                kind="invalid_messages",
+            ) from None
         ids = out["input_ids"]
         if hasattr(ids, "tolist"):
             ids = ids.tolist()
@@ -173,8 +195,11 @@ class ChatEngine:
         total = 0
         for i, m in enumerate(messages):
             content = m.get("content")
-            parts = [content] if isinstance(content, str) else [
-                b.get("text") for b in content or [] if isinstance(b, dict) and isinstance(b.get("text"), str)]
+            parts = (
+                [content]
+                if isinstance(content, str)
+                else [b.get("text") for b in content or [] if isinstance(b, dict) and isinstance(b.get("text"), str)]
+            )
             for text in parts:
                 if not isinstance(text, str):
                     continue
@@ -183,7 +208,9 @@ class ChatEngine:
                     raise InvalidRequest(
                         f"message {i} alone (or with those before it) is over this server's context window of "
                         f"{self.context_tokens} tokens. Nothing was truncated: shorten or drop earlier messages.",
-                        loc=["body", "messages", i], kind="context_length_exceeded")
+                        loc=["body", "messages", i],
+                        kind="context_length_exceeded",
+                    )
 
     def budget(self, ids: list[int], max_tokens: int | None) -> int:
         """The output budget: the request's `max_tokens` (default: the cap), clamped to the server's cap and
@@ -193,7 +220,9 @@ class ChatEngine:
             raise InvalidRequest(
                 f"the conversation is {len(ids)} tokens; this server's context window is {self.context_tokens} tokens "
                 "(prompt and completion together). Nothing was truncated: shorten or drop earlier messages.",
-                loc=["body", "messages"], kind="context_length_exceeded")
+                loc=["body", "messages"],
+                kind="context_length_exceeded",
+            )
         wanted = self.max_output_tokens if max_tokens is None else max_tokens
         return max(1, min(wanted, self.max_output_tokens, room))
 
@@ -218,16 +247,20 @@ class ChatEngine:
 
         started = time.perf_counter()
         max_tokens = int(params.get("max_tokens") or self.max_output_tokens)
-        temperature = float(params["temperature"] if params.get("temperature") is not None
-                            else self.defaults["temperature"])
+        temperature = float(
+            params["temperature"] if params.get("temperature") is not None else self.defaults["temperature"]
+        )
         top_p = float(params["top_p"] if params.get("top_p") is not None else self.defaults["top_p"])
         top_k = int(params["top_k"] if params.get("top_k") is not None else self.defaults["top_k"])
         stops = [s for s in (params.get("stop") or []) if s]
         seed = params.get("seed")
         seed = int(seed) if seed is not None else random.getrandbits(63)
         matcher = self.grammars.matcher(params["constraint"]) if params.get("constraint") else None
-        logprobs = (TokenLogprobs(self.tokenizer, self.hidden_ids, int(params.get("top_logprobs") or 0))
-                    if params.get("logprobs") else None)
+        logprobs = (
+            TokenLogprobs(self.tokenizer, self.hidden_ids, int(params.get("top_logprobs") or 0))
+            if params.get("logprobs")
+            else None
+        )
 
         model = self.model
         device = next(model.parameters()).device
@@ -249,15 +282,19 @@ class ChatEngine:
             with torch.inference_mode():
                 if self.vision and not extra:  # explicit positions: never the model's stored rope deltas
                     n = len(ids) + produced - 1
-                    extra = {"position_ids": torch.tensor([[[n]], [[n + delta]], [[n + delta]], [[n + delta]]],
-                                                          device=device)}
+                    extra = {
+                        "position_ids": torch.tensor(
+                            [[[n]], [[n + delta]], [[n + delta]], [[n + delta]]], device=device
+                        )
+                    }
                 out = model(input_ids=step_input, cache=cache, use_cache=True, logits_to_keep=1, **extra)
                 extra = {}
                 logits = out.logits[0, -1].float()
                 if matcher is not None:  # EOS stays masked until the grammar accepts
                     self.grammars.apply_mask(logits, matcher)
-                token, distribution = _sample(logits, temperature, top_p, top_k, generator,
-                                              keep_distribution=logprobs is not None)
+                token, distribution = _sample(
+                    logits, temperature, top_p, top_k, generator, keep_distribution=logprobs is not None
+                )
             if matcher is not None and not matcher.consume_token(token):
                 raise RuntimeError(f"the grammar refused token {token} it allowed: {matcher.get_error()}")
             if token in eos:
@@ -333,8 +370,11 @@ def hidden_token_ids(tokenizer) -> frozenset[int]:
     a model writes on purpose (`<tool_call>`, `<think>`) stay: tool calls are parsed from them."""
     hidden = set()
     for token, token_id in zip(tokenizer.all_special_tokens, tokenizer.all_special_ids):
-        if token.startswith("<|") or token_id in (tokenizer.eos_token_id, tokenizer.pad_token_id,
-                                                  tokenizer.bos_token_id):
+        if token.startswith("<|") or token_id in (
+            tokenizer.eos_token_id,
+            tokenizer.pad_token_id,
+            tokenizer.bos_token_id,
+        ):
             hidden.add(int(token_id))
     return frozenset(hidden)
 
@@ -354,18 +394,18 @@ class _Decoder:
 
     def push(self, token: int) -> str:
         self.tokens.append(token)
-        before = self._decode(self.tokens[self.prefix:self.read])
-        after = self._decode(self.tokens[self.prefix:])
+        before = self._decode(self.tokens[self.prefix : self.read])
+        after = self._decode(self.tokens[self.prefix :])
         if len(after) > len(before) and not after.endswith("\ufffd"):
             self.prefix, self.read = self.read, len(self.tokens)
-            return after[len(before):]
+            return after[len(before) :]
         return ""
 
     def flush(self) -> str:
-        before = self._decode(self.tokens[self.prefix:self.read])
-        after = self._decode(self.tokens[self.prefix:])
+        before = self._decode(self.tokens[self.prefix : self.read])
+        after = self._decode(self.tokens[self.prefix :])
         self.prefix = self.read = len(self.tokens)
-        return after[len(before):] if len(after) > len(before) else ""
+        return after[len(before) :] if len(after) > len(before) else ""
 
 
 class _StopStrings:
@@ -386,12 +426,12 @@ class _StopStrings:
         found = [i for i in (self.pending.find(s) for s in self.stops) if i >= 0]
         if found:
             self.hit = True
-            out, self.pending = self.pending[:min(found)], ""
+            out, self.pending = self.pending[: min(found)], ""
             return out, True
         if final:
             out, self.pending = self.pending, ""
             return out, False
         keep = partial_marker_length(self.pending, self.stops)
-        out = self.pending[:len(self.pending) - keep]
-        self.pending = self.pending[len(self.pending) - keep:]
+        out = self.pending[: len(self.pending) - keep]
+        self.pending = self.pending[len(self.pending) - keep :]
         return out, False

@@ -50,9 +50,14 @@ class Context:
 
     def current_health(self) -> dict:
         stats = self.service.batcher.stats()
-        out = {**self.health, "ok": bool(self.health.get("ok", True)) and stats["worker_alive"], "batching": stats,
-               "chat_slots": self.chat_slots(), "admission": self.admission.state(),
-               "api_key_required": self.auth.required}
+        out = {
+            **self.health,
+            "ok": bool(self.health.get("ok", True)) and stats["worker_alive"],
+            "batching": stats,
+            "chat_slots": self.chat_slots(),
+            "admission": self.admission.state(),
+            "api_key_required": self.auth.required,
+        }
         for extra in self.live_health:
             out.update(extra())
         return out

@@ -84,20 +84,52 @@ For each function call, return a json object with function name and arguments wi
 # Shapes of the random models. "demo" is what tests and offline try-outs use; "large" is a
 # heavier random model for CPU benchmarks, where the model (not the vocabulary) dominates the cost.
 SHAPES = {
-    "demo": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-                 num_key_value_heads=2, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
-                 linear_key_head_dim=16, linear_value_head_dim=16, mrope_section=[1, 1, 0]),
+    "demo": dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=16,
+        linear_value_head_dim=16,
+        mrope_section=[1, 1, 0],
+    ),
     # 4 layers (3 linear + 1 full): a 1,000-token forward takes ~0.4-0.5 s on one CPU thread (8 layers: ~0.9 s)
-    "large": dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=4, num_attention_heads=8,
-                  num_key_value_heads=2, head_dim=64, linear_num_key_heads=4, linear_num_value_heads=8,
-                  linear_key_head_dim=64, linear_value_head_dim=64, mrope_section=[3, 3, 2]),
+    "large": dict(
+        hidden_size=512,
+        intermediate_size=1536,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=64,
+        linear_num_key_heads=4,
+        linear_num_value_heads=8,
+        linear_key_head_dim=64,
+        linear_value_head_dim=64,
+        mrope_section=[3, 3, 2],
+    ),
 }
 # The same two sizes as a plain Qwen3 (every layer full attention). head_dim 64: vLLM's CPU attention needs it
 QWEN3_SHAPES = {
-    "demo": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-                 num_key_value_heads=1, head_dim=64),
-    "large": dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=4, num_attention_heads=8,
-                  num_key_value_heads=2, head_dim=64),
+    "demo": dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=64,
+    ),
+    "large": dict(
+        hidden_size=512,
+        intermediate_size=1536,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=64,
+    ),
 }
 ARCHS = ("qwen3_5", "qwen3")
 
@@ -113,19 +145,34 @@ def build_tokenizer():
     converter = TikTokenConverter(vocab_file=ranks, pattern=qt.QWEN3_5_PAT_STR)
     vocab, merges = converter.extract_vocab_merges_from_model(ranks)
     vocab.update({token: index for index, token in qt.QWEN3_5_SPECIAL_TOKENS})  # pin the special ids
-    tokenizer = Qwen3_5Tokenizer(vocab=vocab, merges=merges, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                 unk_token=None, chat_template=CHAT_TEMPLATE)
+    tokenizer = Qwen3_5Tokenizer(
+        vocab=vocab,
+        merges=merges,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token=None,
+        chat_template=CHAT_TEMPLATE,
+    )
     tokenizer.add_special_tokens({"additional_special_tokens": [t for _, t in qt.QWEN3_5_SPECIAL_TOKENS]})
     return tokenizer
 
 
 # A tiny vision tower for the vision demo model (`--vision`): Qwen3.5's own architecture, random weights.
-VISION = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=16, spatial_merge_size=2,
-              temporal_patch_size=2, num_position_embeddings=1024)
+VISION = dict(
+    depth=1,
+    hidden_size=32,
+    intermediate_size=64,
+    num_heads=2,
+    patch_size=16,
+    spatial_merge_size=2,
+    temporal_patch_size=2,
+    num_position_embeddings=1024,
+)
 
 
-def make_demo_model(out: str | os.PathLike, shape: str = "demo", seed: int = 0, vision: bool = False,
-                    arch: str = "qwen3_5") -> Path:
+def make_demo_model(
+    out: str | os.PathLike, shape: str = "demo", seed: int = 0, vision: bool = False, arch: str = "qwen3_5"
+) -> Path:
     """Write a random-weight Qwen3.5-architecture model with the real Qwen3.5 tokenizer into `out`; with
     `vision`, the conditional-generation layout with a small vision tower and its image processor; with
     `arch="qwen3"`, a plain Qwen3ForCausalLM instead (text only)."""
@@ -145,34 +192,47 @@ def make_demo_model(out: str | os.PathLike, shape: str = "demo", seed: int = 0, 
     mrope_section = dims.pop("mrope_section")
     layers = dims["num_hidden_layers"]
     config = Qwen3_5TextConfig(
-        vocab_size=len(tokenizer), **dims, linear_conv_kernel_dim=4,
+        vocab_size=len(tokenizer),
+        **dims,
+        linear_conv_kernel_dim=4,
         # three linear-attention layers to one full-attention layer, as in Qwen3.5
         layer_types=["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)],
-        tie_word_embeddings=True, max_position_embeddings=32768,
-        rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.25,
-                         "mrope_section": mrope_section, "mrope_interleaved": True},
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=True,
+        max_position_embeddings=32768,
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 1e6,
+            "partial_rotary_factor": 0.25,
+            "mrope_section": mrope_section,
+            "mrope_interleaved": True,
+        },
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
     )
     torch.manual_seed(seed)
     model = Qwen3_5ForCausalLM(config)
     if vision:
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-        vl_config = Qwen3_5Config(text_config=config.to_dict(),
-                                  vision_config={**VISION, "out_hidden_size": config.hidden_size},
-                                  image_token_id=tokenizer.convert_tokens_to_ids("<|image_pad|>"),
-                                  video_token_id=tokenizer.convert_tokens_to_ids("<|video_pad|>"),
-                                  vision_start_token_id=tokenizer.convert_tokens_to_ids("<|vision_start|>"),
-                                  vision_end_token_id=tokenizer.convert_tokens_to_ids("<|vision_end|>"),
-                                  tie_word_embeddings=True)
+        vl_config = Qwen3_5Config(
+            text_config=config.to_dict(),
+            vision_config={**VISION, "out_hidden_size": config.hidden_size},
+            image_token_id=tokenizer.convert_tokens_to_ids("<|image_pad|>"),
+            video_token_id=tokenizer.convert_tokens_to_ids("<|video_pad|>"),
+            vision_start_token_id=tokenizer.convert_tokens_to_ids("<|vision_start|>"),
+            vision_end_token_id=tokenizer.convert_tokens_to_ids("<|vision_end|>"),
+            tie_word_embeddings=True,
+        )
         text_weights = model.state_dict()
         torch.manual_seed(seed)
         model = Qwen3_5ForConditionalGeneration(vl_config)
         # the same language model as the text demo: a text request gets the same answers from both
-        model.model.language_model.load_state_dict({k.removeprefix("model."): v for k, v in text_weights.items()
-                                                    if k.startswith("model.")})
-        Qwen2VLImageProcessorPil(patch_size=16, merge_size=2, temporal_patch_size=2, min_pixels=32 * 32,
-                                 max_pixels=512 * 512).save_pretrained(out)
+        model.model.language_model.load_state_dict(
+            {k.removeprefix("model."): v for k, v in text_weights.items() if k.startswith("model.")}
+        )
+        Qwen2VLImageProcessorPil(
+            patch_size=16, merge_size=2, temporal_patch_size=2, min_pixels=32 * 32, max_pixels=512 * 512
+        ).save_pretrained(out)
     return _save(model, tokenizer, out, shape, seed, vision, arch)
 
 
@@ -180,9 +240,15 @@ def _qwen3_model(tokenizer, shape: str, seed: int):
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    config = Qwen3Config(vocab_size=len(tokenizer), **QWEN3_SHAPES[shape], tie_word_embeddings=True,
-                         max_position_embeddings=32768, rope_parameters={"rope_type": "default", "rope_theta": 1e6},
-                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        **QWEN3_SHAPES[shape],
+        tie_word_embeddings=True,
+        max_position_embeddings=32768,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     torch.manual_seed(seed)
     return Qwen3ForCausalLM(config)
 
@@ -192,8 +258,9 @@ def _save(model, tokenizer, out: Path, shape: str, seed: int, vision: bool, arch
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    (out / "blink_demo.json").write_text(json.dumps({"shape": shape, "seed": seed, "vision": vision,
-                                                     "arch": arch}) + "\n")
+    (out / "blink_demo.json").write_text(
+        json.dumps({"shape": shape, "seed": seed, "vision": vision, "arch": arch}) + "\n"
+    )
     return out
 
 

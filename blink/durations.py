@@ -117,18 +117,31 @@ class Ledger:
     over_requested: int = 0  # calls whose compute ran past what they asked for
 
     def as_dict(self) -> dict:
-        return {"calls": self.calls, "requested_s": round(self.requested_s, 3), "used_s": round(self.used_s, 3),
-                "wall_s": round(self.wall_s, 3), "last_requested_s": self.last_requested_s,
-                "last_used_s": None if self.last_used_s is None else round(self.last_used_s, 3),
-                "over_requested": self.over_requested}
+        return {
+            "calls": self.calls,
+            "requested_s": round(self.requested_s, 3),
+            "used_s": round(self.used_s, 3),
+            "wall_s": round(self.wall_s, 3),
+            "last_requested_s": self.last_requested_s,
+            "last_used_s": None if self.last_used_s is None else round(self.last_used_s, 3),
+            "over_requested": self.over_requested,
+        }
 
 
 class DurationEstimator:
-    def __init__(self, *, prefill_s_per_token: float = SPACE.prefill_s_per_token,
-                 decode_s_per_token: float = SPACE.decode_s_per_token, overhead_s: float = SPACE.duration_overhead_s,
-                 headroom: float = SPACE.duration_headroom, min_s: int = SPACE.duration_min_s,
-                 max_s: int = SPACE.chat_duration_max_s, cold_s: float = 0.0, prior_weight: float = 2.0,
-                 alpha: float = 0.1):
+    def __init__(
+        self,
+        *,
+        prefill_s_per_token: float = SPACE.prefill_s_per_token,
+        decode_s_per_token: float = SPACE.decode_s_per_token,
+        overhead_s: float = SPACE.duration_overhead_s,
+        headroom: float = SPACE.duration_headroom,
+        min_s: int = SPACE.duration_min_s,
+        max_s: int = SPACE.chat_duration_max_s,
+        cold_s: float = 0.0,
+        prior_weight: float = 2.0,
+        alpha: float = 0.1,
+    ):
         """`cold_s` is 0 here (a bare estimator starts warm); a Space passes its own (`configured`)."""
         if not (1 <= int(min_s) <= int(max_s)):
             raise ValueError(f"duration bounds must satisfy 1 <= min_s <= max_s, got {min_s}, {max_s}")
@@ -183,6 +196,7 @@ class DurationEstimator:
         """A call failed: the next one starts a fresh worker (ZeroGPU does not reuse a failed one)."""
         with self._lock:
             self.warm = False
+
     # accounting ------------------------------------------------------------------------------------------
     def ledger(self, kind: str) -> Ledger:
         with self._lock:
@@ -208,8 +222,11 @@ class DurationEstimator:
     def health(self) -> dict:
         with self._lock:
             return {
-                "bounds_s": [self.min_s, self.max_s], "overhead_s": self.overhead_s, "headroom": self.headroom,
-                "cold_s": self.cold_s, "warm": self.warm,
+                "bounds_s": [self.min_s, self.max_s],
+                "overhead_s": self.overhead_s,
+                "headroom": self.headroom,
+                "cold_s": self.cold_s,
+                "warm": self.warm,
                 "prefill_fixed_s": self.prefill.fixed,
                 "prefill_s_per_token": self.prefill.per_token + self.prefill.lift,
                 "decode_s_per_token": self.decode.value,
@@ -221,10 +238,15 @@ class DurationEstimator:
 def configured(space: SpaceSettings) -> DurationEstimator:
     """The estimator as a Space configures it. Its cap is the larger of the decision and chat caps (each call
     passes its own)."""
-    return DurationEstimator(prefill_s_per_token=space.prefill_s_per_token, decode_s_per_token=space.decode_s_per_token,
-                             overhead_s=space.duration_overhead_s, cold_s=space.duration_cold_s,
-                             headroom=space.duration_headroom, min_s=space.duration_min_s,
-                             max_s=max(space.duration_max_s, space.chat_duration_max_s))
+    return DurationEstimator(
+        prefill_s_per_token=space.prefill_s_per_token,
+        decode_s_per_token=space.decode_s_per_token,
+        overhead_s=space.duration_overhead_s,
+        cold_s=space.duration_cold_s,
+        headroom=space.duration_headroom,
+        min_s=space.duration_min_s,
+        max_s=max(space.duration_max_s, space.chat_duration_max_s),
+    )
 
 
 def replay(calls: list[tuple[int, float]], estimator: DurationEstimator, long_s: float = 1.0) -> dict:
@@ -242,6 +264,16 @@ def replay(calls: list[tuple[int, float]], estimator: DurationEstimator, long_s:
             worst_long = max(worst_long, asked / compute_s)
         estimator.observe(tokens, 0, compute_s)
     ratio = lambda a, u: a / u if u else math.nan  # noqa: E731
-    return {"calls": len(calls), "requested_s": asked_all, "used_s": used_all, "ratio": ratio(asked_all, used_all),
-            "cut_off": cut, "long_s": long_s, "long_calls": n_long, "long_requested_s": asked_long,
-            "long_used_s": used_long, "long_ratio": ratio(asked_long, used_long), "long_worst": worst_long}
+    return {
+        "calls": len(calls),
+        "requested_s": asked_all,
+        "used_s": used_all,
+        "ratio": ratio(asked_all, used_all),
+        "cut_off": cut,
+        "long_s": long_s,
+        "long_calls": n_long,
+        "long_requested_s": asked_long,
+        "long_used_s": used_long,
+        "long_ratio": ratio(asked_long, used_long),
+        "long_worst": worst_long,
+    }

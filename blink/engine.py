@@ -24,7 +24,8 @@ from .loading import Loaded
 from .plan import Prompt, Scored, image_usage, processed_tokens
 from .prompts import PromptBuilder, decision_config_for
 from .questions import Decision, parse_decision
-from .rotation import build as build_readings, one_prompt_per_question, read_answers
+from .rotation import build as build_readings
+from .rotation import one_prompt_per_question, read_answers
 from .safejson import TokenCap
 
 log = logging.getLogger("blink")
@@ -32,12 +33,21 @@ log = logging.getLogger("blink")
 WARMUP = {
     "state": "Order 4471 arrived with a cracked screen. The customer attached photos and wants a replacement.",
     "questions": {
-        "route": {"type": "choice", "instructions": "Which team should handle this?",
-                  "criteria": {"returns": "Damaged or wrong items", "billing": "Charges and refunds",
-                               "shipping": "Late or lost parcels"}},
+        "route": {
+            "type": "choice",
+            "instructions": "Which team should handle this?",
+            "criteria": {
+                "returns": "Damaged or wrong items",
+                "billing": "Charges and refunds",
+                "shipping": "Late or lost parcels",
+            },
+        },
         "urgent": {"type": "noul", "instructions": "Does this need a reply today?"},
-        "tone": {"type": "score", "instructions": "How upset is the customer?",
-                 "criteria": ["Calm", "Annoyed", "Angry"]},
+        "tone": {
+            "type": "score",
+            "instructions": "How upset is the customer?",
+            "criteria": ["Calm", "Annoyed", "Angry"],
+        },
     },
 }
 
@@ -63,10 +73,18 @@ def failure(exc: Exception) -> BlinkError:
 
 
 class Engine:
-    def __init__(self, loaded: Loaded, limits: Limits | None = None, image_limits: ImageLimits | None = None,
-                 image_layout: str = "inline", pass_cost_tokens: float | None = None,
-                 pass_cache_bytes: int | None = None, prefix_cache_bytes: int | None = None,
-                 calibration: Calibration = UNCALIBRATED, order: str = "fixed"):
+    def __init__(
+        self,
+        loaded: Loaded,
+        limits: Limits | None = None,
+        image_limits: ImageLimits | None = None,
+        image_layout: str = "inline",
+        pass_cost_tokens: float | None = None,
+        pass_cache_bytes: int | None = None,
+        prefix_cache_bytes: int | None = None,
+        calibration: Calibration = UNCALIBRATED,
+        order: str = "fixed",
+    ):
         self.loaded = loaded
         self.limits = limits or Limits()
         self.image_limits = image_limits or ImageLimits()
@@ -80,8 +98,12 @@ class Engine:
         if order == "rotate" and not one_prompt_per_question(self.config):
             raise SystemExit("x_order rotate needs a model whose template renders one question per prompt")
         self.token_cap = TokenCap(loaded.tokenizer)
-        self.executor = Executor(loaded.model, pass_cost_tokens=pass_cost_tokens, pass_cache_bytes=pass_cache_bytes,
-                                 prefix_cache_bytes=prefix_cache_bytes)
+        self.executor = Executor(
+            loaded.model,
+            pass_cost_tokens=pass_cost_tokens,
+            pass_cache_bytes=pass_cache_bytes,
+            prefix_cache_bytes=prefix_cache_bytes,
+        )
 
     @property
     def accepts_images(self) -> bool:
@@ -94,8 +116,11 @@ class Engine:
         images = None
         if has_images(body, parts or {}):
             if not self.accepts_images:
-                raise InvalidRequest("this server's model reads text only: images are not accepted",
-                                     loc=["body", "assets"], kind="images_unsupported")
+                raise InvalidRequest(
+                    "this server's model reads text only: images are not accepted",
+                    loc=["body", "assets"],
+                    kind="images_unsupported",
+                )
             body, images, first = load_images(body, parts or {}, self.image_limits)
             body = place_images(body, first, self.image_layout, list(images))
         decision = parse_decision(body, self.config, self.limits)
@@ -114,10 +139,13 @@ class Engine:
             return
         text = state if isinstance(state, str) else json.dumps(state, ensure_ascii=False, default=str)
         if not self.token_cap.fits(text, self.limits.max_context_tokens):
-            raise InvalidRequest(f"the state alone is over this server's context limit of "
-                                 f"{self.limits.max_context_tokens} tokens per prompt (state + question). Nothing "
-                                 "was truncated: shorten the state.", loc=["body", "state"],
-                                 kind="context_length_exceeded")
+            raise InvalidRequest(
+                f"the state alone is over this server's context limit of "
+                f"{self.limits.max_context_tokens} tokens per prompt (state + question). Nothing "
+                "was truncated: shorten the state.",
+                loc=["body", "state"],
+                kind="context_length_exceeded",
+            )
 
     def answer(self, prepared: Prepared, scores: list[list[list[float]]]) -> dict:
         """Answers keyed by question id, in request order."""

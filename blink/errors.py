@@ -26,8 +26,15 @@ class BlinkError(Exception):
     status = 400
     error_type = "api_usage_error"
 
-    def __init__(self, message: str, *, loc: list | tuple = ("body",), kind: str = "value_error",
-                 status: int | None = None, headers: dict | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        loc: list | tuple = ("body",),
+        kind: str = "value_error",
+        status: int | None = None,
+        headers: dict | None = None,
+    ):
         super().__init__(message)
         self.message = message
         self.loc = list(loc)
@@ -67,8 +74,12 @@ class Overloaded(BlinkError):
     status = 529
     error_type = "overloaded_error"
 
-    def __init__(self, message: str = "blink is overloaded: too many requests are waiting. Retry after a short delay.",
-                 retry_after: int = 1, **kwargs):
+    def __init__(
+        self,
+        message: str = "blink is overloaded: too many requests are waiting. Retry after a short delay.",
+        retry_after: int = 1,
+        **kwargs,
+    ):
         super().__init__(message, headers={"Retry-After": str(retry_after)}, **kwargs)
 
 
@@ -78,8 +89,12 @@ class GPUUnavailable(BlinkError):
     status = 503
     error_type = "gpu_unavailable"
 
-    def __init__(self, message: str = "no GPU is available right now. Retry after a short delay.",
-                 retry_after: int = 10, **kwargs):
+    def __init__(
+        self,
+        message: str = "no GPU is available right now. Retry after a short delay.",
+        retry_after: int = 10,
+        **kwargs,
+    ):
         super().__init__(message, headers={"Retry-After": str(int(retry_after))}, **kwargs)
 
 
@@ -91,8 +106,7 @@ class QuotaExceeded(BlinkError):
     error_type = "rate_limit_error"
 
     def __init__(self, message: str = "GPU quota exceeded", retry_after: int = 60, **kwargs):
-        super().__init__(message, headers={"Retry-After": str(int(retry_after)), "x-should-retry": "false"},
-                         **kwargs)
+        super().__init__(message, headers={"Retry-After": str(int(retry_after)), "x-should-retry": "false"}, **kwargs)
 
 
 class EngineFailure(BlinkError):

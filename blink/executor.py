@@ -41,9 +41,9 @@ class Inputs:
     """One call's groups and what every step reads about them (computed once, before the first pass)."""
 
     groups: list[list[Prompt]]
-    prefix_len: list[int]     # per group: its prompts' common prefix (a lone prompt is all prefix)
-    features: dict            # image key -> its vision features (the tower run once per call)
-    positions: dict           # id(prompt) -> the prompt's rotary positions [3, L]
+    prefix_len: list[int]  # per group: its prompts' common prefix (a lone prompt is all prefix)
+    features: dict  # image key -> its vision features (the tower run once per call)
+    positions: dict  # id(prompt) -> the prompt's rotary positions [3, L]
     keys: dict | None = None  # group -> its prefix's cache keys, for the groups whose prefix is saved
 
 
@@ -51,9 +51,9 @@ class Inputs:
 class Prefix:
     """One prefix pass: its groups as rows, left-padded to `width`, and the cache its suffixes continue from."""
 
-    row_of: dict              # group index -> its row in this pass
+    row_of: dict  # group index -> its row in this pass
     width: int
-    mask: torch.Tensor        # [rows, width]
+    mask: torch.Tensor  # [rows, width]
     hidden: torch.Tensor | None  # [rows, width, H]; None for a resumed prefix (no read lies in a saved prefix)
     cache: object
 
@@ -73,8 +73,14 @@ class Executor:
     # prefilled states kept across calls (see prefix_cache.py): 0 turns the cache off
     PREFIX_CACHE_BYTES = {"cpu": 512 << 20, "cuda": 4 << 30}
 
-    def __init__(self, model, max_rows: int = 64, pass_cost_tokens: float | None = None,
-                 pass_cache_bytes: int | None = None, prefix_cache_bytes: int | None = None):
+    def __init__(
+        self,
+        model,
+        max_rows: int = 64,
+        pass_cost_tokens: float | None = None,
+        pass_cache_bytes: int | None = None,
+        prefix_cache_bytes: int | None = None,
+    ):
         self.model = model
         self.max_rows = max_rows  # rows per forward pass
         inner = model.model
@@ -139,7 +145,7 @@ class Executor:
             if token == self.image_token_id:
                 if left == 0:
                     image = next(images)
-                    left = math.prod(image.grid_thw) // self._merge ** 2
+                    left = math.prod(image.grid_thw) // self._merge**2
                 keys[i] = (token, image.key)
                 left -= 1
         return keys
@@ -163,14 +169,19 @@ class Executor:
             is_image = torch.tensor(prompt.ids, device=self.device) == self.image_token_id
             skip = int(is_image[:start].sum())
             mask = is_image[start:end]
-            embeds = embeds.masked_scatter(mask[:, None], rows[skip:skip + int(mask.sum())])
+            embeds = embeds.masked_scatter(mask[:, None], rows[skip : skip + int(mask.sum())])
         return embeds
 
     def _forward(self, embeds, mask, text_positions, rope_positions, cache):
         # 4 rows: the sequence index (masks, cache slots) then the three rotary rows
         position_ids = torch.cat([text_positions[None], rope_positions]).to(self.device)
-        out = self.base(inputs_embeds=embeds, attention_mask=mask.to(self.device), position_ids=position_ids,
-                        use_cache=True, cache=cache)
+        out = self.base(
+            inputs_embeds=embeds,
+            attention_mask=mask.to(self.device),
+            position_ids=position_ids,
+            use_cache=True,
+            cache=cache,
+        )
         return out.last_hidden_state
 
     # the story: prefill -> fan-out -> suffixes -> readout ----------------------------------------------------
@@ -199,15 +210,18 @@ class Executor:
     def inputs(self, groups: list[list[Prompt]]) -> Inputs:
         everything = [p for prompts in groups for p in prompts]
         keys = [[self._keys(p) for p in prompts] for prompts in groups]
-        prefix_len = [len(prompts[0].ids) if len(prompts) == 1 else common_prefix_length(rows)
-                      for prompts, rows in zip(groups, keys)]
+        prefix_len = [
+            len(prompts[0].ids) if len(prompts) == 1 else common_prefix_length(rows)
+            for prompts, rows in zip(groups, keys)
+        ]
         saved = {}
         if self.prefix_cache.active:
             for g, prompts in enumerate(groups):
-                if (end := self.save_point(prompts, prefix_len[g])):
+                if end := self.save_point(prompts, prefix_len[g]):
                     prefix_len[g], saved[g] = end, keys[g][0][:end]
-        return Inputs(groups, prefix_len, self._encode_images(everything),
-                      {id(p): self._positions(p) for p in everything}, saved)
+        return Inputs(
+            groups, prefix_len, self._encode_images(everything), {id(p): self._positions(p) for p in everything}, saved
+        )
 
     @staticmethod
     def save_point(prompts: list[Prompt], prefix_len: int) -> int:
@@ -263,15 +277,16 @@ class Executor:
     def prefill(self, inputs: Inputs, bucket: list[int]) -> Prefix:
         """1. The prefixes of the groups in `bucket`, left-padded to the longest, in one pass from an empty cache."""
         width = max(inputs.prefix_len[g] for g in bucket)
-        embeds = torch.zeros((len(bucket), width, self.embed.weight.shape[1]), dtype=self.embed.weight.dtype,
-                             device=self.device)
+        embeds = torch.zeros(
+            (len(bucket), width, self.embed.weight.shape[1]), dtype=self.embed.weight.dtype, device=self.device
+        )
         mask = torch.zeros((len(bucket), width), dtype=torch.long)
         rope = torch.zeros((3, len(bucket), width), dtype=torch.long)
         for row, g in enumerate(bucket):
             n, first = inputs.prefix_len[g], inputs.groups[g][0]
-            embeds[row, width - n:] = self._embeddings(first, 0, n, inputs.features)
-            mask[row, width - n:] = 1
-            rope[:, row, width - n:] = inputs.positions[id(first)][:, :n]
+            embeds[row, width - n :] = self._embeddings(first, 0, n, inputs.features)
+            mask[row, width - n :] = 1
+            rope[:, row, width - n :] = inputs.positions[id(first)][:, :n]
         text = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = self.new_cache()
         hidden = self._forward(embeds, mask, text, rope, cache)
@@ -279,8 +294,12 @@ class Executor:
 
     def suffix_passes(self, inputs: Inputs, prefix: Prefix) -> list[list[tuple[int, int]]]:
         """The (group, prompt) rows with tokens past their group's prefix, grouped into suffix passes."""
-        rows = [(g, p) for g in prefix.row_of for p, prompt in enumerate(inputs.groups[g])
-                if len(prompt.ids) > inputs.prefix_len[g]]
+        rows = [
+            (g, p)
+            for g in prefix.row_of
+            for p, prompt in enumerate(inputs.groups[g])
+            if len(prompt.ids) > inputs.prefix_len[g]
+        ]
         tails = {(g, p): len(inputs.groups[g][p].ids) - inputs.prefix_len[g] for g, p in rows}
         return length_buckets(rows, tails, self.max_rows, self.pass_cost_tokens, self.max_cells, carried=prefix.width)
 
@@ -296,8 +315,9 @@ class Executor:
         padded) through the fanned-out cache. Returns (group, prompt) -> hidden states of its suffix [span, H]."""
         tails = [len(inputs.groups[g][p].ids) - inputs.prefix_len[g] for g, p in rows]
         span = max(tails)
-        embeds = torch.zeros((len(rows), span, self.embed.weight.shape[1]), dtype=self.embed.weight.dtype,
-                             device=self.device)
+        embeds = torch.zeros(
+            (len(rows), span, self.embed.weight.shape[1]), dtype=self.embed.weight.dtype, device=self.device
+        )
         mask = torch.zeros((len(rows), span), dtype=torch.long)
         text = torch.zeros((len(rows), span), dtype=torch.long)
         rope = torch.zeros((3, len(rows), span), dtype=torch.long)
@@ -329,16 +349,26 @@ class Executor:
     def readout(self, groups: list[list[Prompt]], hidden: dict) -> list[list[list[list[float]]]]:
         """4. The hidden state at every read position times only the label rows of the LM head, then temperature:
         per group, per prompt, per read, the label logits as plain floats."""
-        keys = [(g, p, k) for g, prompts in enumerate(groups) for p, prompt in enumerate(prompts)
-                for k in range(len(prompt.reads))]
-        label_ids = sorted({i for prompts in groups for prompt in prompts for read in prompt.reads
-                            for i in read.label_ids})
+        keys = [
+            (g, p, k)
+            for g, prompts in enumerate(groups)
+            for p, prompt in enumerate(prompts)
+            for k in range(len(prompt.reads))
+        ]
+        label_ids = sorted(
+            {i for prompts in groups for prompt in prompts for read in prompt.reads for i in read.label_ids}
+        )
         column = {token: c for c, token in enumerate(label_ids)}
         states = torch.stack([hidden[key] for key in keys]).float()
         logits = (states @ self.head[torch.tensor(label_ids, device=self.device)].float().T).cpu()  # [reads, labels]
         rows = iter(logits)
-        return [[[(next(rows)[[column[t] for t in read.label_ids]] / read.temperature).tolist()
-                  for read in prompt.reads] for prompt in prompts] for prompts in groups]
+        return [
+            [
+                [(next(rows)[[column[t] for t in read.label_ids]] / read.temperature).tolist() for read in prompt.reads]
+                for prompt in prompts
+            ]
+            for prompts in groups
+        ]
 
     @torch.inference_mode()
     def reference(self, prompt: Prompt) -> list[list[float]]:

@@ -32,19 +32,23 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 @dataclass(frozen=True)
 class SlowClientLimits:
-    header_s: float = 10.0        # from connection (or the previous response) to a complete request head
-    keep_alive_s: int = 5         # idle connection between requests
-    body_idle_s: float = 10.0     # longest pause inside a request body
-    body_total_s: float = 60.0    # a whole body (16 MB at ~280 KB/s)
-    max_connections: int = 256    # open connections and running tasks; past it new requests get 503
+    header_s: float = 10.0  # from connection (or the previous response) to a complete request head
+    keep_alive_s: int = 5  # idle connection between requests
+    body_idle_s: float = 10.0  # longest pause inside a request body
+    body_total_s: float = 60.0  # a whole body (16 MB at ~280 KB/s)
+    max_connections: int = 256  # open connections and running tasks; past it new requests get 503
     max_header_bytes: int = 16 * 1024
 
 
 def uvicorn_options(limits: SlowClientLimits = SlowClientLimits()) -> dict:
     """Keyword arguments for `uvicorn.run` / `uvicorn.Config` (the standalone server)."""
     GuardedHttpTools.header_s = limits.header_s
-    return {"http": GuardedHttpTools, "timeout_keep_alive": limits.keep_alive_s,
-            "limit_concurrency": limits.max_connections, "h11_max_incomplete_event_size": limits.max_header_bytes}
+    return {
+        "http": GuardedHttpTools,
+        "timeout_keep_alive": limits.keep_alive_s,
+        "limit_concurrency": limits.max_connections,
+        "h11_max_incomplete_event_size": limits.max_header_bytes,
+    }
 
 
 def tune(config, limits: SlowClientLimits = SlowClientLimits()) -> None:
@@ -96,16 +100,19 @@ class GuardedHttpTools(HttpToolsProtocol):
         super().connection_lost(exc)
 
 
-TIMEOUT_BODY = (b'{"error":"the request body stopped arriving: send it whole within the time limit",'
-                b'"detail":{"error_type":"request_timeout","message":"the request body stopped arriving"}}')
+TIMEOUT_BODY = (
+    b'{"error":"the request body stopped arriving: send it whole within the time limit",'
+    b'"detail":{"error_type":"request_timeout","message":"the request body stopped arriving"}}'
+)
 
 
 class BodyDeadline:
     """ASGI middleware: a request body that pauses longer than `idle_s`, or takes longer than `total_s`, ends
     in 408 (connection closed); the app sees the client as gone, and anything it sends after is dropped."""
 
-    def __init__(self, app, idle_s: float = SlowClientLimits.body_idle_s,
-                 total_s: float = SlowClientLimits.body_total_s):
+    def __init__(
+        self, app, idle_s: float = SlowClientLimits.body_idle_s, total_s: float = SlowClientLimits.body_total_s
+    ):
         self.app, self.idle_s, self.total_s = app, idle_s, total_s
 
     async def __call__(self, scope, receive, send):
@@ -123,13 +130,21 @@ class BodyDeadline:
             wait = min(self.idle_s, deadline - loop.time())
             try:
                 message = await asyncio.wait_for(receive(), max(wait, 0.001))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 state["timed_out"] = True
                 if not state["started"]:
                     state["started"] = True
-                    await send({"type": "http.response.start", "status": 408, "headers": [
-                        (b"content-type", b"application/json"), (b"connection", b"close"),
-                        (b"content-length", str(len(TIMEOUT_BODY)).encode())]})
+                    await send(
+                        {
+                            "type": "http.response.start",
+                            "status": 408,
+                            "headers": [
+                                (b"content-type", b"application/json"),
+                                (b"connection", b"close"),
+                                (b"content-length", str(len(TIMEOUT_BODY)).encode()),
+                            ],
+                        }
+                    )
                     await send({"type": "http.response.body", "body": TIMEOUT_BODY})
                 return {"type": "http.disconnect"}
             if message["type"] == "http.request" and not message.get("more_body", False):

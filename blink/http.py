@@ -92,8 +92,17 @@ Handler = Callable[[Call], Awaitable["dict | Response"]]
 class Endpoint:
     """The ASGI app of one route (an object, not a function, so Starlette hands it the raw ASGI call)."""
 
-    def __init__(self, ctx, wire: Wire, handler: Handler, *, auth: bool = True, read_body: bool = True,
-                 cancel_on_disconnect: bool = False, admit: str | None = None):
+    def __init__(
+        self,
+        ctx,
+        wire: Wire,
+        handler: Handler,
+        *,
+        auth: bool = True,
+        read_body: bool = True,
+        cancel_on_disconnect: bool = False,
+        admit: str | None = None,
+    ):
         self.ctx, self.wire, self.handler, self.admit = ctx, wire, handler, admit
         self.auth, self.read_body, self.cancel_on_disconnect = auth, read_body, cancel_on_disconnect
 
@@ -142,7 +151,6 @@ async def answer(wire: Wire, handler: Handler, call: Call, send) -> None:
         pass  # gone mid-answer (ASGI 2.4 servers say so on send): nobody is left to tell
 
 
-
 async def cancel_when_gone(receive, scope: anyio.CancelScope) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
@@ -155,11 +163,21 @@ def not_routed(ctx, prefix: str, wire: Wire, routes: list) -> Route:
 
     async def refuse(call: Call):
         method, path = call.request.method, call.request.url.path
-        allowed = sorted({m for r in routes if isinstance(r, Route) and r.methods
-                          and r.matches(call.request.scope)[0] is Match.PARTIAL for m in r.methods})
+        allowed = sorted(
+            {
+                m
+                for r in routes
+                if isinstance(r, Route) and r.methods and r.matches(call.request.scope)[0] is Match.PARTIAL
+                for m in r.methods
+            }
+        )
         if allowed:
-            raise NoRoute(f"{path} does not accept {method}; it takes {', '.join(allowed)}", status=405,
-                          kind="method_not_allowed", headers={"Allow": ", ".join(allowed)})
+            raise NoRoute(
+                f"{path} does not accept {method}; it takes {', '.join(allowed)}",
+                status=405,
+                kind="method_not_allowed",
+                headers={"Allow": ", ".join(allowed)},
+            )
         raise NoRoute(f"there is no route {method} {path} on this server", kind="unknown_route")
 
     return Route(prefix + "{rest:path}", Endpoint(ctx, wire, refuse, auth=False, read_body=False))

@@ -31,20 +31,46 @@ from PIL import Image
 
 from .errors import InvalidRequest
 
-
 FORMATS = {"PNG": "png", "JPEG": "jpeg"}
 PNG_END = b"IEND\xaeB`\x82"
-FOREIGN = (b"PK\x03\x04", b"%PDF", b"<html", b"<HTML", b"<script", b"<svg", b"<?xml", b"\x89PNG", b"GIF8",
-           b"\x7fELF", b"MZ")
-BYTES_PER_SAMPLE = {"1": 1, "L": 1, "P": 1, "RGB": 3, "RGBA": 4, "CMYK": 4, "YCbCr": 3, "LA": 2, "I": 4, "F": 4,
-                    "I;16": 2, "I;16B": 2, "I;16L": 2, "PA": 2, "RGBa": 4, "La": 2}
+FOREIGN = (
+    b"PK\x03\x04",
+    b"%PDF",
+    b"<html",
+    b"<HTML",
+    b"<script",
+    b"<svg",
+    b"<?xml",
+    b"\x89PNG",
+    b"GIF8",
+    b"\x7fELF",
+    b"MZ",
+)
+BYTES_PER_SAMPLE = {
+    "1": 1,
+    "L": 1,
+    "P": 1,
+    "RGB": 3,
+    "RGBA": 4,
+    "CMYK": 4,
+    "YCbCr": 3,
+    "LA": 2,
+    "I": 4,
+    "F": 4,
+    "I;16": 2,
+    "I;16B": 2,
+    "I;16L": 2,
+    "PA": 2,
+    "RGBa": 4,
+    "La": 2,
+}
 
 
 @dataclass(frozen=True)
 class DecodeBudget:
-    max_ratio: float = 200.0                 # longest side / shortest side (the vision processor's own bound)
-    request_bytes: int = 256 * 2**20         # decoded memory all images of one request may take
-    concurrent: int = 2                      # images decoded at once in this process
+    max_ratio: float = 200.0  # longest side / shortest side (the vision processor's own bound)
+    request_bytes: int = 256 * 2**20  # decoded memory all images of one request may take
+    concurrent: int = 2  # images decoded at once in this process
 
 
 @dataclass(frozen=True)
@@ -94,11 +120,19 @@ def inspect(name: str, data: bytes, max_source_pixels: int, budget: DecodeBudget
         raise refuse(name, f"declares {width}x{height} pixels", "image_empty")
     ratio = max(width, height) / min(width, height)
     if ratio >= budget.max_ratio:
-        raise refuse(name, f"is {width}x{height}: its sides' ratio {ratio:.0f}:1 is past the {budget.max_ratio:.0f}:1 "
-                     "this server's vision model accepts", "image_aspect_ratio")
+        raise refuse(
+            name,
+            f"is {width}x{height}: its sides' ratio {ratio:.0f}:1 is past the {budget.max_ratio:.0f}:1 "
+            "this server's vision model accepts",
+            "image_aspect_ratio",
+        )
     if width * height > max_source_pixels:
-        raise refuse(name, f"declares {width}x{height} = {width * height} pixels; this server decodes at most "
-                     f"{max_source_pixels} (--max-image-source-pixels)", "image_too_many_pixels")
+        raise refuse(
+            name,
+            f"declares {width}x{height} = {width * height} pixels; this server decodes at most "
+            f"{max_source_pixels} (--max-image-source-pixels)",
+            "image_too_many_pixels",
+        )
     check_single_file(name, fmt, data)
     return Header(name, fmt, width, height, mode)
 
@@ -111,25 +145,35 @@ def check_single_file(name: str, fmt: str, data: bytes) -> None:
         if end < 0:
             raise refuse(name, "is a truncated PNG (no IEND chunk)", "corrupt_image")
         if end + len(PNG_END) != len(data):
-            raise refuse(name, f"has {len(data) - end - len(PNG_END)} bytes after its PNG end: send the image alone",
-                         "image_trailing_data")
+            raise refuse(
+                name,
+                f"has {len(data) - end - len(PNG_END)} bytes after its PNG end: send the image alone",
+                "image_trailing_data",
+            )
     elif fmt == "JPEG":
         end = data.rfind(b"\xff\xd9")
         if end < 0:
             raise refuse(name, "is a truncated JPEG (no end-of-image marker)", "corrupt_image")
-        trailer = data[data.find(b"\xff\xd9") + 2:]
+        trailer = data[data.find(b"\xff\xd9") + 2 :]
         for signature in FOREIGN:
             if signature in trailer:
-                raise refuse(name, f"carries another file ({signature!r}) after its JPEG data: send the image alone",
-                             "image_trailing_data")
+                raise refuse(
+                    name,
+                    f"carries another file ({signature!r}) after its JPEG data: send the image alone",
+                    "image_trailing_data",
+                )
 
 
 def check_request(headers: list[Header], budget: DecodeBudget = DecodeBudget()) -> None:
     total = sum(h.decoded_bytes() for h in headers)
     if total > budget.request_bytes:
-        raise InvalidRequest(f"the request's images would take {total // 2**20} MiB decoded; this server decodes at "
-                             f"most {budget.request_bytes // 2**20} MiB of images per request: send fewer or smaller "
-                             "images", loc=["body", "assets"], kind="images_too_large")
+        raise InvalidRequest(
+            f"the request's images would take {total // 2**20} MiB decoded; this server decodes at "
+            f"most {budget.request_bytes // 2**20} MiB of images per request: send fewer or smaller "
+            "images",
+            loc=["body", "assets"],
+            kind="images_too_large",
+        )
 
 
 _decoding = threading.BoundedSemaphore(DecodeBudget.concurrent)
@@ -161,8 +205,9 @@ def decode(header: Header, data: bytes, max_pixels: int):
         return rgb
 
 
-def decode_all(raw: dict[str, bytes], max_source_pixels: int, max_pixels: int,
-               budget: DecodeBudget = DecodeBudget()) -> dict:
+def decode_all(
+    raw: dict[str, bytes], max_source_pixels: int, max_pixels: int, budget: DecodeBudget = DecodeBudget()
+) -> dict:
     """{name: RGB image} for a request's images: every header checked (and the request's budget) before the
     first is decoded."""
     headers = [inspect(name, data, max_source_pixels, budget) for name, data in raw.items()]

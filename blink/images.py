@@ -49,15 +49,21 @@ def has_images(body, parts: dict) -> bool:
 
 def check_count(count: int, limits: ImageLimits, loc: list) -> None:
     if count > limits.max_images:
-        raise InvalidRequest(f"{count} images; this server accepts at most {limits.max_images} per request "
-                             "(--max-images)", loc=loc, kind="too_many_images")
+        raise InvalidRequest(
+            f"{count} images; this server accepts at most {limits.max_images} per request (--max-images)",
+            loc=loc,
+            kind="too_many_images",
+        )
 
 
 def check_size(label: str, data: bytes, limits: ImageLimits, loc: list) -> None:
     if len(data) > limits.max_image_bytes:
-        raise PayloadTooLarge(f"image {label} is {len(data)} bytes; this server accepts at most "
-                              f"{limits.max_image_bytes} bytes per image (--max-image-bytes)", loc=loc,
-                              kind="image_too_large")
+        raise PayloadTooLarge(
+            f"image {label} is {len(data)} bytes; this server accepts at most "
+            f"{limits.max_image_bytes} bytes per image (--max-image-bytes)",
+            loc=loc,
+            kind="image_too_large",
+        )
 
 
 def decode_base64(name: str, data, loc: list) -> bytes:
@@ -66,8 +72,9 @@ def decode_base64(name: str, data, loc: list) -> bytes:
     try:
         return base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise InvalidRequest(f"asset {name!r}: `data_base64` is not valid base64 ({exc})", loc=loc,
-                             kind="invalid_base64") from None
+        raise InvalidRequest(
+            f"asset {name!r}: `data_base64` is not valid base64 ({exc})", loc=loc, kind="invalid_base64"
+        ) from None
 
 
 def _lift_data_uris(state, found: list):
@@ -96,13 +103,19 @@ def gather(body: dict, parts: dict, limits: ImageLimits) -> tuple[dict, dict[str
     for name, asset in (assets or {}).items():
         loc = ["body", "assets", name]
         if not isinstance(asset, dict) or asset.get("type", "image") != "image":
-            raise InvalidRequest(f"asset {name!r}: only image assets are supported "
-                                 '({"type": "image", "format": "png", "data_base64": ...})', loc=loc)
+            raise InvalidRequest(
+                f"asset {name!r}: only image assets are supported "
+                '({"type": "image", "format": "png", "data_base64": ...})',
+                loc=loc,
+            )
         if asset.get("part") is not None:
             part = asset["part"]
             if part not in parts:
-                raise InvalidRequest(f"asset {name!r} names multipart part {part!r}, which the body doesn't have",
-                                     loc=loc, kind="missing_part")
+                raise InvalidRequest(
+                    f"asset {name!r} names multipart part {part!r}, which the body doesn't have",
+                    loc=loc,
+                    kind="missing_part",
+                )
             if part in claimed:
                 raise InvalidRequest(f"multipart part {part!r} is claimed by two assets", loc=loc)
             claimed.add(part)
@@ -111,8 +124,11 @@ def gather(body: dict, parts: dict, limits: ImageLimits) -> tuple[dict, dict[str
             raw[name] = decode_base64(name, asset.get("data_base64"), loc)
     unclaimed = sorted(set(parts) - claimed)
     if unclaimed:
-        raise InvalidRequest(f"multipart part {unclaimed[0]!r} is not claimed by any asset",
-                             loc=["body", unclaimed[0]], kind="unknown_part")
+        raise InvalidRequest(
+            f"multipart part {unclaimed[0]!r} is not claimed by any asset",
+            loc=["body", unclaimed[0]],
+            kind="unknown_part",
+        )
     uris: list = []
     body["state"] = _lift_data_uris(body.get("state"), uris)
     for placeholder, data in uris:
@@ -138,9 +154,11 @@ def gather(body: dict, parts: dict, limits: ImageLimits) -> tuple[dict, dict[str
                 texts += list(_strings(question.get("instructions"))) + list(_strings(question.get("criteria")))
     for name in raw:
         if name not in first and not any(name in text for text in texts):
-            raise InvalidRequest(f"asset {name!r} is not referenced: put its placeholder in the state, the "
-                                 "instructions or the criteria", loc=["body", "assets", name],
-                                 kind="unreferenced_asset")
+            raise InvalidRequest(
+                f"asset {name!r} is not referenced: put its placeholder in the state, the instructions or the criteria",
+                loc=["body", "assets", name],
+                kind="unreferenced_asset",
+            )
     return body, raw, first
 
 

@@ -151,9 +151,16 @@ class _fail_on_missing_adapter_keys(logging.Handler):
         return False
 
 
-def load(model: str, revision: str | None = None, adapter: str | None = None,
-         adapter_revision: str | None = None, device: str | None = None, vision: bool = False,
-         vision_tower: str | None = None, max_image_pixels: int | None = None) -> Loaded:
+def load(
+    model: str,
+    revision: str | None = None,
+    adapter: str | None = None,
+    adapter_revision: str | None = None,
+    device: str | None = None,
+    vision: bool = False,
+    vision_tower: str | None = None,
+    max_image_pixels: int | None = None,
+) -> Loaded:
     """`max_image_pixels` (vision models): the processor's final resize is capped there, so what the model sees
     (`image_pixels`) never exceeds --max-image-pixels, in decisions and chat alike (default: ImageLimits')."""
     go_offline_if_local(model)
@@ -192,9 +199,16 @@ def load(model: str, revision: str | None = None, adapter: str | None = None,
     except Exception:  # noqa: BLE001
         kernels = "reference PyTorch (much slower on GPU; install flash-linear-attention there)"
     info = {
-        "model": model, "revision": revision, "adapter": adapter, "weights_verified": verified,
-        "hub_offline": hub_offline(), "device": str(device), "dtype": str(dtype).removeprefix("torch."),
-        "kernels": kernels, "accepts_images": processor is not None, "vision_tower": vision_tower,
+        "model": model,
+        "revision": revision,
+        "adapter": adapter,
+        "weights_verified": verified,
+        "hub_offline": hub_offline(),
+        "device": str(device),
+        "dtype": str(dtype).removeprefix("torch."),
+        "kernels": kernels,
+        "accepts_images": processor is not None,
+        "vision_tower": vision_tower,
     }
     log.info("loaded %s (%s, %s, %s)", model, device, info["dtype"], kernels)
     return Loaded(lm, tokenizer, root, info, processor)

@@ -22,7 +22,7 @@ class TokenLogprobs:
         self.top = max(0, min(int(top), 20))
         self.pending: list[tuple[int, int, dict]] = []  # (first byte, end byte, entry) in generation order
         self.generated = 0  # bytes of text generated
-        self.sent = 0       # bytes of text handed out
+        self.sent = 0  # bytes of text handed out
 
     def _entry(self, token: int, logprob: float) -> dict:
         raw = b"" if token in self.hidden else token_bytes(self.tokenizer, token)
@@ -36,8 +36,9 @@ class TokenLogprobs:
         top = []
         if self.top:
             values, indices = torch.topk(distribution, self.top)
-            top = [self._entry(int(i), float(v)) for v, i in zip(values.tolist(), indices.tolist())
-                   if v != float("-inf")]  # tokens the sampler could not draw are not listed
+            top = [
+                self._entry(int(i), float(v)) for v, i in zip(values.tolist(), indices.tolist()) if v != float("-inf")
+            ]  # tokens the sampler could not draw are not listed
         entry["top_logprobs"] = top
         start = self.generated
         self.generated += len(entry["bytes"])
@@ -47,7 +48,7 @@ class TokenLogprobs:
         """`text` goes out now: the entries of the tokens it completes."""
         self.sent += len(text.encode("utf-8"))
         done = [e for e in self.pending if e[1] <= self.sent]
-        self.pending = self.pending[len(done):]
+        self.pending = self.pending[len(done) :]
         return [entry for _, _, entry in done]
 
     def partly_sent(self) -> list[dict]:

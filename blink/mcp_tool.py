@@ -14,7 +14,8 @@ requests and any replica can serve any call.
 """
 
 import contextlib
-from typing import Any, Awaitable, Callable, Literal, Union
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
 
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
@@ -40,12 +41,15 @@ class DecisionQuestion(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["noul", "choice", "score"] = Field(description="noul (yes/no), choice (named options) or score "
-                                                                 "(ordered levels)")
+    type: Literal["noul", "choice", "score"] = Field(
+        description="noul (yes/no), choice (named options) or score (ordered levels)"
+    )
     instructions: str = Field(description="what to decide, e.g. 'Is this message spam?'")
-    criteria: Union[dict[str, Union[str, None]], list[str], None] = Field(
-        default=None, description="choice: {option name: description or null}; score: [level, ...] lowest first; "
-                                  "noul: optional {\"true\": ..., \"false\": ...} descriptions")
+    criteria: dict[str, str | None] | list[str] | None = Field(
+        default=None,
+        description="choice: {option name: description or null}; score: [level, ...] lowest first; "
+        'noul: optional {"true": ..., "false": ...} descriptions',
+    )
 
 
 Decide = Callable[[dict, Any], Awaitable[dict]]
@@ -53,6 +57,7 @@ Decide = Callable[[dict, Any], Awaitable[dict]]
 
 def decision_body(state: Any, questions: dict[str, Any]) -> dict:
     """The System One request body for a tool call (questions as models or plain dicts)."""
+
     def plain(question):
         return question.model_dump(exclude_none=True) if isinstance(question, BaseModel) else question
 
@@ -62,12 +67,18 @@ def decision_body(state: Any, questions: dict[str, Any]) -> dict:
 def build_mcp(decide: Decide, caller_of: Callable[[Any], Any], name: str):
     """A FastMCP server with the `decide` tool; `decide(body, caller)` returns the System One response body."""
     # Keys travel as bearer headers, never as cookies, so a rebinding page gains nothing: any Host is served.
-    server = FastMCP(name, instructions=DECIDE_DOC, stateless_http=True, json_response=True,
-                     transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+    server = FastMCP(
+        name,
+        instructions=DECIDE_DOC,
+        stateless_http=True,
+        json_response=True,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
 
     @server.tool(name="decide", description=DECIDE_DOC, structured_output=True)
-    async def decide_tool(state: Union[str, dict[str, Any], list[Any]], questions: dict[str, DecisionQuestion],
-                          ctx: Context) -> dict[str, Any]:
+    async def decide_tool(
+        state: str | dict[str, Any] | list[Any], questions: dict[str, DecisionQuestion], ctx: Context
+    ) -> dict[str, Any]:
         request = ctx.request_context.request
         try:
             return await decide(decision_body(state, questions), caller_of(request) if request else None)

@@ -8,8 +8,9 @@ suffixes run together after a prefix.
 from __future__ import annotations
 
 
-def length_buckets(rows: list, lengths: dict, max_rows: int, pass_cost: float = 0.0, max_cells: int | None = None,
-                   carried: int = 0) -> list[list]:
+def length_buckets(
+    rows: list, lengths: dict, max_rows: int, pass_cost: float = 0.0, max_cells: int | None = None, carried: int = 0
+) -> list[list]:
     """Rows (prefixes, or suffixes) grouped into forward passes at the least estimated cost: a pass costs
     `pass_cost` (its fixed cost, in tokens) plus rows x its longest row (padding is paid for). With a small pass cost
     (a CPU) nearly every distinct length gets its own pass; with a large one (a GPU's kernel launches and
@@ -45,10 +46,10 @@ def length_buckets(rows: list, lengths: dict, max_rows: int, pass_cost: float = 
                 best[i], cut[i] = cost, j
     groups, i = [], len(runs)
     while i:
-        groups.append([row for run in runs[cut[i]:i] for row in run])
+        groups.append([row for run in runs[cut[i] : i] for row in run])
         i = cut[i]
     passes = []
     for group in reversed(groups):
         size = per_pass(lengths[group[0]])
-        passes += [group[k:k + size] for k in range(0, len(group), size)]
+        passes += [group[k : k + size] for k in range(0, len(group), size)]
     return passes

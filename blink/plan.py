@@ -27,8 +27,8 @@ class Image:
     """One image of a request, preprocessed (CPU tensors): shared by every prompt that shows it, so it is
     pickled once and encoded once per call."""
 
-    key: str                  # content hash: prompts showing the same image share the prefix through it
-    pixel_values: object      # torch.Tensor [patches, dim], CPU
+    key: str  # content hash: prompts showing the same image share the prefix through it
+    pixel_values: object  # torch.Tensor [patches, dim], CPU
     grid_thw: list[int]
 
 

@@ -21,7 +21,7 @@ import torch
 
 @dataclass
 class Entry:
-    length: int   # tokens of prefix it holds
+    length: int  # tokens of prefix it holds
     cache: object  # a batch-of-one model cache after those tokens
     nbytes: int
 
@@ -34,7 +34,7 @@ def layer_tensors(cache):
     """(layer, attribute, tensor) for every tensor a model cache holds (KV; conv and recurrent states by index)."""
     for layer in cache.layers:
         for name, value in vars(layer).items():
-            for tensor in (value.values() if isinstance(value, dict) else [value]):
+            for tensor in value.values() if isinstance(value, dict) else [value]:
                 if isinstance(tensor, torch.Tensor) and tensor.dim() >= 1:
                     yield layer, name, tensor
 
@@ -45,7 +45,7 @@ def row_of(cache, row: int, start: int):
     deep-copied, so the copy shares nothing with the batch's cache."""
     memo = {}
     for _, name, tensor in layer_tensors(cache):
-        piece = tensor[row:row + 1]
+        piece = tensor[row : row + 1]
         if name in ("keys", "values"):
             piece = piece[:, :, start:]
         memo[id(tensor)] = piece.clone()
@@ -93,6 +93,12 @@ class PrefixCache:
                 del self.lengths[old.length]
 
     def stats(self) -> dict:
-        return {"active": self.active, "max_mib": self.max_bytes / 2**20, "used_mib": round(self.bytes / 2**20, 3),
-                "entries": len(self.entries), "hits": self.hits, "misses": self.misses,
-                "cached_tokens": self.cached_tokens}
+        return {
+            "active": self.active,
+            "max_mib": self.max_bytes / 2**20,
+            "used_mib": round(self.bytes / 2**20, 3),
+            "entries": len(self.entries),
+            "hits": self.hits,
+            "misses": self.misses,
+            "cached_tokens": self.cached_tokens,
+        }

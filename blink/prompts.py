@@ -59,7 +59,7 @@ def decision_config_for(model_dir: str, tokenizer) -> DecisionConfig:
     wide = wide_labels(tokenizer)
     for kind in ("choice", "score"):
         config.labels.setdefault(kind, wide)
-    for kind, labels in config.labels.items():
+    for labels in config.labels.values():
         label_token_ids(tokenizer, tuple(labels))  # raises at load if a label isn't a single token
     return config
 
@@ -119,16 +119,23 @@ class PromptBuilder:
                 raise InvalidRequest(
                     f"{who} with the state makes a prompt of {len(ids)} tokens; this server's context limit is "
                     f"{self.limits.max_context_tokens} tokens per prompt (state + question). Nothing was truncated: "
-                    "shorten the state.", loc=loc, kind="context_length_exceeded")
-            reads = [Read(int(mark) - 1, self.label_ids(q.labels), float(self.config.temperature.get(q.type, 1.0)))
-                     for q, mark in zip(questions, marks)]
+                    "shorten the state.",
+                    loc=loc,
+                    kind="context_length_exceeded",
+                )
+            reads = [
+                Read(int(mark) - 1, self.label_ids(q.labels), float(self.config.temperature.get(q.type, 1.0)))
+                for q, mark in zip(questions, marks)
+            ]
             prompts.append(Prompt(ids, reads, prompt_images, state_end))
         total = processed_tokens(prompts)
         if total > self.limits.max_request_tokens:
             raise InvalidRequest(
                 f"the request needs {total} tokens (shared state counted once); this server's limit is "
                 f"{self.limits.max_request_tokens} per request. Split the questions over several requests.",
-                loc=["body", "questions"], kind="context_length_exceeded")
+                loc=["body", "questions"],
+                kind="context_length_exceeded",
+            )
         return prompts
 
     def _library_prompts(self, decision: Decision, images: dict | None = None) -> list[tuple]:
@@ -137,8 +144,10 @@ class PromptBuilder:
         if images:
             request["assets"] = images
         shared = {}
-        return [(inputs["input_ids"][0].tolist(), inputs["marks"].tolist(), questions, split_images(inputs, shared), 0)
-                for inputs, questions in prepare_inputs(self.config, request, self.processor or self.tokenizer)]
+        return [
+            (inputs["input_ids"][0].tolist(), inputs["marks"].tolist(), questions, split_images(inputs, shared), 0)
+            for inputs, questions in prepare_inputs(self.config, request, self.processor or self.tokenizer)
+        ]
 
 
 def split_images(inputs: dict, shared: dict) -> list[Image]:
@@ -148,7 +157,7 @@ def split_images(inputs: dict, shared: dict) -> list[Image]:
     out, start = [], 0
     for grid in inputs["image_grid_thw"].tolist():
         patches = grid[0] * grid[1] * grid[2]
-        pixels = inputs["pixel_values"][start:start + patches].contiguous()
+        pixels = inputs["pixel_values"][start : start + patches].contiguous()
         start += patches
         key = hashlib.sha256(pixels.numpy().tobytes()).hexdigest()[:32] + "-" + "x".join(map(str, grid))
         out.append(shared.setdefault(key, Image(key, pixels, grid)))
@@ -172,7 +181,7 @@ class PrefixReusingEncoder:
     """
 
     MAX_SCAN = 4096  # characters searched backwards from the divergence for a safe cut
-    MIN_CHARS = 64   # texts shorter than this are encoded in full and not remembered
+    MIN_CHARS = 64  # texts shorter than this are encoded in full and not remembered
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
@@ -214,9 +223,11 @@ class PrefixReusingEncoder:
         return r"\s*[\r\n]+" in regex and any(p.get("type") == "ByteLevel" for p in parts)
 
     def _self_test(self) -> bool:
-        texts = ["<|im_start|>user\nA state. It ends here\n\nWhich team?\nA. x<|im_end|>\n",
-                 "<|im_start|>user\nA state. It ends here\n\nWhat tone?\nA. calm<|im_end|>\n",
-                 "<|im_start|>user\n{\"a\": \"b\\n\"}\n\n\u0301accent, 12 34\n\nB. 5<|im_end|>"]
+        texts = [
+            "<|im_start|>user\nA state. It ends here\n\nWhich team?\nA. x<|im_end|>\n",
+            "<|im_start|>user\nA state. It ends here\n\nWhat tone?\nA. calm<|im_end|>\n",
+            '<|im_start|>user\n{"a": "b\\n"}\n\n\u0301accent, 12 34\n\nB. 5<|im_end|>',
+        ]
         self.local.last = None
         try:
             return all(self._encode(t) == self.full(t, add_special_tokens=False) for t in texts + texts[::-1])
@@ -224,7 +235,7 @@ class PrefixReusingEncoder:
             self.local.last = None
 
     def __call__(self, text, *args, **kwargs):
-        if (self.enabled and isinstance(text, str) and not args and kwargs == {"add_special_tokens": False}):
+        if self.enabled and isinstance(text, str) and not args and kwargs == {"add_special_tokens": False}:
             return self._encode(text)
         return self.full(text, *args, **kwargs)
 
@@ -294,8 +305,9 @@ class OnceRenderer:
             self.enabled = all(chat == self.head + probe + self.tail for chat, probe in zip(chats, self.PROBES))
 
     def _chat(self, content: str) -> str:
-        return self.tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
-                                                  add_generation_prompt=True, enable_thinking=False)
+        return self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True, enable_thinking=False
+        )
 
     def _has_control(self, text: str) -> bool:
         return any(token in text for token in self.control)
@@ -319,8 +331,11 @@ class OnceRenderer:
 
     def _part(self, question) -> list[int] | None:
         """The token ids of one question part and the chat tail (None: it can't be cut from the state)."""
-        key = json.dumps([question.type, question.instructions, question.options, question.labels,
-                          question.descriptions], ensure_ascii=False, default=repr)
+        key = json.dumps(
+            [question.type, question.instructions, question.options, question.labels, question.descriptions],
+            ensure_ascii=False,
+            default=repr,
+        )
         with self.lock:
             if key in self.parts:
                 self.parts.move_to_end(key)
@@ -340,9 +355,11 @@ class OnceRenderer:
         """True when this rendering equals the library's on a few requests (run once at start-up)."""
         from transformers.decision import parse_questions
 
-        raw = {"route": {"type": "choice", "instructions": "Which team?", "criteria": {"a": "x", "b": None}},
-               "ok": {"type": "noul", "instructions": "Is it fine?"},
-               "level": {"type": "score", "criteria": ["low", "high"]}}
+        raw = {
+            "route": {"type": "choice", "instructions": "Which team?", "criteria": {"a": "x", "b": None}},
+            "ok": {"type": "noul", "instructions": "Is it fine?"},
+            "level": {"type": "score", "criteria": ["low", "high"]},
+        }
         for state in ("Order 4471 arrived broken.\n", {"order": 4471, "note": "caf\u00e9 <b>"}, "  x  "):
             decision = Decision(state, parse_questions(raw, self.config), raw)
             fast = self.render(decision)

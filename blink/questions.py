@@ -39,8 +39,11 @@ def parse_question(qid: str, raw: Any, config: DecisionConfig, limits: Limits) -
         raise _question_error(qid, f"a question is an object with a `type`, got {type(raw).__name__}")
     kind = raw.get("type")
     if kind == "box":
-        raise _question_error(qid, "`box` questions need a vision model; this server answers noul, choice and score",
-                              kind="unsupported_question_type")
+        raise _question_error(
+            qid,
+            "`box` questions need a vision model; this server answers noul, choice and score",
+            kind="unsupported_question_type",
+        )
     if kind not in Question.questions_schemes:
         raise _question_error(qid, f"`type` must be one of noul, choice, score; got {kind!r}", kind="union_tag_invalid")
     # the live API (pydantic) ignores fields it doesn't know; so do we
@@ -54,21 +57,29 @@ def parse_question(qid: str, raw: Any, config: DecisionConfig, limits: Limits) -
         if len(criteria) == 0:
             raise _question_error(qid, "a choice question needs at least one option in `criteria`")
         if len(criteria) > limits.max_options:
-            raise _question_error(qid, f"{len(criteria)} options; this server answers at most {limits.max_options} "
-                                       "per choice question", kind="too_many_options")
+            raise _question_error(
+                qid,
+                f"{len(criteria)} options; this server answers at most {limits.max_options} per choice question",
+                kind="too_many_options",
+            )
     if kind == "score":
         if not isinstance(criteria, list):
             raise _question_error(qid, "a score question's `criteria` is a list of levels, lowest first")
         if len(criteria) == 0:
             raise _question_error(qid, "a score question needs at least one level in `criteria`")
         if len(criteria) > limits.max_levels:
-            raise _question_error(qid, f"{len(criteria)} levels; this server answers at most {limits.max_levels} "
-                                       "per score question", kind="too_many_levels")
+            raise _question_error(
+                qid,
+                f"{len(criteria)} levels; this server answers at most {limits.max_levels} per score question",
+                kind="too_many_levels",
+            )
         for i, level in enumerate(criteria):
             if not isinstance(level, (str, dict, list)):
-                raise InvalidRequest(f"question {qid!r}: level {i} must be a string, object or array, got "
-                                     f"{'null' if level is None else type(level).__name__}",
-                                     loc=["body", "questions", qid, "score", "criteria", i])
+                raise InvalidRequest(
+                    f"question {qid!r}: level {i} must be a string, object or array, got "
+                    f"{'null' if level is None else type(level).__name__}",
+                    loc=["body", "questions", qid, "score", "criteria", i],
+                )
     try:
         return Question.from_request(qid, question, config), question
     except ValueError as error:
@@ -79,14 +90,17 @@ def parse_question(qid: str, raw: Any, config: DecisionConfig, limits: Limits) -
 def parse_decision(body: Any, config: DecisionConfig, limits: Limits) -> Decision:
     """Validate a System One body; raise `InvalidRequest` naming the field or question at fault."""
     if not isinstance(body, dict):
-        raise InvalidRequest("the body must be a JSON object with `state` and `questions`", loc=["body"],
-                             kind="model_attributes_type")
+        raise InvalidRequest(
+            "the body must be a JSON object with `state` and `questions`", loc=["body"], kind="model_attributes_type"
+        )
     if "state" not in body:
         raise InvalidRequest("`state` is required", loc=["body", "state"], kind="missing")
     state = body["state"]
     if not isinstance(state, (str, dict, list)):
-        raise InvalidRequest("`state` must be a string, object or array, got "
-                             f"{'null' if state is None else type(state).__name__}", loc=["body", "state"])
+        raise InvalidRequest(
+            f"`state` must be a string, object or array, got {'null' if state is None else type(state).__name__}",
+            loc=["body", "state"],
+        )
     if "questions" not in body:
         raise InvalidRequest("`questions` is required", loc=["body", "questions"], kind="missing")
     questions = body["questions"]
@@ -95,11 +109,19 @@ def parse_decision(body: Any, config: DecisionConfig, limits: Limits) -> Decisio
     if not questions:
         raise InvalidRequest("`questions` needs at least one question", loc=["body", "questions"], kind="too_short")
     if len(questions) > limits.max_questions:
-        raise InvalidRequest(f"{len(questions)} questions; this server answers at most {limits.max_questions} "
-                             "per request", loc=["body", "questions"], kind="too_many_questions")
+        raise InvalidRequest(
+            f"{len(questions)} questions; this server answers at most {limits.max_questions} per request",
+            loc=["body", "questions"],
+            kind="too_many_questions",
+        )
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise InvalidRequest("`model` must be a string", loc=["body", "model"], kind="string_type")
     parsed = {qid: parse_question(qid, q, config, limits) for qid, q in questions.items()}
-    return Decision(state, [q for q, _ in parsed.values()], {qid: raw for qid, (_, raw) in parsed.items()},
-                    raw_probabilities=requested_raw(body), order=requested_order(body))
+    return Decision(
+        state,
+        [q for q, _ in parsed.values()],
+        {qid: raw for qid, (_, raw) in parsed.items()},
+        raw_probabilities=requested_raw(body),
+        order=requested_order(body),
+    )

@@ -34,7 +34,7 @@ class ReasoningSplit:
         if self.state == "start":
             stripped = self.pending.lstrip()
             if stripped.startswith(OPEN):
-                self.state, self.pending = "inside", stripped[len(OPEN):]
+                self.state, self.pending = "inside", stripped[len(OPEN) :]
             elif OPEN.startswith(stripped) and not final:
                 return "", ""  # maybe the tag, still arriving
             else:
@@ -44,7 +44,7 @@ class ReasoningSplit:
                 self.pending = self.pending.lstrip("\n")
             end = self.pending.find(CLOSE)
             if end >= 0:
-                reasoning, self.pending = self.pending[:end].rstrip("\n"), self.pending[end + len(CLOSE):]
+                reasoning, self.pending = self.pending[:end].rstrip("\n"), self.pending[end + len(CLOSE) :]
                 self.state = "after"
             else:
                 # held back: a tag still arriving, and newlines that may turn out to end the block

@@ -28,6 +28,7 @@ from .plan import Prompt, processed_tokens
 from .prompts import PromptBuilder
 from .questions import Decision
 
+
 def one_prompt_per_question(config: DecisionConfig) -> bool:
     """Rotations are extra question prompts, which needs a template that renders one question per prompt (a
     template reading all `questions` in one prompt would show every rotation to every other question)."""
@@ -47,22 +48,31 @@ def build(builder: PromptBuilder, decision: Decision, images: dict | None, order
     if order != "rotate":
         return prompts, readings
     if not one_prompt_per_question(builder.config):
-        raise InvalidRequest("`x_order` \"rotate\" needs a model whose template renders one question per prompt; "
-                             "this model's reads all questions in one prompt", loc=["body", "x_order"],
-                             kind="rotate_unsupported")
+        raise InvalidRequest(
+            '`x_order` "rotate" needs a model whose template renders one question per prompt; '
+            "this model's reads all questions in one prompt",
+            loc=["body", "x_order"],
+            kind="rotate_unsupported",
+        )
     widest = max((len(q.options) for q in decision.questions if q.type == "choice"), default=1)
     for shift in range(1, widest):
-        raw = {q.name: rotated(decision.raw_questions[q.name], shift) for q in decision.questions
-               if q.type == "choice" and len(q.options) > shift}
+        raw = {
+            q.name: rotated(decision.raw_questions[q.name], shift)
+            for q in decision.questions
+            if q.type == "choice" and len(q.options) > shift
+        }
         questions = [Question.from_request(name, question, builder.config) for name, question in raw.items()]
         prompts += builder.build(replace(decision, questions=questions, raw_questions=raw), images)
         readings += questions
     total = processed_tokens(prompts)
     if total > builder.limits.max_request_tokens:
         raise InvalidRequest(
-            f"with `x_order` \"rotate\" (each choice read once per rotation of its options) the request needs {total} "
+            f'with `x_order` "rotate" (each choice read once per rotation of its options) the request needs {total} '
             f"tokens; this server's limit is {builder.limits.max_request_tokens} per request. Send fewer or shorter "
-            "choice questions, or drop `x_order`.", loc=["body", "x_order"], kind="context_length_exceeded")
+            "choice questions, or drop `x_order`.",
+            loc=["body", "x_order"],
+            kind="context_length_exceeded",
+        )
     return prompts, readings
 
 
@@ -72,12 +82,15 @@ def aligned(question: Question, reading: Question, row: list[float]) -> list[flo
     return [row[where[option]] for option in question.options]
 
 
-def read_answers(questions: list[Question], readings: list[Question], logits: list[list[float]],
-                 temperatures: dict) -> dict:
+def read_answers(
+    questions: list[Question], readings: list[Question], logits: list[list[float]], temperatures: dict
+) -> dict:
     """Answers keyed by question id, in request order, from every reading's label logits."""
     rows: dict[str, list[list[float]]] = {q.name: [] for q in questions}
     by_name = {q.name: q for q in questions}
     for reading, row in zip(readings, logits, strict=True):
         rows[reading.name].append(aligned(by_name[reading.name], reading, row))
-    return {q.name: answer_from_probabilities(q, probabilities(rows[q.name], temperatures.get(q.type, 1.0)))
-            for q in questions}
+    return {
+        q.name: answer_from_probabilities(q, probabilities(rows[q.name], temperatures.get(q.type, 1.0)))
+        for q in questions
+    }

@@ -18,12 +18,12 @@ from __future__ import annotations
 import json
 import re
 import zlib
-from typing import Callable
+from collections.abc import Callable
 
 from .errors import BlinkError, InvalidRequest, PayloadTooLarge
 
-MAX_DEPTH = 64            # objects and arrays inside each other; a decision state deeper than this is not a state
-STEP = 256 * 1024         # decoded bytes per decompression step
+MAX_DEPTH = 64  # objects and arrays inside each other; a decision state deeper than this is not a state
+STEP = 256 * 1024  # decoded bytes per decompression step
 
 # a \uD800-\uDFFF escape (in either case): the only way a lone surrogate gets past strict UTF-8 decoding
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
@@ -31,8 +31,9 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def too_large(limit: int) -> PayloadTooLarge:
-    return PayloadTooLarge(f"the body decompresses to more than {limit} bytes, this server's limit",
-                           kind="body_too_large")
+    return PayloadTooLarge(
+        f"the body decompresses to more than {limit} bytes, this server's limit", kind="body_too_large"
+    )
 
 
 def decode(raw: bytes, encoding: str | None, max_decoded: int) -> bytes:
@@ -41,8 +42,11 @@ def decode(raw: bytes, encoding: str | None, max_decoded: int) -> bytes:
     if encoding in ("", "identity"):
         return raw
     if encoding not in ("zstd", "gzip", "x-gzip", "deflate"):
-        raise BlinkError(f"unsupported Content-Encoding {encoding!r}: send zstd, gzip, deflate or none",
-                         status=415, kind="unsupported_encoding")
+        raise BlinkError(
+            f"unsupported Content-Encoding {encoding!r}: send zstd, gzip, deflate or none",
+            status=415,
+            kind="unsupported_encoding",
+        )
     try:
         return _zstd(raw, max_decoded) if encoding == "zstd" else _zlib(raw, encoding, max_decoded)
     except BlinkError:
@@ -89,15 +93,19 @@ def text_of(data: bytes) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise InvalidRequest(f"the body is not valid UTF-8: byte {exc.start} ({data[exc.start:exc.start + 1]!r}) "
-                             f"{exc.reason}", loc=["body", exc.start], kind="invalid_utf8") from None
+        raise InvalidRequest(
+            f"the body is not valid UTF-8: byte {exc.start} ({data[exc.start : exc.start + 1]!r}) {exc.reason}",
+            loc=["body", exc.start],
+            kind="invalid_utf8",
+        ) from None
 
 
 def loads(data: bytes | str, max_depth: int = MAX_DEPTH, max_bytes: int | None = None):
     """Parse a JSON body with the limits above; any refusal is a located 422 (413 past `max_bytes`)."""
     if max_bytes is not None and len(data) > max_bytes:
-        raise PayloadTooLarge(f"the body is {len(data)} bytes; this server accepts at most {max_bytes}",
-                              kind="body_too_large")
+        raise PayloadTooLarge(
+            f"the body is {len(data)} bytes; this server accepts at most {max_bytes}", kind="body_too_large"
+        )
     text = text_of(data) if isinstance(data, (bytes, bytearray)) else data
     try:
         value = json.loads(text)
@@ -106,14 +114,24 @@ def loads(data: bytes | str, max_depth: int = MAX_DEPTH, max_bytes: int | None =
         raise too_deep(max_depth, ["body"]) from None
     except json.JSONDecodeError as exc:
         raise InvalidRequest(f"the body is not valid JSON: {exc}", loc=["body", exc.pos], kind="json_invalid") from None
-    check_tree(value, max_depth, lone_surrogates=bool(_SURROGATE_ESCAPE.search(
-        data if isinstance(data, (bytes, bytearray)) else text.encode("utf-8", "surrogatepass"))))
+    check_tree(
+        value,
+        max_depth,
+        lone_surrogates=bool(
+            _SURROGATE_ESCAPE.search(
+                data if isinstance(data, (bytes, bytearray)) else text.encode("utf-8", "surrogatepass")
+            )
+        ),
+    )
     return value
 
 
 def too_deep(max_depth: int, loc: list) -> InvalidRequest:
-    return InvalidRequest(f"the body nests objects and arrays more than {max_depth} deep, this server's limit",
-                          loc=loc, kind="json_too_deep")
+    return InvalidRequest(
+        f"the body nests objects and arrays more than {max_depth} deep, this server's limit",
+        loc=loc,
+        kind="json_too_deep",
+    )
 
 
 def check_tree(value, max_depth: int = MAX_DEPTH, lone_surrogates: bool = True) -> None:
@@ -137,8 +155,12 @@ def check_tree(value, max_depth: int = MAX_DEPTH, lone_surrogates: bool = True) 
 def _check_string(s: str, loc: tuple) -> None:
     found = _SURROGATE.search(s)
     if found:
-        raise InvalidRequest(f"a string holds a lone surrogate (U+{ord(found.group()):04X} at character "
-                             f"{found.start()}), which is not valid Unicode", loc=list(loc), kind="invalid_unicode")
+        raise InvalidRequest(
+            f"a string holds a lone surrogate (U+{ord(found.group()):04X} at character "
+            f"{found.start()}), which is not valid Unicode",
+            loc=list(loc),
+            kind="invalid_unicode",
+        )
 
 
 def valid_text(s: str, loc: list) -> str:
@@ -156,8 +178,9 @@ def longest_token_chars(tokenizer) -> int:
     return longest
 
 
-def capped_tokens(encode: Callable[[str], list], text: str, max_tokens: int, longest_token: int,
-                  first_chars: int | None = None) -> int | None:
+def capped_tokens(
+    encode: Callable[[str], list], text: str, max_tokens: int, longest_token: int, first_chars: int | None = None
+) -> int | None:
     """The number of tokens in `text`, or None when it has more than `max_tokens`, found in time proportional to
     the limit: past `max_tokens * longest_token` characters the text cannot fit (refused untokenized); below it
     a prefix is tokenized, doubling from `first_chars` (default: 4 characters a token) until either its tokens

@@ -29,62 +29,117 @@ def build_engine(settings: Settings, loaded):
     def mib(value):
         return None if value is None else int(value * 2**20)
 
-    return Engine(loaded, settings.limits, settings.image_limits, settings.image_layout,
-                  pass_cost_tokens=settings.pass_cost_tokens, pass_cache_bytes=mib(settings.pass_cache_mib),
-                  prefix_cache_bytes=mib(settings.prefix_cache_mib), calibration=calibration_for(settings, loaded),
-                  order=settings.x_order)
+    return Engine(
+        loaded,
+        settings.limits,
+        settings.image_limits,
+        settings.image_layout,
+        pass_cost_tokens=settings.pass_cost_tokens,
+        pass_cache_bytes=mib(settings.pass_cache_mib),
+        prefix_cache_bytes=mib(settings.prefix_cache_mib),
+        calibration=calibration_for(settings, loaded),
+        order=settings.x_order,
+    )
 
 
 def build_chat_engine(settings: Settings, loaded):
     """The main-process half of chat (render, token budget) and the generator the GPU step runs."""
     from .chat import ChatEngine
 
-    return ChatEngine(loaded, settings.limits, system_prompt=settings.system_prompt,
-                      max_output_tokens=settings.max_output_tokens, enable_thinking=settings.enable_thinking,
-                      image_limits=settings.image_limits)
+    return ChatEngine(
+        loaded,
+        settings.limits,
+        system_prompt=settings.system_prompt,
+        max_output_tokens=settings.max_output_tokens,
+        enable_thinking=settings.enable_thinking,
+        image_limits=settings.image_limits,
+    )
 
 
-def build_context(settings: Settings, decide: Callable | None = None, chat: Callable | None = None,
-                  loaded=None, warmup: bool = True, chat_engine=None, caller_of: Callable | None = None,
-                  engine=None, description: str | None = None, live_health: Iterable[Callable[[], dict]] = ()
-                  ) -> Context:
+def build_context(
+    settings: Settings,
+    decide: Callable | None = None,
+    chat: Callable | None = None,
+    loaded=None,
+    warmup: bool = True,
+    chat_engine=None,
+    caller_of: Callable | None = None,
+    engine=None,
+    description: str | None = None,
+    live_health: Iterable[Callable[[], dict]] = (),
+) -> Context:
     """The complete context: `engine`, `chat_engine` and `loaded` are built from the settings unless given
     (the Space builds them first, at module scope, for its GPU functions)."""
     from .loading import load, versions
     from .service import DecisionService
 
     loaded = engine.loaded if engine is not None else loaded
-    loaded = loaded or load(settings.model, settings.revision, settings.adapter, settings.adapter_revision,
-                            vision=settings.vision, vision_tower=settings.vision_tower,
-                            max_image_pixels=settings.max_image_pixels)
+    loaded = loaded or load(
+        settings.model,
+        settings.revision,
+        settings.adapter,
+        settings.adapter_revision,
+        vision=settings.vision,
+        vision_tower=settings.vision_tower,
+        max_image_pixels=settings.max_image_pixels,
+    )
     engine = engine or build_engine(settings, loaded)
     # warmup=False: the Space on ZeroGPU, where the main process holds only emulated CUDA tensors
     repeat_identical = engine.warmup() if warmup else None
-    service = DecisionService(engine, decide, window_ms=settings.batch_window_ms,
-                              max_batch=settings.max_batch_requests, max_queued=settings.max_queued_requests)
+    service = DecisionService(
+        engine,
+        decide,
+        window_ms=settings.batch_window_ms,
+        max_batch=settings.max_batch_requests,
+        max_queued=settings.max_queued_requests,
+    )
     info = loaded.info
     prefix_cache = engine.executor.prefix_cache
     health = {
-        "ok": True, "model": public_name(info["model"]), "served_model_name": settings.served_name,
-        "revision": info["revision"], "adapter": public_name(info["adapter"]),
-        "weights_verified": info["weights_verified"], "hub_offline": info["hub_offline"],
-        "warmup": {"repeat_identical": repeat_identical}, "kernels": info["kernels"], "device": info["device"],
-        "dtype": info["dtype"], "versions": versions(), "accepts_images": engine.accepts_images,
+        "ok": True,
+        "model": public_name(info["model"]),
+        "served_model_name": settings.served_name,
+        "revision": info["revision"],
+        "adapter": public_name(info["adapter"]),
+        "weights_verified": info["weights_verified"],
+        "hub_offline": info["hub_offline"],
+        "warmup": {"repeat_identical": repeat_identical},
+        "kernels": info["kernels"],
+        "device": info["device"],
+        "dtype": info["dtype"],
+        "versions": versions(),
+        "accepts_images": engine.accepts_images,
         "limits": vars(settings.limits),
-        "passes": {"pass_cost_tokens": engine.executor.pass_cost_tokens, "max_rows": engine.executor.max_rows,
-                   "pass_cache_mib": engine.executor.pass_cache_bytes / 2**20},
-        "calibration": engine.calibration.health(), "x_order": engine.order,
+        "passes": {
+            "pass_cost_tokens": engine.executor.pass_cost_tokens,
+            "max_rows": engine.executor.max_rows,
+            "pass_cache_mib": engine.executor.pass_cache_bytes / 2**20,
+        },
+        "calibration": engine.calibration.health(),
+        "x_order": engine.order,
     }
     if engine.accepts_images:
-        health.update(image_layout=engine.image_layout, image_limits=vars(settings.image_limits),
-                      vision_tower=public_name(settings.vision_tower))
+        health.update(
+            image_layout=engine.image_layout,
+            image_limits=vars(settings.image_limits),
+            vision_tower=public_name(settings.vision_tower),
+        )
     chat_engine = chat_engine or build_chat_engine(settings, loaded)
-    return Context(service=service, served_name=settings.served_name, auth=ApiKey(settings.api_key),
-                   limits=settings.limits, aliases=settings.model_aliases, health=health,
-                   chat=chat or local_chat(chat_engine), chat_engine=chat_engine,
-                   admission=admission_of(settings), sse_keepalive_s=settings.sse_keepalive_s,
-                   caller_of=caller_of or anonymous, description=description or Context.description,
-                   live_health=[lambda: {"prefix_cache": prefix_cache.stats()}, *live_health])
+    return Context(
+        service=service,
+        served_name=settings.served_name,
+        auth=ApiKey(settings.api_key),
+        limits=settings.limits,
+        aliases=settings.model_aliases,
+        health=health,
+        chat=chat or local_chat(chat_engine),
+        chat_engine=chat_engine,
+        admission=admission_of(settings),
+        sse_keepalive_s=settings.sse_keepalive_s,
+        caller_of=caller_of or anonymous,
+        description=description or Context.description,
+        live_health=[lambda: {"prefix_cache": prefix_cache.stats()}, *live_health],
+    )
 
 
 def public_name(model: str | None) -> str | None:
@@ -96,13 +151,19 @@ def public_name(model: str | None) -> str | None:
 
 def admission_of(settings: Settings) -> Admission:
     """The gates every entry point enters: a decision holds a place from its first byte to its answer."""
-    return Admission.standard(max_queued=settings.max_queued_requests, max_batch=settings.max_batch_requests,
-                              max_chats=settings.max_concurrent_chats, chat_wait_s=settings.chat_slot_wait_s,
-                              preparing=settings.max_preparing, decide_wait_s=settings.decide_wait_s)
+    return Admission.standard(
+        max_queued=settings.max_queued_requests,
+        max_batch=settings.max_batch_requests,
+        max_chats=settings.max_concurrent_chats,
+        chat_wait_s=settings.chat_slot_wait_s,
+        preparing=settings.max_preparing,
+        decide_wait_s=settings.decide_wait_s,
+    )
 
 
 def local_chat(chat_engine):
     """Chat in this process: the caller chooses no quota here."""
+
     def chat(ids, params, caller=None):
         return chat_engine.generate(ids, params)
 
@@ -124,8 +185,10 @@ def api_routes(ctx: Context) -> list:
 
     routes = catalog.routes(ctx) + systemone.routes(ctx) + openai.routes(ctx)
     # the more specific prefix first: /v1/systemone* answers in System One's shape, the rest of /v1/ in OpenAI's
-    return routes + [not_routed(ctx, "/v1/systemone", systemone.WIRE, routes),
-                     not_routed(ctx, "/v1/", protocol.WIRE, routes)]
+    return routes + [
+        not_routed(ctx, "/v1/systemone", systemone.WIRE, routes),
+        not_routed(ctx, "/v1/", protocol.WIRE, routes),
+    ]
 
 
 def create_app(ctx: Context, cors_origins: Iterable[str] = ()):
@@ -144,8 +207,9 @@ def create_app(ctx: Context, cors_origins: Iterable[str] = ()):
     from .mcp_tool import McpEndpoint, build_mcp
     from .systemone import decide_body
 
-    mcp = McpEndpoint(build_mcp(lambda body, caller: decide_body(ctx, body, caller), ctx.caller_of, ctx.served_name),
-                      ctx.auth.allows)
+    mcp = McpEndpoint(
+        build_mcp(lambda body, caller: decide_body(ctx, body, caller), ctx.caller_of, ctx.served_name), ctx.auth.allows
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -156,13 +220,28 @@ def create_app(ctx: Context, cors_origins: Iterable[str] = ()):
     middleware = [Middleware(CompressMiddleware, minimum_size=1024, brotli=False)]
     if cors_origins:
         origins = list(cors_origins)
-        middleware.insert(0, Middleware(CORSMiddleware, allow_origins=origins, allow_methods=["*"],
-                                        allow_headers=["*"], allow_credentials="*" not in origins,
-                                        expose_headers=["x-request-id", "x-typesafe-request-id", "server-timing",
-                                                        "retry-after"], max_age=600))
+        middleware.insert(
+            0,
+            Middleware(
+                CORSMiddleware,
+                allow_origins=origins,
+                allow_methods=["*"],
+                allow_headers=["*"],
+                allow_credentials="*" not in origins,
+                expose_headers=["x-request-id", "x-typesafe-request-id", "server-timing", "retry-after"],
+                max_age=600,
+            ),
+        )
     routes = [Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]), *api_routes(ctx)]
-    app = FastAPI(title="blink", routes=routes, docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan,
-                  middleware=middleware)
+    app = FastAPI(
+        title="blink",
+        routes=routes,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        lifespan=lifespan,
+        middleware=middleware,
+    )
     app.state.blink = ctx
     return app
 
@@ -172,9 +251,12 @@ def serve(settings: Settings, host: str, port: int, log_level: str = "info", cor
 
     ctx = build_context(settings)
     app = create_app(ctx, cors_origins)
-    print(f"blink serving {settings.served_name} ({ctx.health['model']}) on http://{host}:{port} "
-          f"[{ctx.health['device']}, {ctx.health['kernels']}; weights_verified={ctx.health['weights_verified']}; "
-          f"api key {'required' if ctx.auth.required else 'not required'}]", flush=True)
+    print(
+        f"blink serving {settings.served_name} ({ctx.health['model']}) on http://{host}:{port} "
+        f"[{ctx.health['device']}, {ctx.health['kernels']}; weights_verified={ctx.health['weights_verified']}; "
+        f"api key {'required' if ctx.auth.required else 'not required'}]",
+        flush=True,
+    )
     from . import guard
 
     # a key sent as ?api_key= is never written to the access log

@@ -54,13 +54,21 @@ class Decided:
 
 
 class DecisionService:
-    def __init__(self, engine: Engine, score_batch: Callable[[list, Any], list] | None = None, *,
-                 window_ms: float = 0.0, max_batch: int = 16, max_queued: int = 64):
+    def __init__(
+        self,
+        engine: Engine,
+        score_batch: Callable[[list, Any], list] | None = None,
+        *,
+        window_ms: float = 0.0,
+        max_batch: int = 16,
+        max_queued: int = 64,
+    ):
         """`score_batch(plans, caller)` runs one batch and returns one `plan.Scored` per plan (default: the
         engine in this process, where the caller is moot; the Space: its `@spaces.GPU` call, as the caller)."""
         self.engine = engine
-        self.batcher = Batcher(score_batch or (lambda plans, caller: engine.score_many(plans)), window_ms / 1000.0,
-                               max_batch, max_queued)
+        self.batcher = Batcher(
+            score_batch or (lambda plans, caller: engine.score_many(plans)), window_ms / 1000.0, max_batch, max_queued
+        )
 
     async def decide(self, body, timing: Timing, parts: dict | None = None, caller=None, ticket=None) -> Decided:
         """The engine's prepare -> score -> answer, with the score step queued and batched with other

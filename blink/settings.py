@@ -360,8 +360,12 @@ class Listen:
     host: str = knob("127.0.0.1", str, "address to bind")
     port: int = knob(8000, Integer(0, 65535), "port to listen on")
     log_level: str = knob("info", Choice(("debug", "info", "warning", "error")), "log level")
-    cors_origins: tuple[str, ...] = knob((), names, "browser origins allowed to call the API (CORS, preflight "
-                                         "answered), comma-separated, or `*` for any", shown="none (no CORS)")
+    cors_origins: tuple[str, ...] = knob(
+        (),
+        names,
+        "browser origins allowed to call the API (CORS, preflight answered), comma-separated, or `*` for any",
+        shown="none (no CORS)",
+    )
 
 
 def resolve(schema, values: dict, env: dict, *, space: bool = False):

@@ -59,8 +59,9 @@ def check_constraint(constraint: dict | None, loc: list | tuple = ("body", "resp
     if kind == "json_schema":
         schema = constraint.get("schema")
         if not isinstance(schema, dict):
-            raise InvalidRequest("a json_schema constraint needs `schema`, a JSON Schema object", loc=loc,
-                                 kind="invalid_schema")
+            raise InvalidRequest(
+                "a json_schema constraint needs `schema`, a JSON Schema object", loc=loc, kind="invalid_schema"
+            )
         _check_schema(schema, loc)
         return {"type": "json_schema", "schema": schema, "strict": bool(constraint.get("strict", True))}
     if kind == "tool_call":
@@ -71,18 +72,27 @@ def check_constraint(constraint: dict | None, loc: list | tuple = ("body", "resp
         for i, tool in enumerate(tools):
             name = tool.get("name") if isinstance(tool, dict) else None
             if not isinstance(name, str) or not TOOL_NAME.match(name):
-                raise InvalidRequest("a function name must be 1-64 letters, digits, '_', '-', '.' or ':'",
-                                     loc=[*loc, i, "name"], kind="invalid_tools")
+                raise InvalidRequest(
+                    "a function name must be 1-64 letters, digits, '_', '-', '.' or ':'",
+                    loc=[*loc, i, "name"],
+                    kind="invalid_tools",
+                )
             parameters = tool.get("parameters")
             parameters = {"type": "object", "properties": {}} if parameters is None else parameters
             if not isinstance(parameters, dict):
-                raise InvalidRequest("a function's parameters must be a JSON Schema object",
-                                     loc=[*loc, i, "parameters"], kind="invalid_schema")
+                raise InvalidRequest(
+                    "a function's parameters must be a JSON Schema object",
+                    loc=[*loc, i, "parameters"],
+                    kind="invalid_schema",
+                )
             _check_schema(parameters, [*loc, i, "parameters"])
             checked.append({"name": name, "parameters": parameters})
         return {"type": "tool_call", "tools": checked, "parallel": bool(constraint.get("parallel", True))}
-    raise InvalidRequest(f"unknown constraint type {kind!r}: expected json_object, json_schema or tool_call",
-                         loc=loc, kind="invalid_constraint")
+    raise InvalidRequest(
+        f"unknown constraint type {kind!r}: expected json_object, json_schema or tool_call",
+        loc=loc,
+        kind="invalid_constraint",
+    )
 
 
 def _check_schema(schema: dict, loc: list) -> None:
@@ -101,8 +111,10 @@ def _check_schema(schema: dict, loc: list) -> None:
     keys = re.match(r"Unimplemented keys: \[(.*)\]", message)
     if keys:
         names = ", ".join(k.strip().strip('"') for k in keys.group(1).split(","))
-        text = (f"the schema uses {names} at schema{where}, which constrained decoding cannot enforce; remove it "
-                "(a keyword is never silently ignored)")
+        text = (
+            f"the schema uses {names} at schema{where}, which constrained decoding cannot enforce; remove it "
+            "(a keyword is never silently ignored)"
+        )
     else:
         lines = [line.strip() for line in message.splitlines() if line.strip()]
         detail = lines[0] if len(lines) == 1 else f"{lines[0]} {lines[-1]}"  # a regex error: what, then why
@@ -165,18 +177,24 @@ def lark_grammar(constraint: dict, tool_format: str = "json", reasoning: bool = 
     schema = {"type": "object"} if kind == "json_object" else constraint.get("schema")
     if schema is not None and not reasoning:
         return LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS)
-    lines = [r'think: <think>? THOUGHT </think> /\n*/', r"THOUGHT: /(.|\n)*/"] if reasoning else []
+    lines = [r"think: <think>? THOUGHT </think> /\n*/", r"THOUGHT: /(.|\n)*/"] if reasoning else []
     head = "start: think answer" if reasoning else "start: answer"
     if schema is not None:
         return LLMatcher.grammar_from_lark("\n".join([head, f"answer: {_embedded(schema)}", *lines]))
     names = []
     for i, tool in enumerate(constraint["tools"]):
         names.append(f"call_{i}")
-        lines.append(f"call_{i}: " + (_xml_call(tool) if tool_format == "xml" and _flat(tool["parameters"])
-                                      else _json_call(tool)))
+        lines.append(
+            f"call_{i}: "
+            + (_xml_call(tool) if tool_format == "xml" and _flat(tool["parameters"]) else _json_call(tool))
+        )
     repeat = ' ("\\n" call)*' if constraint["parallel"] else ""
-    lines = [head, f"answer: call{repeat}", 'call: <tool_call> "\\n" (' + " | ".join(names) + ') "\\n" </tool_call>',
-             *lines]
+    lines = [
+        head,
+        f"answer: call{repeat}",
+        'call: <tool_call> "\\n" (' + " | ".join(names) + ') "\\n" </tool_call>',
+        *lines,
+    ]
     return LLMatcher.grammar_from_lark("\n".join(lines))
 
 
@@ -191,10 +209,23 @@ def _json_call(tool: dict) -> str:
 
 def _flat(parameters: dict) -> bool:
     """An object schema listing its properties: what the XML markup (one `<parameter=KEY>` per key) can carry."""
-    allowed = {"type", "properties", "required", "additionalProperties", "title", "description", "$defs",
-               "definitions", "$schema", "strict"}
-    return (parameters.get("type") == "object" and isinstance(parameters.get("properties"), dict)
-            and set(parameters) <= allowed)
+    allowed = {
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "title",
+        "description",
+        "$defs",
+        "definitions",
+        "$schema",
+        "strict",
+    }
+    return (
+        parameters.get("type") == "object"
+        and isinstance(parameters.get("properties"), dict)
+        and set(parameters) <= allowed
+    )
 
 
 def _xml_call(tool: dict) -> str:
@@ -215,8 +246,15 @@ def _xml_call(tool: dict) -> str:
 class Grammars:
     """Matchers for checked constraints on one tokenizer, compiled once per constraint (a bounded LRU cache)."""
 
-    def __init__(self, tokenizer, vocab_size: int, eos_ids: list[int], tool_format: str = "json",
-                 reasoning: bool = False, size: int = CACHE_SIZE):
+    def __init__(
+        self,
+        tokenizer,
+        vocab_size: int,
+        eos_ids: list[int],
+        tool_format: str = "json",
+        reasoning: bool = False,
+        size: int = CACHE_SIZE,
+    ):
         self.hf_tokenizer = tokenizer
         self.vocab_size = int(vocab_size)
         self.eos_ids = list(eos_ids)
@@ -238,8 +276,9 @@ class Grammars:
                 # the tokenizer may hold more tokens than the model has logits (the decision engine adds its
                 # sentinels): the mask covers both, and tokens past the logits are never drawn
                 self.mask_size = max(self.vocab_size, len(self.hf_tokenizer))
-                self._tokenizer = llguidance.hf.from_tokenizer(self.hf_tokenizer, n_vocab=self.mask_size,
-                                                               eos_token=self.eos_ids)
+                self._tokenizer = llguidance.hf.from_tokenizer(
+                    self.hf_tokenizer, n_vocab=self.mask_size, eos_token=self.eos_ids
+                )
             return self._tokenizer
 
     def matcher(self, constraint: dict):
@@ -253,8 +292,7 @@ class Grammars:
             if compiled is not None:
                 self._cache.move_to_end(key)
         if compiled is None:
-            compiled = LLMatcher(tokenizer, lark_grammar(constraint, self.tool_format, self.reasoning),
-                                 log_level=0)
+            compiled = LLMatcher(tokenizer, lark_grammar(constraint, self.tool_format, self.reasoning), log_level=0)
             if compiled.is_error():  # check_constraint ran in the main process: this is our fault, not the client's
                 raise RuntimeError(f"the constraint's grammar did not compile: {compiled.get_error()}")
             with self._lock:
@@ -262,7 +300,6 @@ class Grammars:
                 while len(self._cache) > self.size:
                     self._cache.popitem(last=False)
         return compiled.deep_copy()
-
 
     def apply_mask(self, logits, matcher) -> None:
         """Set to -inf, in place, every logit the matcher forbids at this step (a 1-D row of the model's
@@ -273,6 +310,6 @@ class Grammars:
 
         bitmask = allocate_token_bitmask(1, self.mask_size)
         fill_next_token_bitmask(matcher, bitmask, 0)
-        allowed = np.unpackbits(bitmask.numpy().view(np.uint8), bitorder="little")[:logits.shape[-1]]
+        allowed = np.unpackbits(bitmask.numpy().view(np.uint8), bitorder="little")[: logits.shape[-1]]
         forbidden = torch.from_numpy(allowed).to(logits.device, non_blocking=True) == 0
         logits.masked_fill_(forbidden, float("-inf"))

@@ -32,12 +32,18 @@ def response_body(ctx: Context, decided) -> dict:
         usage["x_cached_tokens"] = decided.cached_tokens
     if decided.image_usage:  # image counts only when there are images
         usage.update(decided.image_usage)
-    return {"model": ctx.served_name, "answers": decided.answers, "usage": usage,
-            "x_calibration": decided.calibration}
+    return {"model": ctx.served_name, "answers": decided.answers, "usage": usage, "x_calibration": decided.calibration}
 
 
-async def decide_body(ctx: Context, body, caller=None, timing: Timing | None = None, parts: dict | None = None,
-                      ticket=None, caller_class: str = KEYED) -> dict:
+async def decide_body(
+    ctx: Context,
+    body,
+    caller=None,
+    timing: Timing | None = None,
+    parts: dict | None = None,
+    ticket=None,
+    caller_class: str = KEYED,
+) -> dict:
     """A System One body decided and answered exactly as `/v1/systemone` answers it (also for MCP and the UI).
     Without a `ticket` (MCP) it enters the decide gate itself: no entry point bypasses admission."""
     if ticket is None:

@@ -43,7 +43,7 @@ START_MARKERS = tuple(f"<{w}>" for w in WRAPPERS) + ("<function=",)
 @dataclass
 class Parsed:
     calls: list[dict] = field(default_factory=list)  # OpenAI `tool_calls` entries, each with `index`
-    content: str | None = None                        # the text that is not a call (None when empty)
+    content: str | None = None  # the text that is not a call (None when empty)
 
 
 def new_call_id() -> str:
@@ -116,8 +116,14 @@ def _openai(calls: list[dict]) -> list[dict]:
         args = call["arguments"]
         if not isinstance(args, str):
             args = json.dumps(args if args is not None else {}, ensure_ascii=False)
-        out.append({"index": index, "id": new_call_id(), "type": "function",
-                    "function": {"name": call["name"], "arguments": args}})
+        out.append(
+            {
+                "index": index,
+                "id": new_call_id(),
+                "type": "function",
+                "function": {"name": call["name"], "arguments": args},
+            }
+        )
     return out
 
 
@@ -200,8 +206,8 @@ class ToolStream:
             self.buffering = True
             return self._sent(out)
         keep = partial_marker_length(self.pending, START_MARKERS)
-        out = self.pending[:len(self.pending) - keep]
-        self.pending = self.pending[len(self.pending) - keep:]
+        out = self.pending[: len(self.pending) - keep]
+        self.pending = self.pending[len(self.pending) - keep :]
         return self._sent(out)
 
     def _sent(self, out: str) -> str:

@@ -31,8 +31,11 @@ def pixels_and_grid(images: list, device) -> tuple[torch.Tensor, torch.Tensor]:
 def image_inputs(images: list, input_ids: torch.Tensor, image_token_id: int, device) -> dict:
     """A whole-prompt forward's image arguments (the plain path, chat's first step)."""
     pixels, grid = pixels_and_grid(images, device)
-    return {"pixel_values": pixels, "image_grid_thw": grid,
-            "mm_token_type_ids": (input_ids == image_token_id).int().to(device)}
+    return {
+        "pixel_values": pixels,
+        "image_grid_thw": grid,
+        "mm_token_type_ids": (input_ids == image_token_id).int().to(device),
+    }
 
 
 def image_positions(inner, ids: list[int], images: list, image_token_id: int) -> tuple[torch.Tensor, int]:
@@ -48,8 +51,12 @@ def image_positions(inner, ids: list[int], images: list, image_token_id: int) ->
 class ImageTextProcessor(Qwen3VLProcessor):
     def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
         ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
-        for name, token in (("image", "<|image_pad|>"), ("video", "<|video_pad|>"),
-                            ("vision_start", "<|vision_start|>"), ("vision_end", "<|vision_end|>")):
+        for name, token in (
+            ("image", "<|image_pad|>"),
+            ("video", "<|video_pad|>"),
+            ("vision_start", "<|vision_start|>"),
+            ("vision_end", "<|vision_end|>"),
+        ):
             setattr(self, f"{name}_token", token)
             setattr(self, f"{name}_token_id", tokenizer.convert_tokens_to_ids(token))
 
@@ -59,8 +66,9 @@ def renders_images(template: str | None, tokenizer) -> bool:
         return False
     message = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "x"}]}]
     try:
-        text = tokenizer.apply_chat_template(message, chat_template=template, tokenize=False,
-                                             add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(
+            message, chat_template=template, tokenize=False, add_generation_prompt=True
+        )
     except Exception:  # noqa: BLE001 - a template that can't take image parts
         return False
     return "<|image_pad|>" in text
@@ -77,8 +85,10 @@ def load_processor(folder: Path, tokenizer, max_pixels: int) -> ImageTextProcess
     if not renders_images(template, tokenizer):
         template = AutoTokenizer.from_pretrained(folder).chat_template
         if not renders_images(template, tokenizer):
-            raise SystemExit("images: neither the model's chat template nor the vision tower's places image tokens "
-                             "(<|vision_start|><|image_pad|><|vision_end|>) for image parts")
+            raise SystemExit(
+                "images: neither the model's chat template nor the vision tower's places image tokens "
+                "(<|vision_start|><|image_pad|><|vision_end|>) for image parts"
+            )
         tokenizer.chat_template = template  # chat and decisions then render images the same way
         log.info("using the vision tower's chat template, which places image tokens")
     images = Qwen2VLImageProcessorPil.from_pretrained(folder)
@@ -110,8 +120,10 @@ def load_vision_model(root: Path, tower: str | None, dtype):
 
     if tower is None:
         if not has_vision_tower(root):
-            raise SystemExit(f"--vision: {root} has no vision tower (config.json vision_config and "
-                             "preprocessor_config.json); borrow one with --vision-tower repo@revision")
+            raise SystemExit(
+                f"--vision: {root} has no vision tower (config.json vision_config and "
+                "preprocessor_config.json); borrow one with --vision-tower repo@revision"
+            )
         return AutoModelForImageTextToText.from_pretrained(root, dtype=dtype), root
     source, revision = split_tower(tower)
     folder = Path(source) if Path(source).is_dir() else Path(_download(source, revision))

@@ -82,9 +82,13 @@ def routes(ctx: Context) -> list[Route]:
             return await completion(turn, reply)
         return sse_response(call, stream_events(turn, reply))
 
-    return [Route("/v1/chat/completions", Endpoint(ctx, WIRE, chat_completions, cancel_on_disconnect=True,
-                                                  admit="chat"),
-                  methods=["POST"])]
+    return [
+        Route(
+            "/v1/chat/completions",
+            Endpoint(ctx, WIRE, chat_completions, cancel_on_disconnect=True, admit="chat"),
+            methods=["POST"],
+        )
+    ]
 
 
 def logprobs_field(entries: list | None) -> dict | None:
@@ -100,10 +104,16 @@ async def completion(turn: Turn, reply: Reply) -> dict:
         finish = "tool_calls"
     if reply.reasoning is not None:
         message["reasoning_content"] = got.reasoning or None
-    return {"id": turn.id, "object": "chat.completion", "created": turn.created, "model": turn.model,
-            "choices": [{"index": 0, "message": message, "logprobs": logprobs_field(got.logprobs),
-                         "finish_reason": finish}],
-            "usage": usage(got.final)}
+    return {
+        "id": turn.id,
+        "object": "chat.completion",
+        "created": turn.created,
+        "model": turn.model,
+        "choices": [
+            {"index": 0, "message": message, "logprobs": logprobs_field(got.logprobs), "finish_reason": finish}
+        ],
+        "usage": usage(got.final),
+    }
 
 
 async def stream_events(turn: Turn, reply: Reply) -> AsyncIterator[str]:
@@ -112,8 +122,14 @@ async def stream_events(turn: Turn, reply: Reply) -> AsyncIterator[str]:
         base["usage"] = None
 
     def chunk(delta: dict, finish: str | None = None, logprobs: list | None = None) -> str:
-        return sse({**base, "choices": [{"index": 0, "delta": delta, "logprobs": logprobs_field(logprobs),
-                                         "finish_reason": finish}]})
+        return sse(
+            {
+                **base,
+                "choices": [
+                    {"index": 0, "delta": delta, "logprobs": logprobs_field(logprobs), "finish_reason": finish}
+                ],
+            }
+        )
 
     yield chunk({"role": "assistant", "content": ""})  # at once, before the GPU is even asked
     finish = None

@@ -46,10 +46,17 @@ def prompt_ids(ctx: Context, prompt: Any) -> list[int]:
                 raise bad(f"token id {token} is outside the vocabulary (0-{vocab - 1})", "prompt", i)
         return list(prompt)
     if isinstance(prompt, list) and prompt:
-        raise bad("`prompt` must be one prompt (a string or a list of token ids): this server answers one prompt "
-                  "per request; send the others as their own requests", "prompt", kind="unsupported_value")
-    raise bad("`prompt` must be a string or a non-empty list of token ids", "prompt",
-              kind="missing" if prompt is None else "invalid_value")
+        raise bad(
+            "`prompt` must be one prompt (a string or a list of token ids): this server answers one prompt "
+            "per request; send the others as their own requests",
+            "prompt",
+            kind="unsupported_value",
+        )
+    raise bad(
+        "`prompt` must be a string or a non-empty list of token ids",
+        "prompt",
+        kind="missing" if prompt is None else "invalid_value",
+    )
 
 
 def parse(ctx: Context, body: Any) -> tuple[list[int], int | None, bool, bool, dict]:
@@ -60,14 +67,19 @@ def parse(ctx: Context, body: Any) -> tuple[list[int], int | None, bool, bool, d
     for name in ("n", "best_of"):
         value = integer(body, name, 1)
         if value is not None and value != 1:
-            raise bad(f"`{name}` must be 1: this server returns one choice per request, got {value}", name,
-                      kind="unsupported_value")
+            raise bad(
+                f"`{name}` must be 1: this server returns one choice per request, got {value}",
+                name,
+                kind="unsupported_value",
+            )
     if body.get("echo"):
-        raise bad("`echo: true` is not supported: the reply holds the completion only", "echo",
-                  kind="unsupported_value")
+        raise bad(
+            "`echo: true` is not supported: the reply holds the completion only", "echo", kind="unsupported_value"
+        )
     if body.get("suffix") is not None:
-        raise bad("`suffix` is not supported: this server does not fill in the middle", "suffix",
-                  kind="unsupported_value")
+        raise bad(
+            "`suffix` is not supported: this server does not fill in the middle", "suffix", kind="unsupported_value"
+        )
     stream, include_usage = streaming(body)
     max_tokens = integer(body, "max_tokens", 1)
     params = {**sampling(body), **legacy_logprobs(body)}
@@ -82,19 +94,35 @@ def routes(ctx: Context) -> list[Route]:
         try:
             budget = ctx.chat_engine.budget(ids, 16 if max_tokens is None else max_tokens)  # OpenAI's default: 16
         except InvalidRequest as error:
-            raise InvalidRequest(error.message.replace("conversation", "prompt"), loc=["body", "prompt"],
-                                 kind=error.kind) from None
+            raise InvalidRequest(
+                error.message.replace("conversation", "prompt"), loc=["body", "prompt"], kind=error.kind
+            ) from None
         reply = Reply(launch(ctx, call, ids, {**params, "max_tokens": budget}, stream))
-        head = {"id": "cmpl-" + uuid.uuid4().hex[:24], "object": "text_completion", "created": int(time.time()),
-                "model": ctx.served_name}
+        head = {
+            "id": "cmpl-" + uuid.uuid4().hex[:24],
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": ctx.served_name,
+        }
         if not stream:
             got = await whole(reply)
             logprobs = legacy_entries(got.logprobs) if params.get("logprobs") else None
-            return {**head, "choices": [{"index": 0, "text": got.content, "logprobs": logprobs,
-                                         "finish_reason": got.final.finish_reason}], "usage": usage(got.final)}
+            return {
+                **head,
+                "choices": [
+                    {"index": 0, "text": got.content, "logprobs": logprobs, "finish_reason": got.final.finish_reason}
+                ],
+                "usage": usage(got.final),
+            }
         return sse_response(call, events(head, reply, include_usage, bool(params.get("logprobs"))))
 
-    return [Route("/v1/completions", Endpoint(ctx, WIRE, completions, cancel_on_disconnect=True, admit="chat"), methods=["POST"])]
+    return [
+        Route(
+            "/v1/completions",
+            Endpoint(ctx, WIRE, completions, cancel_on_disconnect=True, admit="chat"),
+            methods=["POST"],
+        )
+    ]
 
 
 async def events(head: dict, reply: Reply, include_usage: bool, logprobs: bool) -> AsyncIterator[str]:

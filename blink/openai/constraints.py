@@ -44,8 +44,10 @@ def response_format(value: Any, *loc) -> dict | None:
         where = [*loc, "json_schema"] if nested else list(loc)
         if not isinstance(spec.get("schema"), dict):
             raise bad("a json_schema format needs `schema`, a JSON Schema object", *where, "schema")
-        return check_constraint({"type": "json_schema", "schema": spec["schema"], "strict": spec.get("strict", True)},
-                                ["body", *where, "schema"])
+        return check_constraint(
+            {"type": "json_schema", "schema": spec["schema"], "strict": spec.get("strict", True)},
+            ["body", *where, "schema"],
+        )
     raise bad(f"`type` must be text, json_object or json_schema; got {kind!r}", *loc, "type")
 
 
@@ -58,8 +60,9 @@ def tool_constraint(tools: list[dict] | None, choice: Any, parallel: Any) -> dic
     if not tools:
         raise bad(f"`tool_choice` {choice!r} needs `tools`", "tool_choice")
     functions = [{"name": t["function"]["name"], "parameters": t["function"].get("parameters")} for t in tools]
-    checked = check_constraint({"type": "tool_call", "tools": functions, "parallel": parallel is not False},
-                               ["body", "tools"])
+    checked = check_constraint(
+        {"type": "tool_call", "tools": functions, "parallel": parallel is not False}, ["body", "tools"]
+    )
     if choice == "required":
         return checked
     # chat names it under `function`, Responses at the top
@@ -128,6 +131,9 @@ def legacy_entries(entries: list[dict], offset: int = 0) -> dict:
     for entry in entries:
         text_offset.append(at)
         at += len(entry["token"])
-    return {"tokens": [e["token"] for e in entries], "token_logprobs": [e["logprob"] for e in entries],
-            "top_logprobs": [{t["token"]: t["logprob"] for t in e.get("top_logprobs") or []} for e in entries],
-            "text_offset": text_offset}
+    return {
+        "tokens": [e["token"] for e in entries],
+        "token_logprobs": [e["logprob"] for e in entries],
+        "top_logprobs": [{t["token"]: t["logprob"] for t in e.get("top_logprobs") or []} for e in entries],
+        "text_offset": text_offset,
+    }

@@ -49,15 +49,31 @@ class Mapped:
             elif q["kind"] == "choice":
                 probs = raw["probabilities"]
                 by_key = dict(zip(q["keys"], q["values"]))
-                out.append({"type": "choice", "name": q["name"], "choice": by_key[raw["choice"]],
-                            "confidence": raw["confidence"],
-                            "probabilities": [{"value": v, "probability": probs[k]}
-                                              for k, v in zip(q["keys"], q["values"])]})
+                out.append(
+                    {
+                        "type": "choice",
+                        "name": q["name"],
+                        "choice": by_key[raw["choice"]],
+                        "confidence": raw["confidence"],
+                        "probabilities": [
+                            {"value": v, "probability": probs[k]} for k, v in zip(q["keys"], q["values"])
+                        ],
+                    }
+                )
             else:
                 probs = raw["probabilities"]
-                out.append({"type": "score", "name": q["name"], "score": raw["score"], "confidence": raw["confidence"],
-                            "probabilities": [{"value": j, "label": label, "probability": probs[str(j)]}
-                                              for j, label in enumerate(q["labels"])]})
+                out.append(
+                    {
+                        "type": "score",
+                        "name": q["name"],
+                        "score": raw["score"],
+                        "confidence": raw["confidence"],
+                        "probabilities": [
+                            {"value": j, "label": label, "probability": probs[str(j)]}
+                            for j, label in enumerate(q["labels"])
+                        ],
+                    }
+                )
         return out
 
 
@@ -104,8 +120,11 @@ def _input_state(value: Any, images: list) -> Any:
     if isinstance(value, str):
         return value
     if not isinstance(value, list) or not value:
-        raise bad("`input` must be a string or a non-empty list of messages", "input",
-                  kind="missing" if value is None else "invalid_value")
+        raise bad(
+            "`input` must be a string or a non-empty list of messages",
+            "input",
+            kind="missing" if value is None else "invalid_value",
+        )
     items = []
     for i, item in enumerate(value):
         if not isinstance(item, dict):
@@ -115,8 +134,12 @@ def _input_state(value: Any, images: list) -> Any:
             role = item.get("role")
             if role not in ("user", "developer", "system", "assistant"):
                 raise bad(f"`role` must be user, developer, system or assistant; got {role!r}", "input", i, "role")
-            items.append((role, _parts_text(item.get("content"), "input", i, "content", allow_json=len(value) == 1,
-                                            images=images)))
+            items.append(
+                (
+                    role,
+                    _parts_text(item.get("content"), "input", i, "content", allow_json=len(value) == 1, images=images),
+                )
+            )
         elif kind in ("function_call", "custom_tool_call"):
             args = item.get("arguments") if kind == "function_call" else item.get("input")
             items.append(("tool call", f"{item.get('name')}({args if isinstance(args, str) else json.dumps(args)})"))
@@ -134,8 +157,11 @@ def hints(body: dict) -> dict:
     them), checked and passed on as `x_` hints. They change no probability, and route nothing: one process holds
     one prefix-state cache, keyed by the exact tokens."""
     out = {}
-    for name, kind, what in (("prompt_cache_key", str, "a string"), ("prompt_cache_options", dict, "an object"),
-                             ("safety_identifier", str, "a string")):
+    for name, kind, what in (
+        ("prompt_cache_key", str, "a string"),
+        ("prompt_cache_options", dict, "an object"),
+        ("safety_identifier", str, "a string"),
+    ):
         value = body.get(name)
         if value is None:
             continue
@@ -180,8 +206,9 @@ def to_systemone(body: Any) -> Mapped:
         elif kind == "choice":
             choices = q.get("choices")
             if not isinstance(choices, list) or len(choices) < 2:
-                raise bad("a choice question needs `choices`: a list of at least 2 {value, description}", qid,
-                          "choices")
+                raise bad(
+                    "a choice question needs `choices`: a list of at least 2 {value, description}", qid, "choices"
+                )
             criteria, keys, values = {}, [], []
             for j, c in enumerate(choices):
                 value = c.get("value") if isinstance(c, dict) else None
@@ -201,8 +228,9 @@ def to_systemone(body: Any) -> Mapped:
         elif kind == "score":
             levels = q.get("levels")
             if not isinstance(levels, list) or not levels:
-                raise bad("a score question needs `levels`: a list of {label, description}, lowest first", qid,
-                          "levels")
+                raise bad(
+                    "a score question needs `levels`: a list of {label, description}, lowest first", qid, "levels"
+                )
             criteria, labels = [], []
             for j, level in enumerate(levels):
                 label = level.get("label") if isinstance(level, dict) else None
@@ -245,10 +273,18 @@ def routes(ctx: Context) -> list[Route]:
         except InvalidRequest as error:
             raise mapped.relocate(error) from None
         n = decided.input_tokens
-        return {"object": "decision", "model": ctx.served_name, "answers": mapped.answers(decided.answers),
-                "usage": {"input_tokens": n, "input_tokens_details": {"cached_tokens": decided.cached_tokens,
-                                                                         "cache_write_tokens": 0},
-                          "output_tokens": 0, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": n},
-                "calibration": decisions_calibration(decided.calibration)}
+        return {
+            "object": "decision",
+            "model": ctx.served_name,
+            "answers": mapped.answers(decided.answers),
+            "usage": {
+                "input_tokens": n,
+                "input_tokens_details": {"cached_tokens": decided.cached_tokens, "cache_write_tokens": 0},
+                "output_tokens": 0,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": n,
+            },
+            "calibration": decisions_calibration(decided.calibration),
+        }
 
     return [Route("/v1/decisions", Endpoint(ctx, WIRE, decisions, admit="decide"), methods=["POST"])]

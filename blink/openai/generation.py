@@ -40,8 +40,9 @@ def sse(obj, event: str | None = None) -> str:
 
 def sse_response(call: Call, events: AsyncIterator[str]) -> StreamingResponse:
     call.held.push_async_callback(events.aclose)
-    return StreamingResponse(events, media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return StreamingResponse(
+        events, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
 
 
 def launch(ctx: Context, call: Call, ids: list[int], params: dict, streamed: bool) -> GeneratorStream:
@@ -71,8 +72,15 @@ class Calls:
 class Reply:
     """A generation as the wire sends it: KEEPALIVE, Reasoning, Content and Calls pieces, then the ChatEnd."""
 
-    def __init__(self, stream: GeneratorStream, *, tool_names: list[str] | None = None, thinking: bool = False,
-                 inside: bool = False, parallel_calls: bool = True):
+    def __init__(
+        self,
+        stream: GeneratorStream,
+        *,
+        tool_names: list[str] | None = None,
+        thinking: bool = False,
+        inside: bool = False,
+        parallel_calls: bool = True,
+    ):
         self.stream = stream
         self.tool_names = tool_names
         self.parallel_calls = parallel_calls  # false: only the first call counts (`parallel_tool_calls: false`)
@@ -81,8 +89,14 @@ class Reply:
         self.logprobs: list | None = None
 
     @classmethod
-    def of_chat(cls, ctx: Context, stream: GeneratorStream, ids: list[int], tool_names: list[str] | None,
-                parallel_calls: bool = True) -> Reply:
+    def of_chat(
+        cls,
+        ctx: Context,
+        stream: GeneratorStream,
+        ids: list[int],
+        tool_names: list[str] | None,
+        parallel_calls: bool = True,
+    ) -> Reply:
         """A chat turn's reply: reasoning split when the server thinks (the prompt may have opened the block)."""
         engine = ctx.chat_engine
         thinking = bool(getattr(engine, "enable_thinking", False))

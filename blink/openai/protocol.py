@@ -65,9 +65,13 @@ def data_url(part: dict, *loc) -> tuple[str, str]:
     url = part.get("image_url", part.get("url"))
     url = url.get("url") if isinstance(url, dict) else url
     if not isinstance(url, str) or not url.startswith("data:image/") or ";base64," not in url:
-        raise bad("an image part needs a data URL (data:image/png;base64,...): this server fetches nothing",
-                  *loc, "image_url", kind="invalid_image_url")
-    return url[len("data:image/"):url.index(";")], url.split(",", 1)[1]
+        raise bad(
+            "an image part needs a data URL (data:image/png;base64,...): this server fetches nothing",
+            *loc,
+            "image_url",
+            kind="invalid_image_url",
+        )
+    return url[len("data:image/") : url.index(";")], url.split(",", 1)[1]
 
 
 def text_of(content: Any, *loc) -> str | list:
@@ -113,10 +117,13 @@ def _message(raw: Any, i: int) -> dict:
         raise bad("a message must be an object with `role` and `content`", "messages", i)
     role = raw.get("role")
     if role not in ROLES:
-        raise bad(f"`role` must be one of system, developer, user, assistant, tool; got {role!r}",
-                  "messages", i, "role")
-    msg: dict = {"role": "system" if role == "developer" else role,
-                 "content": text_of(raw.get("content"), "messages", i, "content")}
+        raise bad(
+            f"`role` must be one of system, developer, user, assistant, tool; got {role!r}", "messages", i, "role"
+        )
+    msg: dict = {
+        "role": "system" if role == "developer" else role,
+        "content": text_of(raw.get("content"), "messages", i, "content"),
+    }
     if isinstance(raw.get("name"), str):
         msg["name"] = raw["name"]
     if role == "assistant" and raw.get("tool_calls"):
@@ -128,8 +135,13 @@ def _message(raw: Any, i: int) -> dict:
             fn = call.get("function") if isinstance(call, dict) else None
             if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
                 raise bad("a tool call needs `function.name`", "messages", i, "tool_calls", j, "function")
-            out.append({"id": call.get("id"), "type": "function",
-                        "function": {"name": fn["name"], "arguments": arguments_for_template(fn.get("arguments", {}))}})
+            out.append(
+                {
+                    "id": call.get("id"),
+                    "type": "function",
+                    "function": {"name": fn["name"], "arguments": arguments_for_template(fn.get("arguments", {}))},
+                }
+            )
         msg["tool_calls"] = out
     if role == "assistant" and isinstance(raw.get("reasoning_content"), str):
         msg["reasoning_content"] = raw["reasoning_content"]  # earlier thinking, for templates that render it
@@ -201,8 +213,13 @@ def streaming(body: dict) -> tuple[bool, bool]:
 
 def sampling(body: dict) -> dict:
     """The sampling fields every generating route takes (blink.chat.ChatEngine.generate's params)."""
-    return {"temperature": number(body, "temperature", 0.0, 2.0), "top_p": number(body, "top_p", 0.0, 1.0),
-            "top_k": integer(body, "top_k", 0), "seed": integer(body, "seed"), "stop": stop_sequences(body)}
+    return {
+        "temperature": number(body, "temperature", 0.0, 2.0),
+        "top_p": number(body, "top_p", 0.0, 1.0),
+        "top_k": integer(body, "top_k", 0),
+        "seed": integer(body, "seed"),
+        "stop": stop_sequences(body),
+    }
 
 
 def stop_sequences(body: dict) -> list[str]:
@@ -229,7 +246,7 @@ def function_tools(tools: Any) -> list[dict] | None:
     for i, tool in enumerate(tools):
         fn = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(tool, dict) or tool.get("type", "function") != "function" or not isinstance(fn, dict):
-            raise bad("a tool must be {\"type\": \"function\", \"function\": {\"name\", ...}}", "tools", i)
+            raise bad('a tool must be {"type": "function", "function": {"name", ...}}', "tools", i)
         if not isinstance(fn.get("name"), str) or not fn["name"]:
             raise bad("a tool's function needs a `name`", "tools", i, "function", "name")
     return tools
@@ -237,10 +254,15 @@ def function_tools(tools: Any) -> list[dict] | None:
 
 def tool_choice(choice: Any) -> Any:
     """`tool_choice` as chat sends it, checked: "none", "auto", "required" or a named function."""
-    if choice is not None and choice not in ("none", "auto", "required") and not (
-            isinstance(choice, dict) and isinstance((choice.get("function") or {}).get("name"), str)):
-        raise bad("`tool_choice` must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
-                  "\"function\": {\"name\": ...}}", "tool_choice")
+    if (
+        choice is not None
+        and choice not in ("none", "auto", "required")
+        and not (isinstance(choice, dict) and isinstance((choice.get("function") or {}).get("name"), str))
+    ):
+        raise bad(
+            '`tool_choice` must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}',
+            "tool_choice",
+        )
     return choice
 
 

@@ -56,8 +56,13 @@ def _tools(tools: Any) -> list[dict] | None:
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict) or tool.get("type") != "function":
             kind = tool.get("type") if isinstance(tool, dict) else None
-            raise bad(f"tool type {kind!r} is not supported: this server runs function tools only",
-                      "tools", i, "type", kind="unsupported_tool")
+            raise bad(
+                f"tool type {kind!r} is not supported: this server runs function tools only",
+                "tools",
+                i,
+                "type",
+                kind="unsupported_tool",
+            )
         if not isinstance(tool.get("name"), str) or not tool["name"]:
             raise bad("a function tool needs a `name`", "tools", i, "name")
         fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
@@ -70,8 +75,7 @@ def _tool_choice(choice: Any) -> Any:
         return choice
     if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str):
         return choice
-    raise bad("`tool_choice` must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"name\": ...}",
-              "tool_choice")
+    raise bad('`tool_choice` must be "none", "auto", "required" or {"type": "function", "name": ...}', "tool_choice")
 
 
 def _messages(body: dict) -> list[dict]:
@@ -97,16 +101,21 @@ def _messages(body: dict) -> list[dict]:
             role = item.get("role")
             if role not in ("user", "system", "developer", "assistant"):
                 raise bad(f"`role` must be user, system, developer or assistant; got {role!r}", "input", i, "role")
-            msg = {"role": "system" if role == "developer" else role,
-                   "content": text_of(item.get("content"), "input", i, "content")}
+            msg = {
+                "role": "system" if role == "developer" else role,
+                "content": text_of(item.get("content"), "input", i, "content"),
+            }
             if role == "assistant" and reasoning is not None:
                 msg["reasoning_content"], reasoning = reasoning, None
             messages.append(msg)
         elif kind == "function_call":
             if not isinstance(item.get("name"), str) or not isinstance(item.get("call_id"), str):
                 raise bad("a function_call item needs `call_id` and `name`", "input", i)
-            call = {"id": item["call_id"], "type": "function",
-                    "function": {"name": item["name"], "arguments": arguments_for_template(item.get("arguments", {}))}}
+            call = {
+                "id": item["call_id"],
+                "type": "function",
+                "function": {"name": item["name"], "arguments": arguments_for_template(item.get("arguments", {}))},
+            }
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant" and (last.get("tool_calls") or not last["content"]):
                 last.setdefault("tool_calls", []).append(call)  # parallel calls: one assistant turn
@@ -115,14 +124,24 @@ def _messages(body: dict) -> list[dict]:
         elif kind == "function_call_output":
             if not isinstance(item.get("call_id"), str):
                 raise bad("a function_call_output item needs `call_id`", "input", i, "call_id")
-            messages.append({"role": "tool", "tool_call_id": item["call_id"],
-                             "content": text_of(item.get("output"), "input", i, "output")})
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": item["call_id"],
+                    "content": text_of(item.get("output"), "input", i, "output"),
+                }
+            )
         elif kind == "reasoning":
             parts = item.get("content") or item.get("summary") or []
             reasoning = "\n".join(p.get("text", "") for p in parts if isinstance(p, dict)) or None
         elif kind == "item_reference":
-            raise bad("`item_reference` needs stored items: this server stores nothing; send the item itself",
-                      "input", i, "type", kind="unsupported_value")
+            raise bad(
+                "`item_reference` needs stored items: this server stores nothing; send the item itself",
+                "input",
+                i,
+                "type",
+                kind="unsupported_value",
+            )
         else:
             raise bad(f"input item type {kind!r} is not supported", "input", i, "type", kind="unsupported_value")
     return messages
@@ -135,11 +154,18 @@ def parse_responses(body: Any) -> ChatRequest:
         raise bad("`model` must be a string", "model")
     for name, what in STATEFUL.items():
         if body.get(name) is not None:
-            raise bad(f"`{name}` is not supported: this server stores no {what} (every response is `store: false`);"
-                      " send the whole conversation in `input`", name, kind="unsupported_parameter")
+            raise bad(
+                f"`{name}` is not supported: this server stores no {what} (every response is `store: false`);"
+                " send the whole conversation in `input`",
+                name,
+                kind="unsupported_parameter",
+            )
     if body.get("background"):
-        raise bad("`background` is not supported: this server stores no responses to poll", "background",
-                  kind="unsupported_parameter")
+        raise bad(
+            "`background` is not supported: this server stores no responses to poll",
+            "background",
+            kind="unsupported_parameter",
+        )
     if body.get("store") is not None and not isinstance(body["store"], bool):
         raise bad("`store` must be true or false", "store")
     stream = body.get("stream")
@@ -152,8 +178,15 @@ def parse_responses(body: Any) -> ChatRequest:
     if _tool_choice(body.get("tool_choice")) == "none":
         tools = None
     params = sampling({k: v for k, v in body.items() if k != "stop"})  # Responses has no `stop`
-    return ChatRequest(messages, tools or None, bool(stream), False, integer(body, "max_output_tokens", 1), params,
-                       body.get("parallel_tool_calls") is not False)
+    return ChatRequest(
+        messages,
+        tools or None,
+        bool(stream),
+        False,
+        integer(body, "max_output_tokens", 1),
+        params,
+        body.get("parallel_tool_calls") is not False,
+    )
 
 
 # the response -----------------------------------------------------------------------------------------------
@@ -164,23 +197,46 @@ class Shape:
         self.id = _new_id("resp")
         self.created = int(time.time())
         self.fields = {
-            "instructions": body.get("instructions"), "max_output_tokens": body.get("max_output_tokens"),
-            "metadata": body.get("metadata") or {}, "parallel_tool_calls": body.get("parallel_tool_calls", True),
-            "previous_response_id": None, "reasoning": {"effort": None, "summary": None}, "store": False,
-            "temperature": req.params.get("temperature"), "text": body.get("text") or {"format": {"type": "text"}},
-            "tool_choice": body.get("tool_choice") or "auto", "tools": body.get("tools") or [],
-            "top_p": req.params.get("top_p"), "truncation": "disabled", "user": body.get("user"),
+            "instructions": body.get("instructions"),
+            "max_output_tokens": body.get("max_output_tokens"),
+            "metadata": body.get("metadata") or {},
+            "parallel_tool_calls": body.get("parallel_tool_calls", True),
+            "previous_response_id": None,
+            "reasoning": {"effort": None, "summary": None},
+            "store": False,
+            "temperature": req.params.get("temperature"),
+            "text": body.get("text") or {"format": {"type": "text"}},
+            "tool_choice": body.get("tool_choice") or "auto",
+            "tools": body.get("tools") or [],
+            "top_p": req.params.get("top_p"),
+            "truncation": "disabled",
+            "user": body.get("user"),
             "background": False,
         }
         self.model = ctx.served_name
         tokenizer = ctx.chat_engine.tokenizer
         self.count = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def body(self, status: str, output: list[dict], final: ChatEnd | None = None, reasoning: str = "",
-             error: dict | None = None) -> dict:
-        out = {"id": self.id, "object": "response", "created_at": self.created, "status": status,
-               "error": error, "incomplete_details": None, "model": self.model, "output": output,
-               **self.fields, "usage": None}
+    def body(
+        self,
+        status: str,
+        output: list[dict],
+        final: ChatEnd | None = None,
+        reasoning: str = "",
+        error: dict | None = None,
+    ) -> dict:
+        out = {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created,
+            "status": status,
+            "error": error,
+            "incomplete_details": None,
+            "model": self.model,
+            "output": output,
+            **self.fields,
+            "usage": None,
+        }
         if status == "incomplete":
             out["incomplete_details"] = {"reason": "max_output_tokens"}
         if final is not None:
@@ -190,14 +246,23 @@ class Shape:
 
 def usage(final: ChatEnd, reasoning_tokens: int | str = 0) -> dict:
     p, c = final.prompt_tokens, final.completion_tokens
-    return {"input_tokens": p, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-            "output_tokens": c, "output_tokens_details": {"reasoning_tokens": int(reasoning_tokens or 0)},
-            "total_tokens": p + c}
+    return {
+        "input_tokens": p,
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens": c,
+        "output_tokens_details": {"reasoning_tokens": int(reasoning_tokens or 0)},
+        "total_tokens": p + c,
+    }
 
 
 def reasoning_item(text: str, status: str = "completed", item_id: str | None = None) -> dict:
-    return {"type": "reasoning", "id": item_id or _new_id("rs"), "summary": [], "status": status,
-            "content": [{"type": "reasoning_text", "text": text}] if text else []}
+    return {
+        "type": "reasoning",
+        "id": item_id or _new_id("rs"),
+        "summary": [],
+        "status": status,
+        "content": [{"type": "reasoning_text", "text": text}] if text else [],
+    }
 
 
 def text_part(text: str, logprobs: list | None = None) -> dict:
@@ -205,14 +270,19 @@ def text_part(text: str, logprobs: list | None = None) -> dict:
 
 
 def message_item(parts: list[dict], status: str = "completed", item_id: str | None = None) -> dict:
-    return {"type": "message", "id": item_id or _new_id("msg"), "status": status, "role": "assistant",
-            "content": parts}
+    return {"type": "message", "id": item_id or _new_id("msg"), "status": status, "role": "assistant", "content": parts}
 
 
 def call_item(call: dict, status: str = "completed", arguments: str | None = None) -> dict:
     fn = call["function"]
-    return {"type": "function_call", "id": _new_id("fc"), "call_id": call["id"], "name": fn["name"],
-            "arguments": fn["arguments"] if arguments is None else arguments, "status": status}
+    return {
+        "type": "function_call",
+        "id": _new_id("fc"),
+        "call_id": call["id"],
+        "name": fn["name"],
+        "arguments": fn["arguments"] if arguments is None else arguments,
+        "status": status,
+    }
 
 
 def _reasoning_tokens(count, text: str) -> int:
@@ -242,7 +312,11 @@ def routes(ctx: Context) -> list[Route]:
             return shape.body(status, output_of(got), got.final, _reasoning_tokens(shape.count, got.reasoning))
         return sse_response(call, events(shape, reply))
 
-    return [Route("/v1/responses", Endpoint(ctx, WIRE, responses, cancel_on_disconnect=True, admit="chat"), methods=["POST"])]
+    return [
+        Route(
+            "/v1/responses", Endpoint(ctx, WIRE, responses, cancel_on_disconnect=True, admit="chat"), methods=["POST"]
+        )
+    ]
 
 
 class _Events:
@@ -274,19 +348,33 @@ async def events(shape: Shape, reply: Reply) -> AsyncIterator[str]:
             item = reasoning_item("".join(thought), item_id=reasoning["id"])
             index = output.index(reasoning)
             output[index], reasoning = item, None
-            lines += [emit("response.reasoning_text.done", item_id=item["id"], output_index=index, content_index=0,
-                           text=item["content"][0]["text"] if item["content"] else ""),
-                      emit("response.output_item.done", output_index=index, item=item)]
+            lines += [
+                emit(
+                    "response.reasoning_text.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    text=item["content"][0]["text"] if item["content"] else "",
+                ),
+                emit("response.output_item.done", output_index=index, item=item),
+            ]
         if message is not None:
             part = text_part("".join(text), logprobs)
             item = message_item([part], item_id=message["id"])
             index = output.index(message)
             output[index], message = item, None
-            lines += [emit("response.output_text.done", item_id=item["id"], output_index=index, content_index=0,
-                           text=part["text"], logprobs=part["logprobs"]),
-                      emit("response.content_part.done", item_id=item["id"], output_index=index, content_index=0,
-                           part=part),
-                      emit("response.output_item.done", output_index=index, item=item)]
+            lines += [
+                emit(
+                    "response.output_text.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    text=part["text"],
+                    logprobs=part["logprobs"],
+                ),
+                emit("response.content_part.done", item_id=item["id"], output_index=index, content_index=0, part=part),
+                emit("response.output_item.done", output_index=index, item=item),
+            ]
         return lines
 
     def open_message():
@@ -294,9 +382,16 @@ async def events(shape: Shape, reply: Reply) -> AsyncIterator[str]:
         message = message_item([], "in_progress")
         output.append(message)
         index = len(output) - 1
-        return [emit("response.output_item.added", output_index=index, item=message),
-                emit("response.content_part.added", item_id=message["id"], output_index=index, content_index=0,
-                     part=text_part(""))]
+        return [
+            emit("response.output_item.added", output_index=index, item=message),
+            emit(
+                "response.content_part.added",
+                item_id=message["id"],
+                output_index=index,
+                content_index=0,
+                part=text_part(""),
+            ),
+        ]
 
     try:
         async for piece in reply:
@@ -308,16 +403,27 @@ async def events(shape: Shape, reply: Reply) -> AsyncIterator[str]:
                     output.append(reasoning)
                     yield emit("response.output_item.added", output_index=len(output) - 1, item=reasoning)
                 thought.append(piece.text)
-                yield emit("response.reasoning_text.delta", item_id=reasoning["id"],
-                           output_index=output.index(reasoning), content_index=0, delta=piece.text)
+                yield emit(
+                    "response.reasoning_text.delta",
+                    item_id=reasoning["id"],
+                    output_index=output.index(reasoning),
+                    content_index=0,
+                    delta=piece.text,
+                )
             elif isinstance(piece, Content):
                 if message is None:
                     for line in close_open() + open_message():
                         yield line
                 text.append(piece.text)
                 logprobs.extend(piece.logprobs or [])
-                yield emit("response.output_text.delta", item_id=message["id"], output_index=output.index(message),
-                           content_index=0, delta=piece.text, logprobs=piece.logprobs or [])
+                yield emit(
+                    "response.output_text.delta",
+                    item_id=message["id"],
+                    output_index=output.index(message),
+                    content_index=0,
+                    delta=piece.text,
+                    logprobs=piece.logprobs or [],
+                )
             elif isinstance(piece, Calls):
                 for line in close_open():
                     yield line
@@ -327,10 +433,16 @@ async def events(shape: Shape, reply: Reply) -> AsyncIterator[str]:
                     index = len(output) - 1
                     args = c["function"]["arguments"]
                     yield emit("response.output_item.added", output_index=index, item=added)
-                    yield emit("response.function_call_arguments.delta", item_id=added["id"], output_index=index,
-                               delta=args)
-                    yield emit("response.function_call_arguments.done", item_id=added["id"], output_index=index,
-                               name=added["name"], arguments=args)
+                    yield emit(
+                        "response.function_call_arguments.delta", item_id=added["id"], output_index=index, delta=args
+                    )
+                    yield emit(
+                        "response.function_call_arguments.done",
+                        item_id=added["id"],
+                        output_index=index,
+                        name=added["name"],
+                        arguments=args,
+                    )
                     output[index] = {**added, "arguments": args, "status": "completed"}
                     yield emit("response.output_item.done", output_index=index, item=output[index])
             elif isinstance(piece, ChatEnd):
@@ -350,5 +462,7 @@ async def events(shape: Shape, reply: Reply) -> AsyncIterator[str]:
             log.error("response %s failed: %s", shape.id, error.message)
         body = render(error)[1]["error"]
         yield emit("error", code=body["code"], message=body["message"], param=body["param"])
-        yield emit("response.failed", response=shape.body("failed", output,
-                                                          error={"code": body["code"], "message": body["message"]}))
+        yield emit(
+            "response.failed",
+            response=shape.body("failed", output, error={"code": body["code"], "message": body["message"]}),
+        )

@@ -25,8 +25,8 @@ BLOCK_TOKENS = 16  # vLLM's default prefix-cache block size
 
 @dataclass(frozen=True)
 class Route:
-    key: bytes           # the rendezvous key
-    chain: list[bytes]   # the first prompt's chained block hashes: what is looked up
+    key: bytes  # the rendezvous key
+    chain: list[bytes]  # the first prompt's chained block hashes: what is looked up
     blocks: list[bytes]  # every prompt's block hashes (the shared ones once): what is remembered
 
 
@@ -34,8 +34,9 @@ def block_hashes(ids: list[int], max_blocks: int) -> list[bytes]:
     """Chained hashes of the prompt's full blocks: hash i covers tokens [0, 16 (i + 1))."""
     out, previous = [], b""
     for start in range(0, min(len(ids) // BLOCK_TOKENS, max_blocks) * BLOCK_TOKENS, BLOCK_TOKENS):
-        previous = hashlib.blake2b(previous + array("q", ids[start:start + BLOCK_TOKENS]).tobytes(),
-                                   digest_size=16).digest()
+        previous = hashlib.blake2b(
+            previous + array("q", ids[start : start + BLOCK_TOKENS]).tobytes(), digest_size=16
+        ).digest()
         out.append(previous)
     return out
 

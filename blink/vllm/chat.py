@@ -35,12 +35,20 @@ class VllmChat:
 
     def body(self, ids: list[int], params: dict) -> dict:
         """The completion request: blink's sampling parameters, with the engine's defaults where unset."""
-        value = {name: params[name] if params.get(name) is not None else default
-                 for name, default in self.defaults.items()}
-        body = {"prompt": ids, "max_tokens": int(params.get("max_tokens") or self.max_output_tokens),
-                "temperature": float(value["temperature"]), "top_p": float(value["top_p"]),
-                "top_k": int(value["top_k"]), "stop_token_ids": self.eos_ids, "skip_special_tokens": False,
-                "stream": True, "return_token_ids": True}
+        value = {
+            name: params[name] if params.get(name) is not None else default for name, default in self.defaults.items()
+        }
+        body = {
+            "prompt": ids,
+            "max_tokens": int(params.get("max_tokens") or self.max_output_tokens),
+            "temperature": float(value["temperature"]),
+            "top_p": float(value["top_p"]),
+            "top_k": int(value["top_k"]),
+            "stop_token_ids": self.eos_ids,
+            "skip_special_tokens": False,
+            "stream": True,
+            "return_token_ids": True,
+        }
         if params.get("seed") is not None:
             body["seed"] = int(params["seed"])
         return body

@@ -45,10 +45,10 @@ class Replica:
     url: str
     in_flight: int = 0
     served: int = 0
-    failures: int = 0            # consecutive
-    down_until: float = 0.0      # time.monotonic(); 0: up
+    failures: int = 0  # consecutive
+    down_until: float = 0.0  # time.monotonic(); 0: up
     last_error: str | None = None
-    model: str | None = None     # the served model name, from /v1/models
+    model: str | None = None  # the served model name, from /v1/models
     max_model_len: int | None = None
 
     def is_up(self, now: float) -> bool:
@@ -74,9 +74,18 @@ def check(response: httpx.Response) -> dict:
 class Replicas:
     """The replicas one blink routes to. Thread-safe: the scorer and chat call it from many threads."""
 
-    def __init__(self, urls: list[str], *, max_in_flight: int = 64, spill: float = 0.25, backoff_s: float = 1.0,
-                 max_backoff_s: float = 30.0, timeout_s: float = 300.0, api_key: str | None = None,
-                 table: PrefixTable | None = None):
+    def __init__(
+        self,
+        urls: list[str],
+        *,
+        max_in_flight: int = 64,
+        spill: float = 0.25,
+        backoff_s: float = 1.0,
+        max_backoff_s: float = 30.0,
+        timeout_s: float = 300.0,
+        api_key: str | None = None,
+        table: PrefixTable | None = None,
+    ):
         if not urls:
             raise ValueError("the vllm engine needs at least one replica URL")
         self.replicas = [Replica(url.rstrip("/")) for url in urls]
@@ -87,8 +96,11 @@ class Replicas:
         self.table = table or PrefixTable()
         self.lock = threading.Lock()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=5.0), headers=headers,
-                                   limits=httpx.Limits(max_connections=max_in_flight * len(urls)))
+        self.client = httpx.Client(
+            timeout=httpx.Timeout(timeout_s, connect=5.0),
+            headers=headers,
+            limits=httpx.Limits(max_connections=max_in_flight * len(urls)),
+        )
 
     # routing ------------------------------------------------------------------------------------------------
     def _capacity(self, up: list[Replica]) -> int:
@@ -170,6 +182,7 @@ class Replicas:
     def start_stream(self, route: Route, body: dict, path: str = "/v1/completions"):
         """An open streaming response from the route's replica, retried elsewhere until one starts streaming.
         Returns (replica, response); the caller reads it, then calls `finish(replica, response, error)`."""
+
         def start(replica: Replica) -> httpx.Response:
             request = self.client.build_request("POST", replica.url + path, json=self.with_model(replica, body))
             response = self.client.send(request, stream=True)
@@ -221,16 +234,25 @@ class Replicas:
             rows = []
             for r in self.replicas:
                 state = "down" if not r.is_up(now) else "saturated" if r.in_flight >= self.max_in_flight else "up"
-                rows.append({"url": r.url, "state": state, "in_flight": r.in_flight, "served": r.served,
-                             "consecutive_failures": r.failures, "last_error": r.last_error, "model": r.model,
-                             "max_model_len": r.max_model_len})
+                rows.append(
+                    {
+                        "url": r.url,
+                        "state": state,
+                        "in_flight": r.in_flight,
+                        "served": r.served,
+                        "consecutive_failures": r.failures,
+                        "last_error": r.last_error,
+                        "model": r.model,
+                        "max_model_len": r.max_model_len,
+                    }
+                )
         up = sum(row["state"] != "down" for row in rows)
         return {"engine": "vllm", "ok": up > 0, "replicas_up": up, "replicas": rows}
 
     def close(self) -> None:
         self.client.close()
 
-    def __enter__(self) -> "Replicas":
+    def __enter__(self) -> Replicas:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -41,7 +41,7 @@ class VllmScorer:
     @staticmethod
     def prompts(plan: list[Prompt]) -> list[list[int]]:
         """What vLLM is sent: each read's prompt, cut just after its read position."""
-        return [prompt.ids[:read.position + 1] for prompt in plan for read in prompt.reads]
+        return [prompt.ids[: read.position + 1] for prompt in plan for read in prompt.reads]
 
     def route(self, plan: list[Prompt]) -> Route:
         return route_for(self.prompts(plan))
@@ -77,7 +77,7 @@ class VllmScorer:
                 raise EngineFailure(f"read position {read.position} is outside its prompt")
         prompts = self.prompts(plan)
         labels = sorted({token for _, read in reads for token in read.label_ids})
-        chunks = [labels[c:c + self.max_label_ids] for c in range(0, len(labels), self.max_label_ids)]
+        chunks = [labels[c : c + self.max_label_ids] for c in range(0, len(labels), self.max_label_ids)]
         logprobs = self.replicas.call(route_for(prompts), lambda replica: self._read(replica, prompts, chunks))
         scores, k = [], 0
         for prompt in plan:
@@ -92,10 +92,17 @@ class VllmScorer:
         """Per prompt, {label id: log-probability of it as the next token} for every label of `chunks`."""
         out: list[dict] = [{} for _ in prompts]
         for labels in chunks:
-            body = {"prompt": prompts, "max_tokens": 1, "temperature": 0.0, "logprobs": len(labels),
-                    "logprob_token_ids": labels, "return_tokens_as_token_ids": True}
-            choices = sorted(self.replicas.post(replica, "/v1/completions", body)["choices"],
-                             key=lambda choice: choice["index"])
+            body = {
+                "prompt": prompts,
+                "max_tokens": 1,
+                "temperature": 0.0,
+                "logprobs": len(labels),
+                "logprob_token_ids": labels,
+                "return_tokens_as_token_ids": True,
+            }
+            choices = sorted(
+                self.replicas.post(replica, "/v1/completions", body)["choices"], key=lambda choice: choice["index"]
+            )
             if len(choices) != len(prompts):
                 raise EngineFailure(f"the model server answered {len(choices)} reads of {len(prompts)}")
             for values, choice in zip(out, choices):

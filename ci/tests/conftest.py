@@ -50,8 +50,14 @@ def demo_dir(demo_root) -> Path:
 
 def server_env(demo_root: Path, extra: dict | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("BLINK_")}
-    env.update({"BLINK_DEMO_DIR": str(demo_root), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error",
-                "PYTHONPATH": str(ROOT)})
+    env.update(
+        {
+            "BLINK_DEMO_DIR": str(demo_root),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_VERBOSITY": "error",
+            "PYTHONPATH": str(ROOT),
+        }
+    )
     env.update(extra or {})
     return env
 
@@ -88,8 +94,9 @@ def stop_group(proc: subprocess.Popen) -> None:
 
 
 @contextmanager
-def running(argv: list[str], demo_root: Path, env: dict | None = None, port: int | None = None, cwd=None,
-            name: str = "server"):
+def running(
+    argv: list[str], demo_root: Path, env: dict | None = None, port: int | None = None, cwd=None, name: str = "server"
+):
     """Run a server process on a free loopback port; yield its base URL; stop it afterwards."""
     port = port or free_port()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -99,8 +106,9 @@ def running(argv: list[str], demo_root: Path, env: dict | None = None, port: int
     argv = [a.replace("{port}", str(port)) for a in argv]
     with open(log, "w") as fh:
         # its own session: stopping it stops what it forked too (ZeroGPU's worker processes)
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=full_env, cwd=cwd or ROOT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdout=fh, stderr=subprocess.STDOUT, env=full_env, cwd=cwd or ROOT, start_new_session=True
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc, log)

@@ -65,23 +65,33 @@ class FakeScheduler:
                     call["allowToken"] = allow_token
                     fake._record(call)
                     # idle=False makes `spaces` fork a fresh worker (which calls /allow) instead of reusing one
-                    granted = json.dumps({"idle": mode != "worker_fail", "nvidiaIndex": 0, "nvidiaUUID": "GPU-fake-0",
-                                          "allowToken": allow_token}).encode()
+                    granted = json.dumps(
+                        {
+                            "idle": mode != "worker_fail",
+                            "nvidiaIndex": 0,
+                            "nvidiaUUID": "GPU-fake-0",
+                            "allowToken": allow_token,
+                        }
+                    ).encode()
                     if mode == "ok" or mode == "worker_fail":
                         if mode == "worker_fail":
                             with fake.lock:
                                 fake.failing_tokens.add(allow_token)
                         return self._send(200, granted)
                     if mode == "quota":
-                        return self._send(429, json.dumps({"left": 7, "wait": 3723}).encode(),
-                                          headers={"X-Authenticated": "regular"})
+                        return self._send(
+                            429, json.dumps({"left": 7, "wait": 3723}).encode(), headers={"X-Authenticated": "regular"}
+                        )
                     if mode == "illegal":
                         return self._send(429, json.dumps({"left": 7, "wait": -1}).encode())
                     if mode == "no_gpu":
                         return self._send(503, b"{}")
                     if mode in ("queued", "queue_timeout"):
-                        last = (f"event: succeeded\ndata: {granted.decode()}\n\n" if mode == "queued"
-                                else "event: failed\n\n")
+                        last = (
+                            f"event: succeeded\ndata: {granted.decode()}\n\n"
+                            if mode == "queued"
+                            else "event: failed\n\n"
+                        )
                         self.send_response(200)
                         self.send_header("Content-Type", "text/event-stream")
                         self.send_header("X-Queuing-Reason", "node")

@@ -24,15 +24,24 @@ def page_call(url: str, api_name: str, *data, timeout: float = 120):
     dep = dependency(url, api_name)
     session = uuid.uuid4().hex
     target = dep["targets"][0][0] if dep["targets"] else None
-    joined = httpx.post(url + "/gradio_api/queue/join", timeout=30,
-                        json={"data": list(data), "event_data": None, "fn_index": dep["id"], "trigger_id": target,
-                              "session_hash": session})
+    joined = httpx.post(
+        url + "/gradio_api/queue/join",
+        timeout=30,
+        json={
+            "data": list(data),
+            "event_data": None,
+            "fn_index": dep["id"],
+            "trigger_id": target,
+            "session_hash": session,
+        },
+    )
     if joined.status_code == 422:
         detail = joined.json().get("detail", [])
         raise PageValidationError(" | ".join(d.get("message", "") for d in detail if d.get("is_valid") is False))
     joined.raise_for_status()
-    with httpx.stream("GET", url + "/gradio_api/queue/data", params={"session_hash": session},
-                      timeout=timeout) as events:
+    with httpx.stream(
+        "GET", url + "/gradio_api/queue/data", params={"session_hash": session}, timeout=timeout
+    ) as events:
         for line in events.iter_lines():
             if not line.startswith("data:"):
                 continue

@@ -16,8 +16,12 @@ GOOD = {"state": "hello", "questions": {"q": {"type": "noul", "instructions": "o
 
 
 def post(url, content: bytes, headers=None):
-    return httpx.post(url + "/v1/systemone", content=content,
-                      headers={"content-type": "application/json", **(headers or {})}, timeout=60)
+    return httpx.post(
+        url + "/v1/systemone",
+        content=content,
+        headers={"content-type": "application/json", **(headers or {})},
+        timeout=60,
+    )
 
 
 def q(**question):
@@ -30,25 +34,36 @@ CASES = {
     "state missing": (json.dumps({"questions": {"q": {"type": "noul"}}}).encode(), 422, ["body", "state"]),
     "state null": (json.dumps({"state": None, "questions": {"q": {"type": "noul"}}}).encode(), 422, ["body", "state"]),
     "state number": (json.dumps({"state": 3, "questions": {"q": {"type": "noul"}}}).encode(), 422, ["body", "state"]),
-    "questions list": (json.dumps({"state": "s", "questions": [{"type": "noul"}]}).encode(), 422,
-                       ["body", "questions"]),
+    "questions list": (
+        json.dumps({"state": "s", "questions": [{"type": "noul"}]}).encode(),
+        422,
+        ["body", "questions"],
+    ),
     "zero questions": (json.dumps({"state": "s", "questions": {}}).encode(), 422, ["body", "questions"]),
     "unknown type": (q(type="boolean"), 422, ["body", "questions", "the-q"]),
     "missing type": (q(instructions="x"), 422, ["body", "questions", "the-q"]),
     "box on a text model": (q(type="box", instructions="where?"), 422, ["body", "questions", "the-q"]),
     "empty choice criteria": (q(type="choice", criteria={}), 422, ["body", "questions", "the-q"]),
     "choice criteria list": (q(type="choice", criteria=["a", "b"]), 422, ["body", "questions", "the-q"]),
-    "256 options": (q(type="choice", criteria={f"o{i}": None for i in range(256)}), 422,
-                    ["body", "questions", "the-q"]),
+    "256 options": (
+        q(type="choice", criteria={f"o{i}": None for i in range(256)}),
+        422,
+        ["body", "questions", "the-q"],
+    ),
     "11 levels": (q(type="score", criteria=[str(i) for i in range(11)]), 422, ["body", "questions", "the-q"]),
     "score map": (q(type="score", criteria={"0": "a", "1": "b"}), 422, ["body", "questions", "the-q"]),
     "null level": (q(type="score", criteria=["a", None]), 422, ["body", "questions", "the-q", "score", "criteria", 1]),
     "instructions number": (q(type="noul", instructions=5), 422, ["body", "questions", "the-q"]),
-    "question not object": (json.dumps({"state": "s", "questions": {"the-q": "yes?"}}).encode(), 422,
-                            ["body", "questions", "the-q"]),
-    "images on a text model": (json.dumps({**GOOD, "assets": {"<i>": {"type": "image", "format": "png",
-                                                                       "data_base64": "AAAA"}}}).encode(), 422,
-                               ["body", "assets"]),
+    "question not object": (
+        json.dumps({"state": "s", "questions": {"the-q": "yes?"}}).encode(),
+        422,
+        ["body", "questions", "the-q"],
+    ),
+    "images on a text model": (
+        json.dumps({**GOOD, "assets": {"<i>": {"type": "image", "format": "png", "data_base64": "AAAA"}}}).encode(),
+        422,
+        ["body", "assets"],
+    ),
     "not utf-8": (b'{"state": "\xff\xfe", "questions": {}}', 422, None),
 }
 
@@ -112,8 +127,10 @@ def test_truncated_body_does_not_hurt_the_server(server):
     """A client that promises 1000 bytes, sends 20 and hangs up."""
     u = urlparse(server)
     with socket.create_connection((u.hostname, u.port)) as s:
-        s.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                  b"Content-Length: 1000\r\n\r\n{\"state\": \"trunc")
+        s.sendall(
+            b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 1000\r\n\r\n{"state": "trunc'
+        )
     truncated_json = json.dumps(GOOD).encode()[:-7]
     r = post(server, truncated_json)
     assert r.status_code == 422
@@ -121,9 +138,14 @@ def test_truncated_body_does_not_hurt_the_server(server):
 
 
 def test_unknown_fields_are_ignored(server):
-    body = {**GOOD, "x_trace_id": "t", "seed": 3, "questions": {"q": {"type": "noul", "instructions": "ok?",
-                                                                        "weight": 2, "criteria": {"true": "yes",
-                                                                                                  "maybe": "?"}}}}
+    body = {
+        **GOOD,
+        "x_trace_id": "t",
+        "seed": 3,
+        "questions": {
+            "q": {"type": "noul", "instructions": "ok?", "weight": 2, "criteria": {"true": "yes", "maybe": "?"}}
+        },
+    }
     assert post(server, json.dumps(body).encode()).status_code == 200
 
 
@@ -132,8 +154,15 @@ def test_unknown_path_is_404_with_request_id(server):
     assert r.status_code == 404 and r.headers["x-typesafe-request-id"].startswith("req_")
 
 
-UNROUTED = [("GET", "/v1/nothing-here", 404), ("POST", "/v1/embeddings", 404), ("GET", "/v1/responses", 405),
-            ("GET", "/v1/chat/completions", 405), ("DELETE", "/v1/models", 405), ("GET", "/v1/systemone", 405), ("POST", "/v1/systemone/batch", 404)]
+UNROUTED = [
+    ("GET", "/v1/nothing-here", 404),
+    ("POST", "/v1/embeddings", 404),
+    ("GET", "/v1/responses", 405),
+    ("GET", "/v1/chat/completions", 405),
+    ("DELETE", "/v1/models", 405),
+    ("GET", "/v1/systemone", 405),
+    ("POST", "/v1/systemone/batch", 404),
+]
 
 
 def check_unrouted(r: httpx.Response, path: str, status: int) -> None:

@@ -11,16 +11,21 @@ from conftest import blink_serve, running
 
 
 def request(i: int) -> dict:
-    return {"state": f"Ticket {i}: " + "the parcel is late " * (i + 1),
-            "questions": {"late": {"type": "noul", "instructions": "Is the parcel late?"},
-                          "team": {"type": "choice", "criteria": {"shipping": None, "billing": None}}}}
+    return {
+        "state": f"Ticket {i}: " + "the parcel is late " * (i + 1),
+        "questions": {
+            "late": {"type": "noul", "instructions": "Is the parcel late?"},
+            "team": {"type": "choice", "criteria": {"shipping": None, "billing": None}},
+        },
+    }
 
 
 def test_concurrent_requests_are_batched_and_keep_their_own_answers(demo_root, server):
     bodies = [request(i) for i in range(12)]
     alone = [httpx.post(server + "/v1/systemone", json=b, timeout=60).json()["answers"] for b in bodies]
-    with running(blink_serve("--batch-window-ms", "200", "--max-batch-requests", "16"), demo_root,
-                 name="serve-batched") as url:
+    with running(
+        blink_serve("--batch-window-ms", "200", "--max-batch-requests", "16"), demo_root, name="serve-batched"
+    ) as url:
         with ThreadPoolExecutor(12) as pool:
             together = list(pool.map(lambda b: httpx.post(url + "/v1/systemone", json=b, timeout=60), bodies))
         stats = httpx.get(url + "/healthz").json()["batching"]
@@ -36,8 +41,7 @@ def test_full_queue_gets_529_with_retry_after(demo_root):
     with running(blink_serve("--max-queued-requests", "1"), demo_root, name="serve-tiny-queue") as url:
         body = {"state": "word " * 3000, "questions": {f"q{i}": {"type": "noul"} for i in range(16)}}
         with ThreadPoolExecutor(16) as pool:
-            responses = list(pool.map(lambda _: httpx.post(url + "/v1/systemone", json=body, timeout=120),
-                                      range(16)))
+            responses = list(pool.map(lambda _: httpx.post(url + "/v1/systemone", json=body, timeout=120), range(16)))
         codes = [r.status_code for r in responses]
         assert 529 in codes and 200 in codes, codes
         refused = next(r for r in responses if r.status_code == 529)
@@ -51,10 +55,20 @@ def test_full_queue_gets_529_with_retry_after(demo_root):
 
 def test_chat_slots_full_gets_529(demo_root):
     # greedy on the demo model, this prompt generates to max_tokens (checked below: chunks keep coming)
-    chat = {"model": "demo", "messages": [{"role": "user", "content": "story"}],
-            "max_tokens": 4000, "temperature": 0, "stream": True}
-    with running(blink_serve("--max-concurrent-chats", "1", "--chat-slot-wait-s", "0"), demo_root, name="serve-one-chat") as url:
-        with httpx.Client(timeout=60) as client, client.stream("POST", url + "/v1/chat/completions", json=chat) as first:
+    chat = {
+        "model": "demo",
+        "messages": [{"role": "user", "content": "story"}],
+        "max_tokens": 4000,
+        "temperature": 0,
+        "stream": True,
+    }
+    with running(
+        blink_serve("--max-concurrent-chats", "1", "--chat-slot-wait-s", "0"), demo_root, name="serve-one-chat"
+    ) as url:
+        with (
+            httpx.Client(timeout=60) as client,
+            client.stream("POST", url + "/v1/chat/completions", json=chat) as first,
+        ):
             lines = first.iter_lines()
             content = [line for line, _ in zip((x for x in lines if '"content":"' in x), range(4))]
             assert len(content) == 4  # the only slot is generating
@@ -63,8 +77,9 @@ def test_chat_slots_full_gets_529(demo_root):
             assert second.json()["error"]["message"]
         # the slot is given back when the first stream ends (here: its client left)
         for _ in range(50):
-            third = httpx.post(url + "/v1/chat/completions", json={**chat, "stream": False, "max_tokens": 4},
-                               timeout=60)
+            third = httpx.post(
+                url + "/v1/chat/completions", json={**chat, "stream": False, "max_tokens": 4}, timeout=60
+            )
             if third.status_code == 200:
                 break
         assert third.status_code == 200

@@ -223,8 +223,16 @@ def test_dry_run_lists_repo_hardware_secret_names_and_files(capsys, monkeypatch,
         section = out.split(f"Space {fleet.owner}/{space.name}\n", 1)[1].split("\nSpace ", 1)[0]
         assert "zero-a10g" in section and f"size {space.hardware['size']}" in section
         assert "BLINK_API_KEY" in section and "(set)" in section
-        for rel in ("README.md", "space_config.py", "app.py", "ui.py", "theme.py", "requirements.txt",
-                    "blink/__init__.py", "blink/settings.py"):
+        for rel in (
+            "README.md",
+            "space_config.py",
+            "app.py",
+            "ui.py",
+            "theme.py",
+            "requirements.txt",
+            "blink/__init__.py",
+            "blink/settings.py",
+        ):
             assert re.search(rf"^\s+{re.escape(rel)}$", section, re.M), f"{rel} not listed for {space.name}"
 
 

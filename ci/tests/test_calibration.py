@@ -15,36 +15,61 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import ROOT, blink_serve, running, server_env
 
 from blink.calibrate import examples_of
-from blink.calibration import (CalibrationError, Example, fit_temperature, for_model, metrics, probabilities,
-                               weights_fingerprint)
+from blink.calibration import (
+    CalibrationError,
+    Example,
+    fit_temperature,
+    for_model,
+    metrics,
+    probabilities,
+    weights_fingerprint,
+)
+from conftest import ROOT, blink_serve, running, server_env
 
-WORDS = ("parcel refund invoice courier screen battery router login invoice warranty locker voucher outage "
-         "charger signature deposit neighbour statement escalation apology").split()
-TEAMS = {"billing": "Charges and refunds", "shipping": "Late or lost parcels", "technical": "Devices and logins",
-         "other": None}
+WORDS = (
+    "parcel refund invoice courier screen battery router login invoice warranty locker voucher outage "
+    "charger signature deposit neighbour statement escalation apology"
+).split()
+TEAMS = {
+    "billing": "Charges and refunds",
+    "shipping": "Late or lost parcels",
+    "technical": "Devices and logins",
+    "other": None,
+}
 
 
 def body(i: int, **extra) -> dict:
     """A request with one question of each type about a seeded, different state."""
     rng = random.Random(i)
     state = " ".join(rng.choice(WORDS) for _ in range(rng.randint(12, 30))).capitalize() + "."
-    return {"state": state, "questions": {
-        "team": {"type": "choice", "instructions": "Which team should handle this?", "criteria": dict(TEAMS)},
-        "urgent": {"type": "noul", "instructions": "Does this need a reply today?"},
-        "anger": {"type": "score", "instructions": "How upset is the customer?",
-                  "criteria": ["Calm", "Annoyed", "Angry", "Furious"]},
-    }, **extra}
+    return {
+        "state": state,
+        "questions": {
+            "team": {"type": "choice", "instructions": "Which team should handle this?", "criteria": dict(TEAMS)},
+            "urgent": {"type": "noul", "instructions": "Does this need a reply today?"},
+            "anger": {
+                "type": "score",
+                "instructions": "How upset is the customer?",
+                "criteria": ["Calm", "Annoyed", "Angry", "Furious"],
+            },
+        },
+        **extra,
+    }
 
 
 def argmax_labels(answers: dict) -> dict:
     """The model's own answer to every question: labels the model always gets right."""
+
     def best(probs: dict):
         return max(probs, key=probs.get)
-    return {"team": answers["team"]["choice"], "urgent": answers["urgent"]["noul"] >= 0.5,
-            "anger": int(best(answers["anger"]["probabilities"]))}
+
+    return {
+        "team": answers["team"]["choice"],
+        "urgent": answers["urgent"]["noul"] >= 0.5,
+        "anger": int(best(answers["anger"]["probabilities"])),
+    }
 
 
 def calibrate(demo_dir: Path, demo_root: Path, data: Path, out: Path, *flags: str) -> subprocess.CompletedProcess:
@@ -114,11 +139,18 @@ def test_synthetic_labels_drawn_at_a_known_temperature_are_fitted_back(engine):
 
 def test_bad_data_lines_are_refused_with_line_numbers(demo_dir, demo_root, tmp_path):
     good = json.dumps({**body(1), "labels": {"team": "billing", "urgent": True, "anger": 2}})
-    lines = [good, "", "{not json", json.dumps({**body(2), "labels": {"team": "sales", "urgent": True, "anger": 0}}),
-             json.dumps(body(3)), json.dumps({**body(4), "labels": {"team": "other", "urgent": "yes", "anger": 1}}),
-             json.dumps({**body(5), "labels": {"team": "other", "urgent": False, "anger": 4}}),
-             json.dumps({**body(6), "labels": {"team": "other", "urgent": False}}),
-             json.dumps({"state": None, "questions": {}, "labels": {"x": 1}}), good]
+    lines = [
+        good,
+        "",
+        "{not json",
+        json.dumps({**body(2), "labels": {"team": "sales", "urgent": True, "anger": 0}}),
+        json.dumps(body(3)),
+        json.dumps({**body(4), "labels": {"team": "other", "urgent": "yes", "anger": 1}}),
+        json.dumps({**body(5), "labels": {"team": "other", "urgent": False, "anger": 4}}),
+        json.dumps({**body(6), "labels": {"team": "other", "urgent": False}}),
+        json.dumps({"state": None, "questions": {}, "labels": {"x": 1}}),
+        good,
+    ]
     data, out = tmp_path / "bad.jsonl", tmp_path / "never.json"
     data.write_text("\n".join(lines) + "\n")
     done = calibrate(demo_dir, demo_root, data, out)
@@ -144,16 +176,22 @@ def calibration_file(path: Path, temperatures: dict, weights: str | None) -> Pat
     return path
 
 
-@pytest.mark.parametrize("content, says", [
-    ("{oops", "not JSON"),
-    ('{"format": "other", "version": 1, "temperatures": {"noul": 2}}', "`format` must be 'blink-calibration'"),
-    ('{"format": "blink-calibration", "version": 7, "temperatures": {"noul": 2}}', "`version` 7"),
-    ('{"format": "blink-calibration", "version": 1, "temperatures": {}}', "`temperatures` must map"),
-    ('{"format": "blink-calibration", "version": 1, "temperatures": {"box": 2}}', "has 'box'"),
-    ('{"format": "blink-calibration", "version": 1, "temperatures": {"noul": -1}}', "must be 0.01-100, got -1"),
-    ('{"format": "blink-calibration", "version": 1, "temperatures": {"noul": "2"}}', 'must be a number, got "2"'),
-    ('{"format": "blink-calibration", "version": 1, "temperatures": {"noul": 2}, "weights": "md5:1"}', "fingerprint"),
-])
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        ("{oops", "not JSON"),
+        ('{"format": "other", "version": 1, "temperatures": {"noul": 2}}', "`format` must be 'blink-calibration'"),
+        ('{"format": "blink-calibration", "version": 7, "temperatures": {"noul": 2}}', "`version` 7"),
+        ('{"format": "blink-calibration", "version": 1, "temperatures": {}}', "`temperatures` must map"),
+        ('{"format": "blink-calibration", "version": 1, "temperatures": {"box": 2}}', "has 'box'"),
+        ('{"format": "blink-calibration", "version": 1, "temperatures": {"noul": -1}}', "must be 0.01-100, got -1"),
+        ('{"format": "blink-calibration", "version": 1, "temperatures": {"noul": "2"}}', 'must be a number, got "2"'),
+        (
+            '{"format": "blink-calibration", "version": 1, "temperatures": {"noul": 2}, "weights": "md5:1"}',
+            "fingerprint",
+        ),
+    ],
+)
 def test_bad_calibration_files_are_refused(demo_dir, tmp_path, content, says):
     path = tmp_path / "calibration.json"
     path.write_text(content)
@@ -188,10 +226,23 @@ def test_calibrated_server_says_so_and_raw_equals_an_uncalibrated_server(server,
         calibrated = post(url, request).json()
         raw = post(url, {**request, "x_calibration": "raw"}).json()
         health = httpx.get(url + "/healthz").json()
-        decision = post(url, {"input": request["state"], "questions": [
-            {"type": "predicate", "instructions": "Does this need a reply today?"}]}, "/v1/decisions").json()
-        decision_raw = post(url, {"input": request["state"], "x_calibration": "raw", "questions": [
-            {"type": "predicate", "instructions": "Does this need a reply today?"}]}, "/v1/decisions").json()
+        decision = post(
+            url,
+            {
+                "input": request["state"],
+                "questions": [{"type": "predicate", "instructions": "Does this need a reply today?"}],
+            },
+            "/v1/decisions",
+        ).json()
+        decision_raw = post(
+            url,
+            {
+                "input": request["state"],
+                "x_calibration": "raw",
+                "questions": [{"type": "predicate", "instructions": "Does this need a reply today?"}],
+            },
+            "/v1/decisions",
+        ).json()
     assert calibrated["x_calibration"] == {"applied": True, "temperatures": temperatures}
     assert raw["x_calibration"] == {"applied": False, "temperatures": {}}
     assert raw["answers"] == plain["answers"]  # exactly: the raw opt-out is the uncalibrated server
@@ -202,10 +253,13 @@ def test_calibrated_server_says_so_and_raw_equals_an_uncalibrated_server(server,
     # T applied to the label logits before the softmax: p_T ∝ p_raw ** (1 / T)
     weights = {k: p ** (1 / 0.2) for k, p in team_plain.items()}
     assert all(abs(team[k] - w / sum(weights.values())) < 1e-9 for k, w in weights.items())
-    assert health["calibration"] == {"loaded": True, "source": str(path), "temperatures": temperatures,
-                                     "weights": weights_fingerprint(demo_dir)}
-    assert decision["calibration"] == {"applied": True, "temperatures": {"predicate": 0.5, "choice": 0.2,
-                                                                         "score": 3.0}}
+    assert health["calibration"] == {
+        "loaded": True,
+        "source": str(path),
+        "temperatures": temperatures,
+        "weights": weights_fingerprint(demo_dir),
+    }
+    assert decision["calibration"] == {"applied": True, "temperatures": {"predicate": 0.5, "choice": 0.2, "score": 3.0}}
     assert decision_raw["calibration"] == {"applied": False, "temperatures": {}}
     assert decision_raw["answers"][0]["probability"] != decision["answers"][0]["probability"]
 
@@ -215,8 +269,11 @@ def test_bad_extension_values_are_refused_naming_the_field(server):
         r = post(server, {**body(1), field: value})
         assert r.status_code == 422, r.text
         assert r.json()["detail"][0]["loc"] == ["body", field] and field in r.json()["error"]
-        r = post(server, {"input": "hi", field: value, "questions": [{"type": "predicate", "instructions": "ok?"}]},
-                 "/v1/decisions")
+        r = post(
+            server,
+            {"input": "hi", field: value, "questions": [{"type": "predicate", "instructions": "ok?"}]},
+            "/v1/decisions",
+        )
         assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
 
 
@@ -234,8 +291,12 @@ def test_rotate_answers_the_same_for_every_rotation_of_the_options(server):
     fixed = [post(server, r).json() for r in rotations(body(11))]
     rotated = [post(server, {**r, "x_order": "rotate"}).json() for r in rotations(body(11))]
     # read as given, the demo model's position bias shows: the same options get different probabilities
-    spread = max(abs(a["answers"]["team"]["probabilities"][k] - b["answers"]["team"]["probabilities"][k])
-                 for a in fixed for b in fixed for k in TEAMS)
+    spread = max(
+        abs(a["answers"]["team"]["probabilities"][k] - b["answers"]["team"]["probabilities"][k])
+        for a in fixed
+        for b in fixed
+        for k in TEAMS
+    )
     assert spread > 1e-3
     first = rotated[0]["answers"]
     for other in rotated[1:]:
@@ -266,8 +327,11 @@ def test_calibration_beside_the_weights_and_the_server_default_order(demo_root, 
         (model / item.name).symlink_to(item)
     calibration_file(model / "calibration.json", {"choice": 0.5}, weights_fingerprint(demo_dir))
     request = body(12)
-    with running([sys.executable, "-m", "blink", "serve", "--model", str(model), "--port", "{port}",
-                  "--x-order", "rotate"], demo_root, name="serve-beside") as url:
+    with running(
+        [sys.executable, "-m", "blink", "serve", "--model", str(model), "--port", "{port}", "--x-order", "rotate"],
+        demo_root,
+        name="serve-beside",
+    ) as url:
         health = httpx.get(url + "/healthz").json()
         default = post(url, request).json()
         rotated = post(url, {**request, "x_order": "rotate"}).json()

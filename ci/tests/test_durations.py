@@ -75,8 +75,9 @@ def test_converges_to_measured_prefill_compute():
 
 
 def test_converges_to_measured_decode_compute():
-    est = DurationEstimator(prefill_s_per_token=1e-3, decode_s_per_token=0.08, overhead_s=0.0, headroom=1.0,
-                            min_s=1, max_s=1000)
+    est = DurationEstimator(
+        prefill_s_per_token=1e-3, decode_s_per_token=0.08, overhead_s=0.0, headroom=1.0, min_s=1, max_s=1000
+    )
     for _ in range(40):  # decisions calibrate the prefill rate first
         est.observe(20_000, 0, 20_000 * 1e-4)
     rng = random.Random(1)
@@ -125,8 +126,15 @@ def test_health_shows_requested_vs_used():
     est.requested("decide", 9)
     est.used("decide", 12.0)
     health = est.health()
-    assert health["decide"] == {"calls": 2, "requested_s": 16, "used_s": 12.5, "wall_s": 1.25,
-                                "last_requested_s": 9, "last_used_s": 12.0, "over_requested": 1}
+    assert health["decide"] == {
+        "calls": 2,
+        "requested_s": 16,
+        "used_s": 12.5,
+        "wall_s": 1.25,
+        "last_requested_s": 9,
+        "last_used_s": 12.0,
+        "over_requested": 1,
+    }
     assert health["bounds_s"] == [est.min_s, est.max_s]
 
 
@@ -160,9 +168,23 @@ def test_cold_allowance_until_a_call_succeeds_and_after_a_failure():
 
 
 # seconds per token of the CPU benchmark's calls (large model), by call size: the line has to cover this spread
-MEASURED_RATES = {91: 5.54e-4, 375: 5.77e-4, 849: 5.89e-4, 3283: 5.52e-4, 539: 4.35e-4, 815: 4.89e-4, 1317: 5.13e-4,
-                  3771: 5.80e-4, 2227: 4.62e-4, 2511: 4.87e-4, 2989: 5.09e-4, 5415: 6.53e-4, 1027: 4.26e-4,
-                  1181: 4.61e-4, 1789: 5.21e-4}
+MEASURED_RATES = {
+    91: 5.54e-4,
+    375: 5.77e-4,
+    849: 5.89e-4,
+    3283: 5.52e-4,
+    539: 4.35e-4,
+    815: 4.89e-4,
+    1317: 5.13e-4,
+    3771: 5.80e-4,
+    2227: 4.62e-4,
+    2511: 4.87e-4,
+    2989: 5.09e-4,
+    5415: 6.53e-4,
+    1027: 4.26e-4,
+    1181: 4.61e-4,
+    1789: 5.21e-4,
+}
 
 
 def test_requests_stay_within_twice_the_work_over_a_mixed_workload():
@@ -191,8 +213,16 @@ def test_configured_as_a_space_says():
     from blink.durations import configured
     from blink.settings import SpaceSettings
 
-    est = configured(SpaceSettings(duration_min_s=3, duration_cold_s=0.0, duration_headroom=1.25,
-                                   prefill_s_per_token=2e-4, duration_max_s=60, chat_duration_max_s=90))
+    est = configured(
+        SpaceSettings(
+            duration_min_s=3,
+            duration_cold_s=0.0,
+            duration_headroom=1.25,
+            prefill_s_per_token=2e-4,
+            duration_max_s=60,
+            chat_duration_max_s=90,
+        )
+    )
     assert (est.min_s, est.max_s, est.cold_s, est.headroom, est.overhead_s) == (3, 90, 0.0, 1.25, 0.0)
     assert est.prefill.per_token == pytest.approx(2e-4)
     assert est.decode.value == DurationEstimator().decode.value

@@ -12,10 +12,16 @@ REQUEST = {
     "state": {"message": "I was charged twice. Please fix this today."},
     "questions": {
         "refund": {"type": "noul", "instructions": "Is the customer asking for money back?"},
-        "team": {"type": "choice", "instructions": "Which team?",
-                 "criteria": {"billing": "Charges", "technical": None, "sales": {"scope": ["quotes", "plans"]}}},
-        "anger": {"type": "score", "instructions": "How frustrated?",
-                  "criteria": ["Calm", {"level": "annoyed"}, ["very", "angry"]]},
+        "team": {
+            "type": "choice",
+            "instructions": "Which team?",
+            "criteria": {"billing": "Charges", "technical": None, "sales": {"scope": ["quotes", "plans"]}},
+        },
+        "anger": {
+            "type": "score",
+            "instructions": "How frustrated?",
+            "criteria": ["Calm", {"level": "annoyed"}, ["very", "angry"]],
+        },
         "one-sided": {"type": "noul", "criteria": {"true": "The customer wants a refund"}},
     },
 }
@@ -64,9 +70,15 @@ def test_255_options_are_answered(engine):
 
 def test_limits_locate_the_question(engine):
     with pytest.raises(InvalidRequest) as info:
-        engine.prepare({"state": "s", "questions": {"ok": {"type": "noul"},
-                                                     "wide": {"type": "choice",
-                                                              "criteria": {str(i): None for i in range(256)}}}})
+        engine.prepare(
+            {
+                "state": "s",
+                "questions": {
+                    "ok": {"type": "noul"},
+                    "wide": {"type": "choice", "criteria": {str(i): None for i in range(256)}},
+                },
+            }
+        )
     assert info.value.loc == ["body", "questions", "wide"] and info.value.kind == "too_many_options"
 
 
@@ -98,8 +110,11 @@ def test_an_error_keeps_its_type_across_the_gpu_boundary(engine):
     refused = InvalidRequest("too many questions", loc=["body", "questions", "q7"], kind="too_many_questions")
     back = pickle.loads(pickle.dumps(Scored(error=refused, compute_s=0.5)))
     assert type(back.error) is InvalidRequest and back.compute_s == 0.5
-    assert (back.error.status, back.error.loc, back.error.kind) == (422, ["body", "questions", "q7"],
-                                                                   "too_many_questions")
+    assert (back.error.status, back.error.loc, back.error.kind) == (
+        422,
+        ["body", "questions", "q7"],
+        "too_many_questions",
+    )
 
 
 def test_the_service_gives_each_request_its_own_answers_or_error(engine):
@@ -114,8 +129,9 @@ def test_the_service_gives_each_request_its_own_answers_or_error(engine):
     service = DecisionService(engine, window_ms=2000, max_batch=16)
 
     async def together():
-        return await asyncio.gather(*(service.decide(b, Timing()) for b in (REQUEST, bad, other)),
-                                    return_exceptions=True)
+        return await asyncio.gather(
+            *(service.decide(b, Timing()) for b in (REQUEST, bad, other)), return_exceptions=True
+        )
 
     out = asyncio.run(together())
     assert service.batcher.batches == 1 and service.batcher.requests == 2  # the good two shared one call
@@ -138,8 +154,9 @@ def test_pass_settings_reach_the_executor(demo_dir):
 
     auto = Settings.from_values({}, env={"BLINK_PASS_COST_TOKENS": "auto"})
     assert auto.pass_cost_tokens is None and auto.pass_cache_mib is None
-    settings = Settings.from_values({"model": str(demo_dir)}, env={"BLINK_PASS_COST_TOKENS": "0",
-                                                                   "BLINK_PASS_CACHE_MIB": "16"})
+    settings = Settings.from_values(
+        {"model": str(demo_dir)}, env={"BLINK_PASS_COST_TOKENS": "0", "BLINK_PASS_CACHE_MIB": "16"}
+    )
     assert (settings.pass_cost_tokens, settings.pass_cache_mib) == (0.0, 16.0)
     with pytest.raises(SystemExit, match="BLINK_PASS_COST_TOKENS"):
         Settings.from_values({}, env={"BLINK_PASS_COST_TOKENS": "-1"})

@@ -29,10 +29,20 @@ def standard_rope_dirs(tmp_path_factory) -> dict:
     out = {"qwen3": make_demo_model(root / "qwen3", arch="qwen3")}
     tokenizer = build_tokenizer()
     torch.manual_seed(0)
-    llama = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
-                                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                                         head_dim=32, tie_word_embeddings=True,
-                                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id))
+    llama = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=32,
+            tie_word_embeddings=True,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+    )
     llama.save_pretrained(root / "llama")
     tokenizer.save_pretrained(root / "llama")
     out["llama"] = root / "llama"
@@ -56,8 +66,11 @@ def test_the_engine_serves_a_standard_rope_model_exactly(standard_rope_dirs, arc
             assert max(abs(a - b) for g, w in zip(got, want) for a, b in zip(g, w)) < 1e-5
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError,
-                   reason="no architecture check yet: GPT-2 fails with an AttributeError, not a refusal naming it")
+@pytest.mark.xfail(
+    strict=True,
+    raises=AttributeError,
+    reason="no architecture check yet: GPT-2 fails with an AttributeError, not a refusal naming it",
+)
 def test_a_model_the_executor_cannot_serve_is_refused_at_start(tmp_path):
     from transformers import GPT2Config, GPT2LMHeadModel
 

@@ -22,11 +22,17 @@ def random_request(rng: random.Random, n_questions: int) -> dict:
             questions[f"q{i}"] = {"type": "noul", "instructions": instructions}
         elif kind == "choice":
             n = rng.choice([2, 3, 7, 26, 40])
-            questions[f"q{i}"] = {"type": "choice", "instructions": instructions,
-                                  "criteria": {f"{rng.choice(WORDS)}-{j}": None for j in range(n)}}
+            questions[f"q{i}"] = {
+                "type": "choice",
+                "instructions": instructions,
+                "criteria": {f"{rng.choice(WORDS)}-{j}": None for j in range(n)},
+            }
         else:
-            questions[f"q{i}"] = {"type": "score", "instructions": instructions,
-                                  "criteria": [rng.choice(WORDS) for _ in range(rng.randint(2, 10))]}
+            questions[f"q{i}"] = {
+                "type": "score",
+                "instructions": instructions,
+                "criteria": [rng.choice(WORDS) for _ in range(rng.randint(2, 10))],
+            }
     return {"state": state, "questions": questions}
 
 
@@ -70,9 +76,12 @@ def test_many_requests_in_one_call_equal_each_alone(engine, pass_cost, max_cells
 
 def test_the_prefix_is_shared(engine):
     """The model runs the state once: processed tokens are far below the sum of the prompts."""
-    prepared = engine.prepare({"state": "word " * 500, "questions": {f"q{i}": {"type": "noul",
-                                                                               "instructions": f"Is it {i}?"}
-                                                                     for i in range(8)}})
+    prepared = engine.prepare(
+        {
+            "state": "word " * 500,
+            "questions": {f"q{i}": {"type": "noul", "instructions": f"Is it {i}?"} for i in range(8)},
+        }
+    )
     total = sum(len(p.ids) for p in prepared.prompts)
     assert prepared.input_tokens < total / 4
 
@@ -87,11 +96,20 @@ def test_length_buckets_cost_model(engine):
 
     lengths = {"a": 100, "b": 90, "c": 50, "d": 49, "e": 10, "f": 5, "g": 5}
     assert length_buckets(list(lengths), lengths, max_rows=64, pass_cost=0) == [
-        ["a"], ["b"], ["c"], ["d"], ["e"], ["f", "g"]]
+        ["a"],
+        ["b"],
+        ["c"],
+        ["d"],
+        ["e"],
+        ["f", "g"],
+    ]
     assert length_buckets(list(lengths), lengths, max_rows=64, pass_cost=10_000) == [list(lengths)]
     # three passes either way: the cheapest padding among them
-    assert length_buckets(list(lengths), lengths, max_rows=3, pass_cost=10_000) == [["a", "b"], ["c", "d"],
-                                                                                   ["e", "f", "g"]]
+    assert length_buckets(list(lengths), lengths, max_rows=3, pass_cost=10_000) == [
+        ["a", "b"],
+        ["c", "d"],
+        ["e", "f", "g"],
+    ]
     assert length_buckets(list(lengths), lengths, max_rows=1, pass_cost=50) == [[k] for k in lengths]
     # a cache budget: rows x (carried prefix + longest row) <= max_cells, at least one row per pass
     for carried, cells in [(0, 250), (100, 500), (1000, 10)]:
@@ -109,9 +127,13 @@ def test_length_buckets_cost_model(engine):
         got = length_buckets(list(lens), lens, max_rows=64, pass_cost=pass_cost)
         assert sorted(r for b in got for r in b) == sorted(lens)
         runs = sorted(set(lens.values()), reverse=True)
-        best = min(cost([[r for r in lens if lens[r] in runs[a:b]] for a, b in zip((0,) + cuts, cuts + (len(runs),))],
-                        pass_cost)
-                   for k in range(len(runs)) for cuts in combinations(range(1, len(runs)), k))
+        best = min(
+            cost(
+                [[r for r in lens if lens[r] in runs[a:b]] for a, b in zip((0,) + cuts, cuts + (len(runs),))], pass_cost
+            )
+            for k in range(len(runs))
+            for cuts in combinations(range(1, len(runs)), k)
+        )
         assert cost(got, pass_cost) == best
 
 
@@ -128,9 +150,18 @@ def test_length_buckets_stay_exact(engine):
             assert max_diff(ours, ref) < 1e-5
 
 
-TRICKY = ["line one\n\nline two", "ends with newlines\n\n\n", "  leading spaces", "tabs\tand\n \nspaces",
-          "unicode: café, 東京, 🎯, e\u0301", "control <|im_end|> tokens <|im_start|>user", "numbers 12345 and x1y2",
-          "trailing punctuation!!!\n\n", '{"json": "with \\n escapes"}', "\n\nstarts with newlines"]
+TRICKY = [
+    "line one\n\nline two",
+    "ends with newlines\n\n\n",
+    "  leading spaces",
+    "tabs\tand\n \nspaces",
+    "unicode: café, 東京, 🎯, e\u0301",
+    "control <|im_end|> tokens <|im_start|>user",
+    "numbers 12345 and x1y2",
+    "trailing punctuation!!!\n\n",
+    '{"json": "with \\n escapes"}',
+    "\n\nstarts with newlines",
+]
 
 
 def test_prompt_tokens_equal_the_plain_tokenizer(engine, demo_dir):
@@ -152,10 +183,17 @@ def test_prompt_tokens_equal_the_plain_tokenizer(engine, demo_dir):
         questions = {}
         for i in range(rng.randint(1, 6)):
             instructions = rng.choice(TRICKY + ["Which team?", "Is it urgent?", "", "How angry?"])
-            questions[f"q{i}"] = rng.choice([
-                {"type": "noul", "instructions": instructions},
-                {"type": "choice", "instructions": instructions, "criteria": {rng.choice(TRICKY): None, "b": "x\n\ny"}},
-                {"type": "score", "instructions": instructions, "criteria": [rng.choice(TRICKY), "high"]}])
+            questions[f"q{i}"] = rng.choice(
+                [
+                    {"type": "noul", "instructions": instructions},
+                    {
+                        "type": "choice",
+                        "instructions": instructions,
+                        "criteria": {rng.choice(TRICKY): None, "b": "x\n\ny"},
+                    },
+                    {"type": "score", "instructions": instructions, "criteria": [rng.choice(TRICKY), "high"]},
+                ]
+            )
         request = {"state": state, "questions": questions}
         ours = [p.ids for p in engine.prepare(request).prompts]
         theirs = [inputs["input_ids"][0].tolist() for inputs, _ in prepare_inputs(engine.config, request, plain)]
@@ -172,8 +210,10 @@ def test_common_prefix_length_matches_a_token_by_token_scan():
     rng = random.Random(0)
     for _ in range(2000):
         base = [rng.randint(0, 3) for _ in range(rng.randint(0, 30))]
-        rows = [base[:rng.randint(0, len(base))] + [rng.randint(0, 3) for _ in range(rng.randint(0, 5))]
-                for _ in range(rng.randint(1, 5))]
+        rows = [
+            base[: rng.randint(0, len(base))] + [rng.randint(0, 3) for _ in range(rng.randint(0, 5))]
+            for _ in range(rng.randint(1, 5))
+        ]
         assert common_prefix_length(rows) == scan(rows), rows
 
 
@@ -195,8 +235,8 @@ def test_safe_cut_matches_a_character_scan():
     alphabet = ["\n", "\n", " ", "\t", "a", "b", "é", "\r"]
     for _ in range(3000):
         base = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
-        previous = base[:rng.randint(0, len(base))] + "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6)))
-        text = base[:rng.randint(0, len(base))] + "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6)))
+        previous = base[: rng.randint(0, len(base))] + "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6)))
+        text = base[: rng.randint(0, len(base))] + "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6)))
         cutter.MAX_SCAN = rng.choice([3, 10, 4096])
         assert cutter._safe_cut(previous, text) == scan(previous, text, cutter.MAX_SCAN), (previous, text)
 
@@ -208,11 +248,13 @@ def test_plan_and_rendering_import_no_torch():
     import sys
     from pathlib import Path
 
-    code = ("import sys; sys.modules['torch'] = None\n"
-            "import blink.plan, blink.passes, blink.prompts\n"
-            "from blink.plan import Prompt, Read, processed_tokens\n"
-            "assert processed_tokens([Prompt([1, 2, 3], [Read(2, [5])]), Prompt([1, 2, 4, 5], [Read(3, [5])])]) == 5\n"
-            "assert sys.modules['torch'] is None\n")
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import blink.plan, blink.passes, blink.prompts\n"
+        "from blink.plan import Prompt, Read, processed_tokens\n"
+        "assert processed_tokens([Prompt([1, 2, 3], [Read(2, [5])]), Prompt([1, 2, 4, 5], [Read(3, [5])])]) == 5\n"
+        "assert sys.modules['torch'] is None\n"
+    )
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -21,8 +21,14 @@ EXAMPLES = 25  # per property, seeded: the whole file fits ~3 min on a quiet 2-c
 
 def fuzz(examples: int = EXAMPLES, shrink: bool = True):
     phases = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if shrink else [])
-    return settings(max_examples=examples, derandomize=True, deadline=None, database=None, phases=phases,
-                    suppress_health_check=list(HealthCheck))
+    return settings(
+        max_examples=examples,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        phases=phases,
+        suppress_health_check=list(HealthCheck),
+    )
 
 
 FUZZ = fuzz()
@@ -31,6 +37,7 @@ CHAT_FUZZ = fuzz(8)  # every valid chat body generates (up to 3 tokens): the slo
 # a lone surrogate can't be sent by json.dumps; this strategy marks where one goes, then `encode` writes the escape
 SURROGATE = "\x00SURROGATE\x00"
 
+
 def plain_text(surrogates: bool):
     samples = ["", " ", "yes", "数字", "\u202e", "<image:x>", "a" * 3000] + ([SURROGATE] if surrogates else [])
     return st.one_of(st.text(max_size=40), st.sampled_from(samples))
@@ -38,6 +45,7 @@ def plain_text(surrogates: bool):
 
 def maybe_broken(strategy, junk):
     """The body as generated, or with one of its top-level fields dropped, replaced by junk, or wrapped."""
+
     def breaks(body):
         keys = sorted(body) if isinstance(body, dict) else []
         options = [st.just(body), junk]
@@ -53,39 +61,86 @@ def maybe_broken(strategy, junk):
 def wire_bodies(surrogates: bool = False) -> dict:
     """Valid-ish and broken bodies of each wire (text with lone surrogates only when asked)."""
     text = plain_text(surrogates)
-    scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=False), text)
-    junk = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                         st.dictionaries(text, inner, max_size=4)), max_leaves=12)
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False), text)
+    junk = st.recursive(
+        scalars,
+        lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(text, inner, max_size=4)),
+        max_leaves=12,
+    )
     noul = st.fixed_dictionaries({"type": st.just("noul")}, optional={"instructions": text})
-    choice = st.fixed_dictionaries({"type": st.just("choice"), "criteria": st.one_of(
-        st.dictionaries(text, st.one_of(st.none(), text), max_size=5), st.lists(text, max_size=3))},
-        optional={"instructions": text})
-    score = st.fixed_dictionaries({"type": st.just("score"), "criteria": st.lists(text, max_size=12)},
-                                  optional={"instructions": text})
+    choice = st.fixed_dictionaries(
+        {
+            "type": st.just("choice"),
+            "criteria": st.one_of(
+                st.dictionaries(text, st.one_of(st.none(), text), max_size=5), st.lists(text, max_size=3)
+            ),
+        },
+        optional={"instructions": text},
+    )
+    score = st.fixed_dictionaries(
+        {"type": st.just("score"), "criteria": st.lists(text, max_size=12)}, optional={"instructions": text}
+    )
     question = st.one_of(noul, choice, score, junk)
-    systemone = st.fixed_dictionaries({
-        "state": st.one_of(text, st.dictionaries(text, junk, max_size=3), junk),
-        "questions": st.dictionaries(st.one_of(st.text(min_size=1, max_size=12), text), question, min_size=1,
-                                     max_size=3)})
+    systemone = st.fixed_dictionaries(
+        {
+            "state": st.one_of(text, st.dictionaries(text, junk, max_size=3), junk),
+            "questions": st.dictionaries(
+                st.one_of(st.text(min_size=1, max_size=12), text), question, min_size=1, max_size=3
+            ),
+        }
+    )
     decision_question = st.fixed_dictionaries(
         {"type": st.sampled_from(["predicate", "choice", "score", "boolean"]), "instructions": text},
-        optional={"name": text, "choices": st.lists(st.fixed_dictionaries({"value": text}), max_size=4),
-                  "levels": st.lists(st.fixed_dictionaries({"label": text}), max_size=4)})
-    message = st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "assistant", "tool", "nobody"]),
-                                     "content": st.one_of(text, st.lists(st.fixed_dictionaries(
-                                         {"type": st.sampled_from(["text", "input_text", "image_url"]), "text": text}),
-                                         max_size=2), junk)})
-    decisions = st.fixed_dictionaries({
-        "model": st.one_of(st.just("demo"), text), "input": st.one_of(text, st.lists(message, max_size=2)),
-        "questions": st.lists(st.one_of(decision_question, junk), min_size=0, max_size=3)})
+        optional={
+            "name": text,
+            "choices": st.lists(st.fixed_dictionaries({"value": text}), max_size=4),
+            "levels": st.lists(st.fixed_dictionaries({"label": text}), max_size=4),
+        },
+    )
+    message = st.fixed_dictionaries(
+        {
+            "role": st.sampled_from(["user", "system", "assistant", "tool", "nobody"]),
+            "content": st.one_of(
+                text,
+                st.lists(
+                    st.fixed_dictionaries({"type": st.sampled_from(["text", "input_text", "image_url"]), "text": text}),
+                    max_size=2,
+                ),
+                junk,
+            ),
+        }
+    )
+    decisions = st.fixed_dictionaries(
+        {
+            "model": st.one_of(st.just("demo"), text),
+            "input": st.one_of(text, st.lists(message, max_size=2)),
+            "questions": st.lists(st.one_of(decision_question, junk), min_size=0, max_size=3),
+        }
+    )
     chat = st.fixed_dictionaries(
-        {"model": st.just("demo"), "messages": st.lists(st.one_of(message, junk), max_size=3),
-         "max_tokens": st.one_of(st.integers(1, 3), st.integers(-5, 0), st.just(2**64), text)},
-        optional={"temperature": st.one_of(st.floats(-1, 3), text), "top_p": st.floats(-1, 2),
-                  "stream": st.one_of(st.booleans(), text), "stop": st.one_of(text, st.lists(text, max_size=5)),
-                  "seed": st.integers(-2**70, 2**70), "tools": junk, "response_format": junk})
-    return {route: maybe_broken(strategy, junk) for route, strategy in (
-        ("/v1/systemone", systemone), ("/v1/decisions", decisions), ("/v1/chat/completions", chat))}
+        {
+            "model": st.just("demo"),
+            "messages": st.lists(st.one_of(message, junk), max_size=3),
+            "max_tokens": st.one_of(st.integers(1, 3), st.integers(-5, 0), st.just(2**64), text),
+        },
+        optional={
+            "temperature": st.one_of(st.floats(-1, 3), text),
+            "top_p": st.floats(-1, 2),
+            "stream": st.one_of(st.booleans(), text),
+            "stop": st.one_of(text, st.lists(text, max_size=5)),
+            "seed": st.integers(-(2**70), 2**70),
+            "tools": junk,
+            "response_format": junk,
+        },
+    )
+    return {
+        route: maybe_broken(strategy, junk)
+        for route, strategy in (
+            ("/v1/systemone", systemone),
+            ("/v1/decisions", decisions),
+            ("/v1/chat/completions", chat),
+        )
+    }
 
 
 BODIES = wire_bodies()
@@ -96,9 +151,22 @@ def encode(body) -> bytes:
     return json.dumps(body).replace(json.dumps(SURROGATE)[1:-1], "\\ud800").encode()
 
 
-raw_bytes = st.one_of(st.binary(max_size=200), st.sampled_from([
-    b"", b"{", b"[" * 5000 + b"]" * 5000, b'{"state": "\xed\xa0\x80"}', b"\xef\xbb\xbf{}", b"null", b"1e999999",
-    b'{"state": "' + b"\\" * 1001 + b'"}', b'{"a":' * 3000 + b"1" + b"}" * 3000]))
+raw_bytes = st.one_of(
+    st.binary(max_size=200),
+    st.sampled_from(
+        [
+            b"",
+            b"{",
+            b"[" * 5000 + b"]" * 5000,
+            b'{"state": "\xed\xa0\x80"}',
+            b"\xef\xbb\xbf{}",
+            b"null",
+            b"1e999999",
+            b'{"state": "' + b"\\" * 1001 + b'"}',
+            b'{"a":' * 3000 + b"1" + b"}" * 3000,
+        ]
+    ),
+)
 
 
 def check(r: httpx.Response, wire: str) -> None:
@@ -125,8 +193,7 @@ def client(server):
 @FUZZ
 @given(body=systemone_body)
 def test_fuzz_systemone(client, body):
-    check(client.post("/v1/systemone", content=encode(body), headers={"content-type": "application/json"}),
-          "systemone")
+    check(client.post("/v1/systemone", content=encode(body), headers={"content-type": "application/json"}), "systemone")
 
 
 @FUZZ
@@ -139,8 +206,9 @@ def test_fuzz_decisions(client, body):
 @given(body=chat_body)
 def test_fuzz_chat(client, body):
     if isinstance(body, dict) and body.get("stream") is True:
-        with client.stream("POST", "/v1/chat/completions", content=encode(body),
-                           headers={"content-type": "application/json"}) as r:
+        with client.stream(
+            "POST", "/v1/chat/completions", content=encode(body), headers={"content-type": "application/json"}
+        ) as r:
             r.read()
     else:
         r = client.post("/v1/chat/completions", content=encode(body), headers={"content-type": "application/json"})
@@ -151,23 +219,33 @@ def test_fuzz_chat(client, body):
 @given(data=st.data(), route=st.sampled_from(list(BODIES)))
 def test_fuzz_invalid_unicode_on_every_route(client, data, route):
     body = data.draw(wire_bodies(surrogates=True)[route])
-    check(client.post(route, content=encode(body), headers={"content-type": "application/json"}),
-          "systemone" if route == "/v1/systemone" else "openai")
+    check(
+        client.post(route, content=encode(body), headers={"content-type": "application/json"}),
+        "systemone" if route == "/v1/systemone" else "openai",
+    )
 
 
 @FUZZ
 @given(content=raw_bytes, route=st.sampled_from(["/v1/systemone", "/v1/decisions", "/v1/chat/completions"]))
 def test_fuzz_raw_bytes_on_every_route(client, content, route):
-    check(client.post(route, content=content, headers={"content-type": "application/json"}),
-          "systemone" if route == "/v1/systemone" else "openai")
+    check(
+        client.post(route, content=content, headers={"content-type": "application/json"}),
+        "systemone" if route == "/v1/systemone" else "openai",
+    )
 
 
 @FUZZ
-@given(encoding=st.sampled_from(["gzip", "deflate", "zstd", "br", "identity, gzip", "GZIP"]),
-       content=st.binary(max_size=100))
+@given(
+    encoding=st.sampled_from(["gzip", "deflate", "zstd", "br", "identity, gzip", "GZIP"]),
+    content=st.binary(max_size=100),
+)
 def test_fuzz_content_encodings(client, encoding, content):
-    check(client.post("/v1/systemone", content=content, headers={"content-type": "application/json",
-                                                                "content-encoding": encoding}), "systemone")
+    check(
+        client.post(
+            "/v1/systemone", content=content, headers={"content-type": "application/json", "content-encoding": encoding}
+        ),
+        "systemone",
+    )
 
 
 # schemathesis, from the hand-written OpenAPI description -----------------------------------------------------------
@@ -180,6 +258,8 @@ def _schemathesis_schema():
 
 
 SCHEMA = _schemathesis_schema()
+
+
 @SCHEMA.parametrize()
 @settings(max_examples=5, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 def test_schemathesis(case, server):
@@ -190,8 +270,15 @@ def test_schemathesis(case, server):
         assert "error" in body, body
 
 
-@pytest.mark.parametrize("method,path", [("GET", "/v1/systemone"), ("PUT", "/v1/chat/completions"),
-                                         ("DELETE", "/v1/decisions"), ("POST", "/v1/nothing-here")])
+@pytest.mark.parametrize(
+    "method,path",
+    [
+        ("GET", "/v1/systemone"),
+        ("PUT", "/v1/chat/completions"),
+        ("DELETE", "/v1/decisions"),
+        ("POST", "/v1/nothing-here"),
+    ],
+)
 def test_unrouted_requests_answer_in_the_wire_shape(server, method, path):
     # schemathesis found these: Starlette's {"detail": "Method Not Allowed"}, which no SDK reads
     r = httpx.request(method, server + path, timeout=30)
@@ -200,11 +287,27 @@ def test_unrouted_requests_answer_in_the_wire_shape(server, method, path):
 
 
 # schemathesis found it: a content part whose `type` is not a string (e.g. {}) was a 500 'unhashable type'
-@pytest.mark.parametrize("route,body", [
-    ("/v1/decisions", {"model": "demo", "input": [{"role": "user", "content": [{"type": {}, "text": "hi"}]}],
-                       "questions": [{"type": "predicate", "name": "q", "instructions": "ok?"}]}),
-    ("/v1/chat/completions", {"model": "demo", "max_tokens": 1, "messages": [
-        {"role": "user", "content": [{"type": ["text"], "text": "hi"}]}]})])
+@pytest.mark.parametrize(
+    "route,body",
+    [
+        (
+            "/v1/decisions",
+            {
+                "model": "demo",
+                "input": [{"role": "user", "content": [{"type": {}, "text": "hi"}]}],
+                "questions": [{"type": "predicate", "name": "q", "instructions": "ok?"}],
+            },
+        ),
+        (
+            "/v1/chat/completions",
+            {
+                "model": "demo",
+                "max_tokens": 1,
+                "messages": [{"role": "user", "content": [{"type": ["text"], "text": "hi"}]}],
+            },
+        ),
+    ],
+)
 def test_a_content_part_with_a_non_string_type_is_a_400(server, route, body):
     r = httpx.post(server + route, json=body, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", r.text[:300]

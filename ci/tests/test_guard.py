@@ -27,8 +27,9 @@ async def echo(request: Request):
 
 @pytest.fixture(scope="module")
 def guarded():
-    app = BodyDeadline(Starlette(routes=[Route("/echo", echo, methods=["POST", "GET"])]), LIMITS.body_idle_s,
-                       LIMITS.body_total_s)
+    app = BodyDeadline(
+        Starlette(routes=[Route("/echo", echo, methods=["POST", "GET"])]), LIMITS.body_idle_s, LIMITS.body_total_s
+    )
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **uvicorn_options(LIMITS))
     server = uvicorn.Server(config)
@@ -52,7 +53,7 @@ def closed_within(sock: socket.socket, seconds: float) -> tuple[bool, bytes]:
             if not chunk:
                 return True, got
             got += chunk
-    except socket.timeout:
+    except TimeoutError:
         return False, got
     except ConnectionResetError:
         return True, got
@@ -102,7 +103,7 @@ def test_a_trickled_body_meets_the_total_deadline(guarded):
                 chunk = sock.recv(65536)
                 got += chunk
                 ended = not chunk
-            except socket.timeout:
+            except TimeoutError:
                 pass
             except OSError:  # reset: the server closed while we were still sending
                 ended = True
@@ -151,5 +152,6 @@ def test_the_access_log_never_shows_a_query_string(guarded, caplog):
     finally:
         access.removeFilter(scrub)
     lines = [r.getMessage() for r in caplog.records if r.name == "uvicorn.access"]
-    assert lines and all("sekret" not in line for line in lines) and any("/echo?[query removed]" in line
-                                                                         for line in lines)
+    assert (
+        lines and all("sekret" not in line for line in lines) and any("/echo?[query removed]" in line for line in lines)
+    )

@@ -34,8 +34,12 @@ def pid_on_port(port: int) -> int:
                 argv = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"blink" in argv and b"serve" in argv and b"--port" in argv and \
-                    argv[argv.index(b"--port") + 1:argv.index(b"--port") + 2] == [str(port).encode()]:
+            if (
+                b"blink" in argv
+                and b"serve" in argv
+                and b"--port" in argv
+                and argv[argv.index(b"--port") + 1 : argv.index(b"--port") + 2] == [str(port).encode()]
+            ):
                 return int(entry.name)
     raise RuntimeError(f"no server process on port {port}")
 
@@ -80,8 +84,10 @@ class Watch:
         self.server, self.base = server, rss(server.pid)
         self.peak, self.health_max = self.base, 0.0
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._rss, daemon=True),
-                         threading.Thread(target=self._health, daemon=True)]
+        self._threads = [
+            threading.Thread(target=self._rss, daemon=True),
+            threading.Thread(target=self._health, daemon=True),
+        ]
         for t in self._threads:
             t.start()
 
@@ -110,8 +116,12 @@ class Watch:
 
 
 def systemone(url: str, content: bytes, headers: dict | None = None, timeout: float = 60) -> httpx.Response:
-    return httpx.post(url + "/v1/systemone", content=content, timeout=timeout,
-                      headers={"content-type": "application/json", **(headers or {})})
+    return httpx.post(
+        url + "/v1/systemone",
+        content=content,
+        timeout=timeout,
+        headers={"content-type": "application/json", **(headers or {})},
+    )
 
 
 def assert_systemone_4xx(r: httpx.Response, kind: str | None = None) -> dict:
@@ -136,8 +146,10 @@ def healthy(url: str) -> None:
 # malformed JSON and text -----------------------------------------------------------------------------------------
 def test_deeply_nested_json_is_a_4xx(hostile):
     depth = 100_000
-    r = systemone(hostile.url, b'{"state": ' + b"[" * depth + b"]" * depth + b', "questions": {"q": '
-                  + json.dumps(QUESTION).encode() + b"}}")
+    r = systemone(
+        hostile.url,
+        b'{"state": ' + b"[" * depth + b"]" * depth + b', "questions": {"q": ' + json.dumps(QUESTION).encode() + b"}}",
+    )
     assert_systemone_4xx(r, "json_too_deep")
     healthy(hostile.url)
 
@@ -147,26 +159,27 @@ def test_a_lone_surrogate_is_a_4xx_on_every_route(hostile, route):
     bodies = {
         "/v1/systemone": b'{"state": "hi \\ud800 there", "questions": {"q": ' + json.dumps(QUESTION).encode() + b"}}",
         "/v1/decisions": b'{"model": "demo", "input": "hi \\ud800 there", "questions": [{"type": "predicate", '
-                         b'"name": "q", "instructions": "ok?"}]}',
+        b'"name": "q", "instructions": "ok?"}]}',
         "/v1/chat/completions": b'{"model": "demo", "max_tokens": 2, "messages": [{"role": "user", '
-                                b'"content": "hi \\udfff"}]}',
+        b'"content": "hi \\udfff"}]}',
     }
-    r = httpx.post(hostile.url + route, content=bodies[route], headers={"content-type": "application/json"},
-                   timeout=60)
+    r = httpx.post(hostile.url + route, content=bodies[route], headers={"content-type": "application/json"}, timeout=60)
     assert 400 <= r.status_code < 500, r.text[:300]
     healthy(hostile.url)
 
 
 def test_a_utf8_encoded_surrogate_is_a_4xx(hostile):
-    r = systemone(hostile.url, b'{"state": "hi \xed\xa0\x80", "questions": {"q": ' + json.dumps(QUESTION).encode()
-                  + b"}}")
+    r = systemone(
+        hostile.url, b'{"state": "hi \xed\xa0\x80", "questions": {"q": ' + json.dumps(QUESTION).encode() + b"}}"
+    )
     assert_systemone_4xx(r)
 
 
 # keys and health --------------------------------------------------------------------------------------------------
 def test_a_query_string_key_never_reaches_the_log(hostile):
-    httpx.post(hostile.url + f"/v1/systemone?api_key={SECRET}", json={"state": "s", "questions": {"q": QUESTION}},
-               timeout=60)
+    httpx.post(
+        hostile.url + f"/v1/systemone?api_key={SECRET}", json={"state": "s", "questions": {"q": QUESTION}}, timeout=60
+    )
     time.sleep(0.5)
     assert SECRET not in hostile.log_text()
 
@@ -229,9 +242,16 @@ def test_slow_clients_are_cut_off(hostile):
 def overload_bodies(n: int) -> list[dict]:
     """Each request its own state and question names, so a crossed answer cannot pass for the right one."""
     heavy = text_of(1500 * 5)
-    return [{"state": f"Request {i}. " + (heavy if i % 8 == 0 else "It may rain today."),
-             "questions": {f"r{i}q{k}": {"type": "noul", "instructions": f"Question {k} of request {i}?"}
-                           for k in range(8 if i % 8 == 0 else 1)}} for i in range(n)]
+    return [
+        {
+            "state": f"Request {i}. " + (heavy if i % 8 == 0 else "It may rain today."),
+            "questions": {
+                f"r{i}q{k}": {"type": "noul", "instructions": f"Question {k} of request {i}?"}
+                for k in range(8 if i % 8 == 0 else 1)
+            },
+        }
+        for i in range(n)
+    ]
 
 
 def server_total_s(r: httpx.Response) -> float:
@@ -245,6 +265,7 @@ async def _offer(url: str, bodies: list[dict], retries: int):
     refusals = []
     limits = httpx.Limits(max_connections=len(bodies), max_keepalive_connections=len(bodies))
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+
         async def one(i, body):
             for attempt in range(retries + 1):
                 r = await client.post(url + "/v1/systemone", json=body)
@@ -327,8 +348,11 @@ def test_a_zstd_bomb_is_refused_fast_in_bounded_memory_and_healthz_stays_live(ho
 def test_a_huge_chat_message_is_refused_in_bounded_memory(hostile):
     watch = Watch(hostile)
     try:
-        r = httpx.post(hostile.url + "/v1/chat/completions", timeout=12, json={
-            "model": "demo", "max_tokens": 2, "messages": [{"role": "user", "content": text_of(12 * MB)}]})
+        r = httpx.post(
+            hostile.url + "/v1/chat/completions",
+            timeout=12,
+            json={"model": "demo", "max_tokens": 2, "messages": [{"role": "user", "content": text_of(12 * MB)}]},
+        )
     except httpx.TimeoutException:
         r = None
     health_max, peak, kept = watch.done()

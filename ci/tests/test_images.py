@@ -28,6 +28,7 @@ def png(color=(200, 30, 30), size=(300, 200), noise=False) -> bytes:
 
 def huge_png_header(width=50_000, height=50_000) -> bytes:
     """A PNG that declares 50,000 x 50,000 pixels in a few hundred bytes (its data is a few rows)."""
+
     def chunk(kind, data):
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
@@ -36,8 +37,10 @@ def huge_png_header(width=50_000, height=50_000) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
 
 
-QUESTIONS = {"red": {"type": "noul", "instructions": "Is the photo mostly red?"},
-             "kind": {"type": "choice", "instructions": "What is it?", "criteria": {"parcel": None, "letter": None}}}
+QUESTIONS = {
+    "red": {"type": "noul", "instructions": "Is the photo mostly red?"},
+    "kind": {"type": "choice", "instructions": "What is it?", "criteria": {"parcel": None, "letter": None}},
+}
 
 
 def vision_serve(*flags: str) -> list[str]:
@@ -75,19 +78,31 @@ def test_same_image_four_ways_same_probabilities(vision_server, monkeypatch):
     monkeypatch.setenv("TYPESAFE_BASE_URL", vision_server)
     monkeypatch.setenv("TYPESAFE_API_KEY", "k")
     with TypeSafeClient() as client:
-        r = client.system_one(state={"photo": Image(data), "note": "What arrived today"},
-                              questions={"red": Noul(instructions="Is the photo mostly red?"),
-                                         "kind": Choice(instructions="What is it?",
-                                                        criteria={"parcel": None, "letter": None})})
+        r = client.system_one(
+            state={"photo": Image(data), "note": "What arrived today"},
+            questions={
+                "red": Noul(instructions="Is the photo mostly red?"),
+                "kind": Choice(instructions="What is it?", criteria={"parcel": None, "letter": None}),
+            },
+        )
     via_sdk = {"red": r.nouls["red"].noul, **r.choices["kind"].probabilities}
     assert r.usage.input_tokens > 0
 
     b64 = base64.b64encode(data).decode()
-    as_asset = httpx.post(vision_server + "/v1/systemone", timeout=60, json={
-        "state": {"photo": "<image:p1>", "note": "What arrived today"}, "questions": QUESTIONS,
-        "assets": {"<image:p1>": {"type": "image", "format": "png", "data_base64": b64}}})
-    as_uri = httpx.post(vision_server + "/v1/systemone", timeout=60, json={
-        "state": {"photo": f"data:image/png;base64,{b64}", "note": "What arrived today"}, "questions": QUESTIONS})
+    as_asset = httpx.post(
+        vision_server + "/v1/systemone",
+        timeout=60,
+        json={
+            "state": {"photo": "<image:p1>", "note": "What arrived today"},
+            "questions": QUESTIONS,
+            "assets": {"<image:p1>": {"type": "image", "format": "png", "data_base64": b64}},
+        },
+    )
+    as_uri = httpx.post(
+        vision_server + "/v1/systemone",
+        timeout=60,
+        json={"state": {"photo": f"data:image/png;base64,{b64}", "note": "What arrived today"}, "questions": QUESTIONS},
+    )
     assert close(via_sdk, probabilities(as_asset))
     assert close(via_sdk, probabilities(as_uri))
     usage = as_asset.json()["usage"]
@@ -100,24 +115,36 @@ def test_text_only_response_shape_unchanged(vision_server):
     assert httpx.get(vision_server + "/healthz").json()["accepts_images"] is True
 
 
-@pytest.mark.parametrize("case, expect", [
-    ("unreferenced", "not referenced"),
-    ("not an image", "not a PNG or JPEG"),
-    ("corrupt", "corrupt"),
-    ("bad base64", "base64"),
-    ("gif", "send PNG or JPEG"),
-])
+@pytest.mark.parametrize(
+    "case, expect",
+    [
+        ("unreferenced", "not referenced"),
+        ("not an image", "not a PNG or JPEG"),
+        ("corrupt", "corrupt"),
+        ("bad base64", "base64"),
+        ("gif", "send PNG or JPEG"),
+    ],
+)
 def test_bad_assets_are_4xx_naming_the_asset(vision_server, case, expect):
     good = base64.b64encode(png()).decode()
     gif = io.BytesIO()
     PILImage.new("RGB", (10, 10)).save(gif, "GIF")
-    data = {"unreferenced": good, "not an image": base64.b64encode(b"hello world").decode(),
-            "corrupt": base64.b64encode(png()[:80]).decode(), "bad base64": "!!!",
-            "gif": base64.b64encode(gif.getvalue()).decode()}[case]
+    data = {
+        "unreferenced": good,
+        "not an image": base64.b64encode(b"hello world").decode(),
+        "corrupt": base64.b64encode(png()[:80]).decode(),
+        "bad base64": "!!!",
+        "gif": base64.b64encode(gif.getvalue()).decode(),
+    }[case]
     state = "a photo" if case == "unreferenced" else "photo: <image:x>"
-    r = httpx.post(vision_server + "/v1/systemone", json={
-        "state": state, "questions": QUESTIONS,
-        "assets": {"<image:x>": {"type": "image", "format": "png", "data_base64": data}}})
+    r = httpx.post(
+        vision_server + "/v1/systemone",
+        json={
+            "state": state,
+            "questions": QUESTIONS,
+            "assets": {"<image:x>": {"type": "image", "format": "png", "data_base64": data}},
+        },
+    )
     assert 400 <= r.status_code < 500, r.text
     assert "<image:x>" in r.json()["error"] and expect in r.json()["error"]
 
@@ -125,8 +152,10 @@ def test_bad_assets_are_4xx_naming_the_asset(vision_server, case, expect):
 def test_unclaimed_multipart_part_is_refused(vision_server):
     import json
 
-    files = {"request": (None, json.dumps({"state": "s", "questions": QUESTIONS}), "application/json"),
-             "asset-0": ("asset-0", png(), "image/png")}
+    files = {
+        "request": (None, json.dumps({"state": "s", "questions": QUESTIONS}), "application/json"),
+        "asset-0": ("asset-0", png(), "image/png"),
+    }
     r = httpx.post(vision_server + "/v1/systemone", files=files)
     assert r.status_code == 422 and "asset-0" in r.json()["error"]
 
@@ -134,13 +163,18 @@ def test_unclaimed_multipart_part_is_refused(vision_server):
 def test_decompression_bomb_refused_before_decoding(vision_server):
     bomb = huge_png_header()
     assert len(bomb) < 8 * 1024  # a few KB declaring 2.5 billion pixels
-    r = httpx.post(vision_server + "/v1/systemone", json={
-        "state": "photo: <image:b>", "questions": QUESTIONS,
-        "assets": {"<image:b>": {"type": "image", "format": "png", "data_base64": base64.b64encode(bomb).decode()}}})
+    r = httpx.post(
+        vision_server + "/v1/systemone",
+        json={
+            "state": "photo: <image:b>",
+            "questions": QUESTIONS,
+            "assets": {"<image:b>": {"type": "image", "format": "png", "data_base64": base64.b64encode(bomb).decode()}},
+        },
+    )
     assert r.status_code == 422 and "--max-image-source-pixels" in r.json()["error"]
     # the same check in-process, with the peak allocation measured: the pixels are never allocated
-    from blink.images import ImageLimits, decode
     from blink.errors import InvalidRequest
+    from blink.images import ImageLimits, decode
 
     tracemalloc.start()
     with pytest.raises(InvalidRequest):
@@ -173,31 +207,61 @@ def test_limits_name_themselves(vision_root):
     argv = vision_serve("--max-images", "1", "--max-image-bytes", "4096", "--max-image-pixels", "65536")
     small = base64.b64encode(png(size=(40, 40))).decode()
     with running(argv, vision_root, name="serve-vision-limits") as url:
-        two = httpx.post(url + "/v1/systemone", json={
-            "state": "<image:a> and <image:b>", "questions": QUESTIONS,
-            "assets": {n: {"type": "image", "format": "png", "data_base64": small} for n in ("<image:a>", "<image:b>")}})
+        two = httpx.post(
+            url + "/v1/systemone",
+            json={
+                "state": "<image:a> and <image:b>",
+                "questions": QUESTIONS,
+                "assets": {
+                    n: {"type": "image", "format": "png", "data_base64": small} for n in ("<image:a>", "<image:b>")
+                },
+            },
+        )
         assert two.status_code == 422 and "--max-images" in two.json()["error"]
-        big = httpx.post(url + "/v1/systemone", json={
-            "state": "<image:a>", "questions": QUESTIONS,
-            "assets": {"<image:a>": {"type": "image", "format": "png",
-                                     "data_base64": base64.b64encode(png(size=(200, 200), noise=True)).decode()}}})
+        big = httpx.post(
+            url + "/v1/systemone",
+            json={
+                "state": "<image:a>",
+                "questions": QUESTIONS,
+                "assets": {
+                    "<image:a>": {
+                        "type": "image",
+                        "format": "png",
+                        "data_base64": base64.b64encode(png(size=(200, 200), noise=True)).decode(),
+                    }
+                },
+            },
+        )
         assert big.status_code == 413 and "--max-image-bytes" in big.json()["error"]
         wide = png(size=(1000, 500))  # compresses well: under 4 KB, but 500,000 pixels
         assert len(wide) < 4096
-        resized = httpx.post(url + "/v1/systemone", json={
-            "state": "<image:a>", "questions": QUESTIONS,
-            "assets": {"<image:a>": {"type": "image", "format": "png", "data_base64": base64.b64encode(wide).decode()}}})
+        resized = httpx.post(
+            url + "/v1/systemone",
+            json={
+                "state": "<image:a>",
+                "questions": QUESTIONS,
+                "assets": {
+                    "<image:a>": {"type": "image", "format": "png", "data_base64": base64.b64encode(wide).decode()}
+                },
+            },
+        )
         assert resized.status_code == 200 and resized.json()["usage"]["image_pixels"] <= 65536
 
 
 def test_images_list_and_first_layout(vision_root):
     b64 = base64.b64encode(png()).decode()
     with running(vision_serve("--image-layout", "first"), vision_root, name="serve-vision-first") as url:
-        listed = httpx.post(url + "/v1/systemone", json={"state": "What arrived today", "questions": QUESTIONS,
-                                                         "images": [b64]})
-        inline = httpx.post(url + "/v1/systemone", json={
-            "state": "<image:p>What arrived today", "questions": QUESTIONS,
-            "assets": {"<image:p>": {"type": "image", "format": "png", "data_base64": b64}}})
+        listed = httpx.post(
+            url + "/v1/systemone", json={"state": "What arrived today", "questions": QUESTIONS, "images": [b64]}
+        )
+        inline = httpx.post(
+            url + "/v1/systemone",
+            json={
+                "state": "<image:p>What arrived today",
+                "questions": QUESTIONS,
+                "assets": {"<image:p>": {"type": "image", "format": "png", "data_base64": b64}},
+            },
+        )
         assert listed.status_code == 200 and inline.status_code == 200
         assert listed.json()["usage"]["visual_tokens"] == inline.json()["usage"]["visual_tokens"] > 0
 
@@ -207,24 +271,59 @@ def test_openai_decisions_input_image_matches_systemone(vision_server):
 
     b64 = base64.b64encode(png()).decode()
     client = OpenAI(base_url=vision_server + "/v1", api_key="unused")
-    d = client.decisions.create(model="demo-vision", input=[{"role": "user", "content": [
-        {"type": "input_image", "image_url": f"data:image/png;base64,{b64}"},
-        {"type": "input_text", "text": "What arrived today"}]}], questions=[
-        {"type": "predicate", "name": "red", "instructions": "Is the photo mostly red?"},
-        {"type": "choice", "name": "kind", "instructions": "What is it?",
-         "choices": [{"value": "parcel"}, {"value": "letter"}]}])
-    via_openai = {"red": d.answers[0].probability,
-                  **{p.value: p.probability for p in d.answers[1].probabilities}}
-    native = httpx.post(vision_server + "/v1/systemone", timeout=60, json={
-        "state": "<image:p>\nWhat arrived today", "questions": QUESTIONS,
-        "assets": {"<image:p>": {"type": "image", "format": "png", "data_base64": b64}}})
+    d = client.decisions.create(
+        model="demo-vision",
+        input=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_image", "image_url": f"data:image/png;base64,{b64}"},
+                    {"type": "input_text", "text": "What arrived today"},
+                ],
+            }
+        ],
+        questions=[
+            {"type": "predicate", "name": "red", "instructions": "Is the photo mostly red?"},
+            {
+                "type": "choice",
+                "name": "kind",
+                "instructions": "What is it?",
+                "choices": [{"value": "parcel"}, {"value": "letter"}],
+            },
+        ],
+    )
+    via_openai = {"red": d.answers[0].probability, **{p.value: p.probability for p in d.answers[1].probabilities}}
+    native = httpx.post(
+        vision_server + "/v1/systemone",
+        timeout=60,
+        json={
+            "state": "<image:p>\nWhat arrived today",
+            "questions": QUESTIONS,
+            "assets": {"<image:p>": {"type": "image", "format": "png", "data_base64": b64}},
+        },
+    )
     assert close(via_openai, probabilities(native))
 
 
 def test_text_model_refuses_openai_image_parts(server):
-    r = httpx.post(server + "/v1/decisions", json={"model": "demo", "input": [{"role": "user", "content": [
-        {"type": "input_image", "image_url": "data:image/png;base64," + base64.b64encode(png()).decode()}]}],
-        "questions": [{"type": "predicate", "instructions": "Red?"}]})
+    r = httpx.post(
+        server + "/v1/decisions",
+        json={
+            "model": "demo",
+            "input": [
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "input_image",
+                            "image_url": "data:image/png;base64," + base64.b64encode(png()).decode(),
+                        }
+                    ],
+                }
+            ],
+            "questions": [{"type": "predicate", "instructions": "Red?"}],
+        },
+    )
     assert 400 <= r.status_code < 500 and "text only" in r.json()["error"]["message"]
 
 
@@ -232,8 +331,11 @@ def test_borrowed_vision_tower_matches_the_model_that_owns_it(vision_root, visio
     """A text model + the vision tower of a matching base (`--vision-tower repo@revision`; a local folder
     here). The text demo's language weights equal the vision demo's, so the answers must be the same."""
     tower = f"{vision_root / 'demo-vision-model'}@local"
-    body = {"state": {"photo": "<image:p>"}, "questions": QUESTIONS,
-            "assets": {"<image:p>": {"type": "image", "format": "png", "data_base64": base64.b64encode(png()).decode()}}}
+    body = {
+        "state": {"photo": "<image:p>"},
+        "questions": QUESTIONS,
+        "assets": {"<image:p>": {"type": "image", "format": "png", "data_base64": base64.b64encode(png()).decode()}},
+    }
     own = probabilities(httpx.post(vision_server + "/v1/systemone", json=body, timeout=60))
     with running(blink_serve("--vision-tower", tower), vision_root, name="serve-borrowed-tower") as url:
         assert httpx.get(url + "/healthz").json()["accepts_images"] is True
@@ -246,17 +348,33 @@ def test_chat_with_an_image_on_the_vision_model(vision_server):
 
     client = OpenAI(base_url=vision_server + "/v1", api_key="unused")
     url = "data:image/png;base64," + base64.b64encode(png()).decode()
-    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
-                                             {"type": "text", "text": "What is in the picture?"}]}]
+    messages = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": url}},
+                {"type": "text", "text": "What is in the picture?"},
+            ],
+        }
+    ]
     out = client.chat.completions.create(model="demo-vision", messages=messages, max_tokens=6, temperature=0)
     assert out.choices[0].finish_reason in ("length", "stop")
     # the prompt holds the image tokens: far more prompt tokens than the text alone
-    text_only = client.chat.completions.create(model="demo-vision", max_tokens=1, temperature=0,
-                                               messages=[{"role": "user", "content": "What is in the picture?"}])
+    text_only = client.chat.completions.create(
+        model="demo-vision",
+        max_tokens=1,
+        temperature=0,
+        messages=[{"role": "user", "content": "What is in the picture?"}],
+    )
     assert out.usage.prompt_tokens > text_only.usage.prompt_tokens
     # streamed, the same greedy text
-    streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
-        model="demo-vision", messages=messages, max_tokens=6, temperature=0, stream=True) if c.choices)
+    streamed = "".join(
+        c.choices[0].delta.content or ""
+        for c in client.chat.completions.create(
+            model="demo-vision", messages=messages, max_tokens=6, temperature=0, stream=True
+        )
+        if c.choices
+    )
     assert streamed == out.choices[0].message.content
 
 
@@ -269,25 +387,46 @@ def test_chat_image_on_the_vision_model_equals_transformers_generate(vision_root
 
     loaded = load("demo-vision", vision=True)
     engine = ChatEngine(loaded)
-    blocks = [{"type": "image", "data_base64": base64.b64encode(png()).decode(), "loc": ["messages", 0, "content", 0]},
-              {"type": "text", "text": "Describe it"}]
+    blocks = [
+        {"type": "image", "data_base64": base64.b64encode(png()).decode(), "loc": ["messages", 0, "content", 0]},
+        {"type": "text", "text": "Describe it"},
+    ]
     rendered = engine.prepare([{"role": "user", "content": blocks}], None, 8)
     items = list(engine.generate(rendered.ids, {"max_tokens": 8, "temperature": 0, "images": rendered.images}))
     ours = [i for i in items if isinstance(i, str)]
     ids = torch.tensor([rendered.ids])
     with torch.no_grad():
         ref = loaded.model.generate(
-            input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False,
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=8,
+            do_sample=False,
             pixel_values=torch.cat([i.pixel_values for i in rendered.images]),
             image_grid_thw=torch.tensor([i.grid_thw for i in rendered.images]),
-            mm_token_type_ids=(ids == loaded.model.config.image_token_id).int())
-    expected = loaded.tokenizer.decode(ref[0, ids.shape[1]:], skip_special_tokens=False)
+            mm_token_type_ids=(ids == loaded.model.config.image_token_id).int(),
+        )
+    expected = loaded.tokenizer.decode(ref[0, ids.shape[1] :], skip_special_tokens=False)
     assert "".join(ours) == expected.split("<|im_end|>")[0].replace("<|endoftext|>", "")
 
 
 def test_text_model_refuses_chat_images(server):
-    r = httpx.post(server + "/v1/chat/completions", json={"model": "demo", "messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(png()).decode()}}]}]})
+    r = httpx.post(
+        server + "/v1/chat/completions",
+        json={
+            "model": "demo",
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "image_url",
+                            "image_url": {"url": "data:image/png;base64," + base64.b64encode(png()).decode()},
+                        }
+                    ],
+                }
+            ],
+        },
+    )
     assert r.status_code == 400 and "text only" in r.json()["error"]["message"]
 
 
@@ -296,17 +435,35 @@ def test_an_extreme_aspect_ratio_is_a_4xx_naming_the_asset(vision_server, route)
     """A 690-byte 32 x 6,500 PNG: the vision processor refuses past 200:1 (it was a 500 with a traceback)."""
     b64 = base64.b64encode(png(size=(32, 6500))).decode()
     if route == "/v1/systemone":
-        r = httpx.post(vision_server + route, timeout=60, json={
-            "state": "photo: <image:tall>", "questions": QUESTIONS,
-            "assets": {"<image:tall>": {"type": "image", "format": "png", "data_base64": b64}}})
+        r = httpx.post(
+            vision_server + route,
+            timeout=60,
+            json={
+                "state": "photo: <image:tall>",
+                "questions": QUESTIONS,
+                "assets": {"<image:tall>": {"type": "image", "format": "png", "data_base64": b64}},
+            },
+        )
         assert 400 <= r.status_code < 500 and "<image:tall>" in r.json()["error"], r.text[:300]
         assert r.json()["detail"][0]["type"] == "image_aspect_ratio"
     else:
-        r = httpx.post(vision_server + route, timeout=60, json={
-            "model": "demo-vision", "questions": [{"type": "predicate", "name": "q", "instructions": "Red?"}],
-            "input": [{"role": "user", "content": [
-                {"type": "input_image", "image_url": f"data:image/png;base64,{b64}"},
-                {"type": "input_text", "text": "a photo"}]}]})
+        r = httpx.post(
+            vision_server + route,
+            timeout=60,
+            json={
+                "model": "demo-vision",
+                "questions": [{"type": "predicate", "name": "q", "instructions": "Red?"}],
+                "input": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "input_image", "image_url": f"data:image/png;base64,{b64}"},
+                            {"type": "input_text", "text": "a photo"},
+                        ],
+                    }
+                ],
+            },
+        )
         assert r.status_code == 400 and "ratio" in r.json()["error"]["message"], r.text[:300]
         assert r.json()["error"]["param"], r.text[:300]  # names the part
     assert httpx.get(vision_server + "/healthz", timeout=10).json()["ok"] is True

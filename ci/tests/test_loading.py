@@ -28,8 +28,14 @@ def test_weights_mismatch_refuses_to_start(tmp_path, demo_dir, demo_root):
     model = tmp_path / "model"
     shutil.copytree(demo_dir, model)
     (model / "weights.sha256").write_text("0" * 64 + "  model.safetensors\n")
-    proc = subprocess.run([sys.executable, "-m", "blink", "serve", "--model", str(model), "--port", "1"],
-                          env=server_env(demo_root), cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "blink", "serve", "--model", str(model), "--port", "1"],
+        env=server_env(demo_root),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode != 0
     assert "weights.sha256 mismatch" in proc.stderr + proc.stdout and "model.safetensors" in proc.stderr + proc.stdout
 
@@ -43,9 +49,10 @@ def adapter_dir(tmp_path_factory, demo_dir):
 
     out = tmp_path_factory.mktemp("adapter")
     torch.manual_seed(0)
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(demo_dir),
-                           LoraConfig(r=4, lora_alpha=16, task_type="CAUSAL_LM", target_modules="all-linear",
-                                      init_lora_weights=False))
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(demo_dir),
+        LoraConfig(r=4, lora_alpha=16, task_type="CAUSAL_LM", target_modules="all-linear", init_lora_weights=False),
+    )
     model.save_pretrained(out)
     return out
 

@@ -30,8 +30,9 @@ def served_name(server):
 
 
 def prompt_tokens(tokenizer, messages) -> int:
-    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, enable_thinking=False, tokenize=True,
-                                        return_dict=True)
+    out = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, enable_thinking=False, tokenize=True, return_dict=True
+    )
     return len(out["input_ids"])
 
 
@@ -75,22 +76,28 @@ def test_seed_makes_sampling_repeatable(client, served_name):
 
 def test_multimodal_text_parts_and_unknown_fields(client, served_name):
     messages = [{"role": "user", "content": [{"type": "text", "text": "Say hello"}, {"type": "text", "text": "now"}]}]
-    out = client.chat.completions.create(model=served_name, messages=messages, max_tokens=2,
-                                         extra_body={"min_p": 0.1, "logit_bias": {}, "custom_param": [1, 2],
-                                                     "reasoning_effort": "low"})
+    out = client.chat.completions.create(
+        model=served_name,
+        messages=messages,
+        max_tokens=2,
+        extra_body={"min_p": 0.1, "logit_bias": {}, "custom_param": [1, 2], "reasoning_effort": "low"},
+    )
     assert out.choices[0].finish_reason in ("length", "stop")
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    (dict(n=2), "`n`"),
-    (dict(temperature=5), "`temperature`"),
-    (dict(top_p=1.5), "`top_p`"),
-    (dict(max_tokens=0), "`max_tokens`"),
-    (dict(stop=["a", "b", "c", "d", "e"]), "`stop`"),
-    (dict(extra_body={"messages": "hello"}), "`messages`"),
-    (dict(extra_body={"messages": [{"role": "robot", "content": "x"}]}), "`role`"),
-    (dict(tools=[{"type": "function", "function": {"description": "no name"}}]), "`name`"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(n=2), "`n`"),
+        (dict(temperature=5), "`temperature`"),
+        (dict(top_p=1.5), "`top_p`"),
+        (dict(max_tokens=0), "`max_tokens`"),
+        (dict(stop=["a", "b", "c", "d", "e"]), "`stop`"),
+        (dict(extra_body={"messages": "hello"}), "`messages`"),
+        (dict(extra_body={"messages": [{"role": "robot", "content": "x"}]}), "`role`"),
+        (dict(tools=[{"type": "function", "function": {"description": "no name"}}]), "`name`"),
+    ],
+)
 def test_bad_requests_name_the_field(client, served_name, kwargs, field):
     args = dict(model=served_name, messages=MESSAGES, max_tokens=2)
     args.update(kwargs)
@@ -101,9 +108,15 @@ def test_bad_requests_name_the_field(client, served_name, kwargs, field):
 
 
 def test_image_parts_are_refused_with_a_reason(client, served_name):
-    messages = [{"role": "user", "content": [
-        {"type": "text", "text": "What is this?"},
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}]
+    messages = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What is this?"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+            ],
+        }
+    ]
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(model=served_name, messages=messages)
     assert "text only" in info.value.message and info.value.param == "messages[0].content[1]"
@@ -112,15 +125,17 @@ def test_image_parts_are_refused_with_a_reason(client, served_name):
 def test_over_long_conversation_is_refused_not_cut(client, served_name):
     long_text = "lorem ipsum dolor sit amet " * 9000  # ~45k tokens, over the 32768-token window
     with pytest.raises(openai.BadRequestError) as info:
-        client.chat.completions.create(model=served_name, messages=[{"role": "user", "content": long_text}],
-                                       max_tokens=2)
+        client.chat.completions.create(
+            model=served_name, messages=[{"role": "user", "content": long_text}], max_tokens=2
+        )
     assert "context window" in info.value.message and info.value.code == "context_length_exceeded"
     assert info.value.param == "messages"
 
 
 def test_validation_errors_are_openai_shaped_never_422(server):
-    r = httpx.post(server + "/v1/chat/completions", content=b"{not json", timeout=30,
-                   headers={"content-type": "application/json"})
+    r = httpx.post(
+        server + "/v1/chat/completions", content=b"{not json", timeout=30, headers={"content-type": "application/json"}
+    )
     assert r.status_code == 400
     err = r.json()["error"]
     assert set(err) == {"message", "type", "param", "code"} and "JSON" in err["message"]
@@ -132,19 +147,34 @@ def test_validation_errors_are_openai_shaped_never_422(server):
 STATE = "Order 4471 arrived with a cracked screen. The customer attached photos and wants a replacement today."
 OPENAI_QUESTIONS = [
     {"type": "predicate", "name": "urgent", "instructions": "Does this need a reply today?"},
-    {"type": "choice", "name": "route", "instructions": "Which team should handle this?",
-     "choices": [{"value": "returns", "description": "Damaged or wrong items"},
-                 {"value": "billing", "description": "Charges and refunds"},
-                 {"value": "shipping"}]},
-    {"type": "score", "instructions": "How upset is the customer?",
-     "levels": [{"label": "Calm"}, {"label": "Annoyed"}, {"label": "Angry", "description": "Threatens to leave"}]},
+    {
+        "type": "choice",
+        "name": "route",
+        "instructions": "Which team should handle this?",
+        "choices": [
+            {"value": "returns", "description": "Damaged or wrong items"},
+            {"value": "billing", "description": "Charges and refunds"},
+            {"value": "shipping"},
+        ],
+    },
+    {
+        "type": "score",
+        "instructions": "How upset is the customer?",
+        "levels": [{"label": "Calm"}, {"label": "Annoyed"}, {"label": "Angry", "description": "Threatens to leave"}],
+    },
 ]
 SYSTEMONE_QUESTIONS = {
     "urgent": {"type": "noul", "instructions": "Does this need a reply today?"},
-    "route": {"type": "choice", "instructions": "Which team should handle this?",
-              "criteria": {"returns": "Damaged or wrong items", "billing": "Charges and refunds", "shipping": None}},
-    "tone": {"type": "score", "instructions": "How upset is the customer?",
-             "criteria": ["Calm", "Annoyed", "Angry: Threatens to leave"]},
+    "route": {
+        "type": "choice",
+        "instructions": "Which team should handle this?",
+        "criteria": {"returns": "Damaged or wrong items", "billing": "Charges and refunds", "shipping": None},
+    },
+    "tone": {
+        "type": "score",
+        "instructions": "How upset is the customer?",
+        "criteria": ["Calm", "Annoyed", "Angry: Threatens to leave"],
+    },
 }
 
 
@@ -162,10 +192,14 @@ def test_decisions_typed_answers(client, served_name):
 
 
 def test_decisions_equal_systemone(client, server, served_name):
-    mine = client.decisions.create(model=served_name, input=[{"role": "user", "content": STATE}],
-                                   questions=OPENAI_QUESTIONS)
-    so = httpx.post(server + "/v1/systemone", timeout=60,
-                    json={"model": served_name, "state": STATE, "questions": SYSTEMONE_QUESTIONS}).json()["answers"]
+    mine = client.decisions.create(
+        model=served_name, input=[{"role": "user", "content": STATE}], questions=OPENAI_QUESTIONS
+    )
+    so = httpx.post(
+        server + "/v1/systemone",
+        timeout=60,
+        json={"model": served_name, "state": STATE, "questions": SYSTEMONE_QUESTIONS},
+    ).json()["answers"]
     urgent, route, tone = mine.answers
     assert urgent.probability == pytest.approx(so["urgent"]["noul"], abs=1e-9)
     assert route.choice == so["route"]["choice"] and route.confidence == pytest.approx(so["route"]["confidence"])
@@ -177,19 +211,30 @@ def test_decisions_equal_systemone(client, server, served_name):
 
 
 def test_decisions_boolean_choice_values_stay_typed(client, served_name):
-    out = client.decisions.create(model=served_name, input=STATE, questions=[
-        {"type": "choice", "instructions": "Is it damaged?", "choices": [{"value": True}, {"value": False}]}])
+    out = client.decisions.create(
+        model=served_name,
+        input=STATE,
+        questions=[
+            {"type": "choice", "instructions": "Is it damaged?", "choices": [{"value": True}, {"value": False}]}
+        ],
+    )
     assert out.answers[0].choice in (True, False)
     assert [p.value for p in out.answers[0].probabilities] == [True, False]
 
 
-@pytest.mark.parametrize("questions, field", [
-    ([{"type": "choice", "instructions": "x", "choices": [{"value": "only"}]}], "questions[0].choices"),
-    ([{"type": "predicate"}], "questions[0].instructions"),
-    ([{"type": "verdict", "instructions": "x"}], "questions[0].type"),
-    ([{"type": "score", "instructions": "x", "levels": [{"description": "no label"}]}], "questions[0].levels[0].label"),
-    ([], "questions"),
-])
+@pytest.mark.parametrize(
+    "questions, field",
+    [
+        ([{"type": "choice", "instructions": "x", "choices": [{"value": "only"}]}], "questions[0].choices"),
+        ([{"type": "predicate"}], "questions[0].instructions"),
+        ([{"type": "verdict", "instructions": "x"}], "questions[0].type"),
+        (
+            [{"type": "score", "instructions": "x", "levels": [{"description": "no label"}]}],
+            "questions[0].levels[0].label",
+        ),
+        ([], "questions"),
+    ],
+)
 def test_decisions_bad_requests_name_the_field(client, served_name, questions, field):
     with pytest.raises(openai.BadRequestError) as info:
         client.decisions.create(model=served_name, input=STATE, questions=questions)
@@ -198,15 +243,30 @@ def test_decisions_bad_requests_name_the_field(client, served_name, questions, f
 
 def test_decisions_images_are_refused(client, served_name):
     with pytest.raises(openai.BadRequestError) as info:
-        client.decisions.create(model=served_name, questions=OPENAI_QUESTIONS[:1], input=[
-            {"role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}]}])
+        client.decisions.create(
+            model=served_name,
+            questions=OPENAI_QUESTIONS[:1],
+            input=[
+                {
+                    "role": "user",
+                    "content": [{"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}],
+                }
+            ],
+        )
     assert "text only" in info.value.message
 
 
 def test_decisions_too_many_options_is_400_naming_the_question(server):
     choices = [{"value": f"option {i}"} for i in range(300)]
-    r = httpx.post(server + "/v1/decisions", timeout=60, json={
-        "model": "m", "input": STATE, "questions": [{"type": "choice", "instructions": "pick", "choices": choices}]})
+    r = httpx.post(
+        server + "/v1/decisions",
+        timeout=60,
+        json={
+            "model": "m",
+            "input": STATE,
+            "questions": [{"type": "choice", "instructions": "pick", "choices": choices}],
+        },
+    )
     assert r.status_code == 400
     err = r.json()["error"]
     assert err["param"] == "questions[0]" and "questions[0]" in err["message"] and "255" in err["message"]
@@ -228,9 +288,10 @@ def test_greedy_decode_loop_equals_transformers_generate(engine):
     assert (final.finish_reason, final.prompt_tokens, final.completion_tokens) == ("length", len(ids), 12)
     assert final.compute_s > 0
     with torch.inference_mode():
-        out = engine.loaded.model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False,
-                                           pad_token_id=chat.tokenizer.pad_token_id)
-    new = [t for t in out[0, len(ids):].tolist() if t not in chat.hidden_ids]
+        out = engine.loaded.model.generate(
+            torch.tensor([ids]), max_new_tokens=12, do_sample=False, pad_token_id=chat.tokenizer.pad_token_id
+        )
+    new = [t for t in out[0, len(ids) :].tolist() if t not in chat.hidden_ids]
     assert "".join(items[:-1]) == chat.tokenizer.decode(new)
 
 
@@ -246,12 +307,13 @@ def test_generation_resumed_on_other_threads(engine):
     same_thread = list(chat.generate(ids, {"max_tokens": 10, "temperature": 0}))
     gen = chat.generate(ids, {"max_tokens": 10, "temperature": 0})
     hopping = []
-    for i in range(40):
+    for _ in range(40):
         with ThreadPoolExecutor(1) as pool:  # a fresh thread for every step
             item = pool.submit(next, gen, None).result()
         if item is None:
             break
         hopping.append(item)
+
     def comparable(items):  # the compute seconds differ from run to run; everything else must not
         return [i if isinstance(i, str) else (i.finish_reason, i.prompt_tokens, i.completion_tokens) for i in items]
 

@@ -26,8 +26,11 @@ def thinking(demo_dir):
     loaded = load(str(demo_dir))
     model = ScriptedModel(loaded.model.config, loaded.tokenizer)
     engine = ChatEngine(Loaded(model, loaded.tokenizer, loaded.root), enable_thinking=True)
-    ctx = build_context(Settings(model=str(demo_dir), served_model_name="blink-thinks", enable_thinking=True),
-                        loaded=loaded, chat_engine=engine)
+    ctx = build_context(
+        Settings(model=str(demo_dir), served_model_name="blink-thinks", enable_thinking=True),
+        loaded=loaded,
+        chat_engine=engine,
+    )
     served = Served(create_app(ctx))
     yield served.url
     served.stop()
@@ -103,17 +106,23 @@ def test_responses_function_calls(client, stream):
 
 
 def test_responses_tool_round_trip_input(client):
-    out = client.responses.create(model="m", tools=RESPONSE_TOOLS, input=[
-        {"role": "user", "content": "Weather in Paris?"},
-        {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
-        {"type": "function_call_output", "call_id": "call_1", "output": "sunny, 21C"},
-        {"role": "user", "content": "So? script=plain"}])
+    out = client.responses.create(
+        model="m",
+        tools=RESPONSE_TOOLS,
+        input=[
+            {"role": "user", "content": "Weather in Paris?"},
+            {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+            {"type": "function_call_output", "call_id": "call_1", "output": "sunny, 21C"},
+            {"role": "user", "content": "So? script=plain"},
+        ],
+    )
     assert out.output_text.startswith("The weather in Paris")
 
 
 def test_responses_tool_choice_none_turns_tools_off(client):
-    out = client.responses.create(model="m", input=ask("tagged")[0]["content"], tools=RESPONSE_TOOLS,
-                                  tool_choice="none")
+    out = client.responses.create(
+        model="m", input=ask("tagged")[0]["content"], tools=RESPONSE_TOOLS, tool_choice="none"
+    )
     assert [item.type for item in out.output] == ["message"] and "<tool_call>" in out.output_text
 
 
@@ -127,6 +136,7 @@ def test_pydantic_ai_openai_shorthand(thinking, monkeypatch):
 
 
 def test_responses_through_raw_http_say_store_false(thinking):
-    body = httpx.post(thinking + "/v1/responses", json={"model": "m", "input": "hi script=plain", "store": True},
-                      timeout=60).json()
+    body = httpx.post(
+        thinking + "/v1/responses", json={"model": "m", "input": "hi script=plain", "store": True}, timeout=60
+    ).json()
     assert body["store"] is False and body["object"] == "response"

@@ -24,13 +24,32 @@ class Ticket(BaseModel):
     score: int = Field(ge=1, le=5)
 
 
-WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string", "maxLength": 10},
-                                     "unit": {"type": "string", "enum": ["c", "f"]}},
-    "required": ["city", "unit"], "additionalProperties": False}}}
-TIME = {"type": "function", "function": {"name": "get_time", "description": "Time in a zone", "parameters": {
-    "type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
-    "required": ["zone"], "additionalProperties": False}}}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 10}, "unit": {"type": "string", "enum": ["c", "f"]}},
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "description": "Time in a zone",
+        "parameters": {
+            "type": "object",
+            "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
+            "required": ["zone"],
+            "additionalProperties": False,
+        },
+    },
+}
 ASK = [{"role": "user", "content": "File a ticket: my parcel arrived crushed."}]
 
 
@@ -45,22 +64,26 @@ def name(server):
 
 
 def test_chat_completions_parse_with_a_pydantic_model(client, name):
-    out = client.chat.completions.parse(model=name, messages=ASK, response_format=Ticket, max_tokens=200,
-                                        temperature=0)
+    out = client.chat.completions.parse(model=name, messages=ASK, response_format=Ticket, max_tokens=200, temperature=0)
     message = out.choices[0].message
     assert out.choices[0].finish_reason == "stop"
     assert isinstance(message.parsed, Ticket) and Ticket.model_validate_json(message.content) == message.parsed
 
 
 def test_json_object_streamed(client, name):
-    text = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
-        model=name, messages=ASK, response_format={"type": "json_object"}, max_tokens=300, seed=2, stream=True))
+    text = "".join(
+        c.choices[0].delta.content or ""
+        for c in client.chat.completions.create(
+            model=name, messages=ASK, response_format={"type": "json_object"}, max_tokens=300, seed=2, stream=True
+        )
+    )
     assert isinstance(json.loads(text), dict)
 
 
 def test_tool_choice_required_is_a_valid_call(client, name):
-    out = client.chat.completions.create(model=name, messages=ASK, tools=[WEATHER, TIME], tool_choice="required",
-                                         max_tokens=200, temperature=0)
+    out = client.chat.completions.create(
+        model=name, messages=ASK, tools=[WEATHER, TIME], tool_choice="required", max_tokens=200, temperature=0
+    )
     choice = out.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
     for call in choice.message.tool_calls:
@@ -73,11 +96,21 @@ def test_tool_choice_required_is_a_valid_call(client, name):
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_named_tool_without_parallel_calls_is_one_call(client, name, stream):
-    kwargs = dict(model=name, messages=ASK, tools=[WEATHER, TIME], max_tokens=200, temperature=0,
-                  tool_choice={"type": "function", "function": {"name": "get_time"}}, parallel_tool_calls=False)
+    kwargs = dict(
+        model=name,
+        messages=ASK,
+        tools=[WEATHER, TIME],
+        max_tokens=200,
+        temperature=0,
+        tool_choice={"type": "function", "function": {"name": "get_time"}},
+        parallel_tool_calls=False,
+    )
     if stream:
-        calls = [c for chunk in client.chat.completions.create(**kwargs, stream=True)
-                 for c in (chunk.choices[0].delta.tool_calls or [])]
+        calls = [
+            c
+            for chunk in client.chat.completions.create(**kwargs, stream=True)
+            for c in (chunk.choices[0].delta.tool_calls or [])
+        ]
     else:
         calls = client.chat.completions.create(**kwargs).choices[0].message.tool_calls
     assert [c.function.name for c in calls] == ["get_time"]
@@ -85,11 +118,16 @@ def test_named_tool_without_parallel_calls_is_one_call(client, name, stream):
 
 
 def test_unenforceable_schema_is_a_400_naming_the_keyword(client, name):
-    schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"},
-                                                        "uniqueItems": True}}}
+    schema = {
+        "type": "object",
+        "properties": {"tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}},
+    }
     with pytest.raises(openai.BadRequestError) as caught:
-        client.chat.completions.create(model=name, messages=ASK, response_format={
-            "type": "json_schema", "json_schema": {"name": "t", "schema": schema, "strict": True}})
+        client.chat.completions.create(
+            model=name,
+            messages=ASK,
+            response_format={"type": "json_schema", "json_schema": {"name": "t", "schema": schema, "strict": True}},
+        )
     assert "uniqueItems" in caught.value.body["message"]
     assert caught.value.body["param"].startswith("response_format.json_schema.schema")
 
@@ -103,25 +141,45 @@ def test_logprobs_non_streamed_and_streamed_agree(client, name):
         assert e.logprob <= 0 and len(e.top_logprobs) == 3
         assert e.top_logprobs[0].logprob == pytest.approx(e.logprob, abs=1e-5)  # greedy: the top token is drawn
         assert sum(math.exp(t.logprob) for t in e.top_logprobs) <= 1 + 1e-4
-    streamed = [e for chunk in client.chat.completions.create(**kwargs, stream=True)
-                if chunk.choices and chunk.choices[0].logprobs for e in chunk.choices[0].logprobs.content]
+    streamed = [
+        e
+        for chunk in client.chat.completions.create(**kwargs, stream=True)
+        if chunk.choices and chunk.choices[0].logprobs
+        for e in chunk.choices[0].logprobs.content
+    ]
     assert [(e.token, round(e.logprob, 4)) for e in streamed] == [(e.token, round(e.logprob, 4)) for e in entries]
 
 
-@pytest.mark.parametrize("kwargs,param", [({"top_logprobs": 21, "logprobs": True}, "top_logprobs"),
-                                          ({"top_logprobs": 2}, "top_logprobs"),
-                                          ({"tool_choice": "required"}, "tool_choice")])
+@pytest.mark.parametrize(
+    "kwargs,param",
+    [
+        ({"top_logprobs": 21, "logprobs": True}, "top_logprobs"),
+        ({"top_logprobs": 2}, "top_logprobs"),
+        ({"tool_choice": "required"}, "tool_choice"),
+    ],
+)
 def test_logprob_and_tool_choice_bounds(server, name, kwargs, param):
     r = httpx.post(server + "/v1/chat/completions", json={"model": name, "messages": ASK, **kwargs}, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["param"] == param
 
 
 def test_responses_text_format_and_logprobs(client, name):
-    out = client.responses.create(model=name, input=ASK[0]["content"], max_output_tokens=200, temperature=0,
-                                  text={"format": {"type": "json_schema", "name": "ticket", "strict": True,
-                                                   "schema": {**Ticket.model_json_schema(),
-                                                              "additionalProperties": False}}},
-                                  include=["message.output_text.logprobs"], top_logprobs=2)
+    out = client.responses.create(
+        model=name,
+        input=ASK[0]["content"],
+        max_output_tokens=200,
+        temperature=0,
+        text={
+            "format": {
+                "type": "json_schema",
+                "name": "ticket",
+                "strict": True,
+                "schema": {**Ticket.model_json_schema(), "additionalProperties": False},
+            }
+        },
+        include=["message.output_text.logprobs"],
+        top_logprobs=2,
+    )
     assert out.status == "completed"
     Ticket.model_validate_json(out.output_text)
     part = out.output[0].content[0]
@@ -132,8 +190,9 @@ def test_responses_text_format_and_logprobs(client, name):
 
 
 def test_responses_parse_with_a_pydantic_model(client, name):
-    out = client.responses.parse(model=name, input=ASK[0]["content"], text_format=Ticket, max_output_tokens=200,
-                                 temperature=0)
+    out = client.responses.parse(
+        model=name, input=ASK[0]["content"], text_format=Ticket, max_output_tokens=200, temperature=0
+    )
     assert isinstance(out.output_parsed, Ticket)
 
 
@@ -148,7 +207,8 @@ def test_completions_legacy_logprobs(client, name):
 def test_langchain_default_with_structured_output(server, name):
     from langchain_openai import ChatOpenAI
 
-    llm = ChatOpenAI(model=name, base_url=server + "/v1", api_key="anything", temperature=0, max_tokens=200,
-                     max_retries=0)
+    llm = ChatOpenAI(
+        model=name, base_url=server + "/v1", api_key="anything", temperature=0, max_tokens=200, max_retries=0
+    )
     ticket = llm.with_structured_output(Ticket).invoke("File a ticket: my parcel arrived crushed.")
     assert isinstance(ticket, Ticket)

@@ -21,8 +21,9 @@ ORIGIN = "https://app.example"
 
 @pytest.fixture(scope="module")
 def surface(demo_root):
-    with running(blink_serve("--cors-origins", ORIGIN, "--model-aliases", "blink-alias"), demo_root,
-                 name="serve-surface") as url:
+    with running(
+        blink_serve("--cors-origins", ORIGIN, "--model-aliases", "blink-alias"), demo_root, name="serve-surface"
+    ) as url:
         yield url
 
 
@@ -38,8 +39,9 @@ def name(surface):
 
 # /v1/responses ----------------------------------------------------------------------------------------------
 def test_responses_create_non_streamed(client, name):
-    out = client.responses.create(model=name, input="Say hello", instructions="Be terse.", max_output_tokens=6,
-                                  temperature=0)
+    out = client.responses.create(
+        model=name, input="Say hello", instructions="Be terse.", max_output_tokens=6, temperature=0
+    )
     assert out.object == "response" and out.model == name and out.id.startswith("resp_")
     assert out.status == "incomplete" and out.incomplete_details.reason == "max_output_tokens"
     assert out.store is False and out.instructions == "Be terse."
@@ -51,15 +53,28 @@ def test_responses_create_non_streamed(client, name):
 
 
 def test_responses_streamed_equals_non_streamed(client, name):
-    kwargs = dict(model=name, input=[{"role": "user", "content": [{"type": "input_text", "text": "Say hello"}]}],
-                  max_output_tokens=8, temperature=0)
+    kwargs = dict(
+        model=name,
+        input=[{"role": "user", "content": [{"type": "input_text", "text": "Say hello"}]}],
+        max_output_tokens=8,
+        temperature=0,
+    )
     whole = client.responses.create(**kwargs)
     events = list(client.responses.create(**kwargs, stream=True))
     kinds = [e.type for e in events]
-    assert kinds[:5] == ["response.created", "response.in_progress", "response.output_item.added",
-                         "response.content_part.added", "response.output_text.delta"]
-    assert kinds[-4:] == ["response.output_text.done", "response.content_part.done", "response.output_item.done",
-                          "response.incomplete"]
+    assert kinds[:5] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+    ]
+    assert kinds[-4:] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.incomplete",
+    ]
     assert [e.sequence_number for e in events] == list(range(len(events)))
     deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert deltas == whole.output_text
@@ -75,15 +90,21 @@ def test_responses_are_not_stored(client, name):
     assert "stores no" in caught.value.body["message"]
 
 
-@pytest.mark.parametrize("body,param", [
-    ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type"),
-    ({"input": "x", "tools": [{"type": "web_search"}]}, "tools[0].type"),
-    ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
-    ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, "input[0].content[0].type"),
-    ({"input": "x", "max_output_tokens": 0}, "max_output_tokens"),
-    ({"input": "x", "temperature": 3}, "temperature"),
-    ({}, "input"),
-])
+@pytest.mark.parametrize(
+    "body,param",
+    [
+        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type"),
+        ({"input": "x", "tools": [{"type": "web_search"}]}, "tools[0].type"),
+        ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
+            "input[0].content[0].type",
+        ),
+        ({"input": "x", "max_output_tokens": 0}, "max_output_tokens"),
+        ({"input": "x", "temperature": 3}, "temperature"),
+        ({}, "input"),
+    ],
+)
 def test_responses_bad_requests_name_the_field(surface, name, body, param):
     r = httpx.post(surface + "/v1/responses", json={"model": name, **body}, timeout=60)
     assert r.status_code == 400, r.text
@@ -95,14 +116,18 @@ def test_open_webui_responses_body(surface, name):
     `api_type: "responses"`: the chat replayed as items (earlier output items, a reasoning item with no summary,
     a function call and its output), `instructions` from the system message, flat function tools."""
     body = {
-        "model": name, "stream": True, "temperature": 0.7, "seed": 3, "max_output_tokens": 12,
+        "model": name,
+        "stream": True,
+        "temperature": 0.7,
+        "seed": 3,
+        "max_output_tokens": 12,
         "instructions": "You are helpful.",
-        "tools": [{"type": "function", "name": "run_skill_script", "parameters": {}}], "tool_choice": "auto",
+        "tools": [{"type": "function", "name": "run_skill_script", "parameters": {}}],
+        "tool_choice": "auto",
         "input": [
             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "build an xlsx"}]},
             {"type": "reasoning", "id": "rs_1", "summary": []},
-            {"type": "function_call", "call_id": "call_1", "name": "run_skill_script", "arguments": "{}",
-             "id": "fc_1"},
+            {"type": "function_call", "call_id": "call_1", "name": "run_skill_script", "arguments": "{}", "id": "fc_1"},
             {"type": "function_call_output", "call_id": "call_1", "output": "saved report.xlsx"},
             {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Done."}]},
             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "thanks"}]},
@@ -113,8 +138,10 @@ def test_open_webui_responses_body(surface, name):
         assert "content-encoding" not in r.headers
         lines = [line for line in r.iter_lines() if line.startswith("data: ")]
     events = [json.loads(line[6:]) for line in lines]
-    assert events[0]["type"] == "response.created" and events[-1]["type"] in ("response.completed",
-                                                                             "response.incomplete")
+    assert events[0]["type"] == "response.created" and events[-1]["type"] in (
+        "response.completed",
+        "response.incomplete",
+    )
     assert events[-1]["response"]["usage"]["output_tokens"] >= 1
 
 
@@ -133,16 +160,26 @@ def test_completions_string_and_token_ids_agree(client, name, demo_dir):
 def test_completions_default_budget_and_streaming(client, name):
     whole = client.completions.create(model=name, prompt="Hello", temperature=0)
     assert whole.usage.completion_tokens <= 16  # OpenAI's default max_tokens
-    chunks = list(client.completions.create(model=name, prompt="Hello", temperature=0, stream=True,
-                                            stream_options={"include_usage": True}))
+    chunks = list(
+        client.completions.create(
+            model=name, prompt="Hello", temperature=0, stream=True, stream_options={"include_usage": True}
+        )
+    )
     assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
     assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
 
 
-@pytest.mark.parametrize("extra,param", [
-    ({"prompt": ["a", "b"]}, "prompt"), ({"prompt": "a", "echo": True}, "echo"), ({"prompt": "a", "n": 2}, "n"),
-    ({"prompt": [10**9]}, "prompt[0]"), ({"prompt": "a", "suffix": "z"}, "suffix"), ({}, "prompt"),
-])
+@pytest.mark.parametrize(
+    "extra,param",
+    [
+        ({"prompt": ["a", "b"]}, "prompt"),
+        ({"prompt": "a", "echo": True}, "echo"),
+        ({"prompt": "a", "n": 2}, "n"),
+        ({"prompt": [10**9]}, "prompt[0]"),
+        ({"prompt": "a", "suffix": "z"}, "suffix"),
+        ({}, "prompt"),
+    ],
+)
 def test_completions_refuse_what_they_would_ignore(surface, name, extra, param):
     r = httpx.post(surface + "/v1/completions", json={"model": name, **extra}, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["param"] == param
@@ -165,16 +202,25 @@ def test_models_carry_modalities_and_resolve_by_id(client, surface, name):
 
 # standalone: CORS and compression ---------------------------------------------------------------------------
 def test_cors_preflight_and_simple_request(surface):
-    pre = httpx.options(surface + "/v1/chat/completions", timeout=30, headers={
-        "Origin": ORIGIN, "Access-Control-Request-Method": "POST",
-        "Access-Control-Request-Headers": "authorization, content-type"})
+    pre = httpx.options(
+        surface + "/v1/chat/completions",
+        timeout=30,
+        headers={
+            "Origin": ORIGIN,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type",
+        },
+    )
     assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] == ORIGIN
     assert "POST" in pre.headers["access-control-allow-methods"]
     got = httpx.get(surface + "/v1/models", headers={"Origin": ORIGIN}, timeout=30)
     assert got.headers["access-control-allow-origin"] == ORIGIN
     assert "x-request-id" in got.headers["access-control-expose-headers"]
-    other = httpx.options(surface + "/v1/chat/completions", timeout=30, headers={
-        "Origin": "https://evil.example", "Access-Control-Request-Method": "POST"})
+    other = httpx.options(
+        surface + "/v1/chat/completions",
+        timeout=30,
+        headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"},
+    )
     assert other.status_code == 400 and "access-control-allow-origin" not in other.headers
 
 
@@ -184,15 +230,23 @@ def test_no_cors_headers_without_the_knob(server):
 
 
 def test_large_bodies_are_compressed_when_accepted(surface, name):
-    body = {"model": name, "input": "x", "questions": [
-        {"type": "choice", "instructions": f"Pick {i}", "choices": [{"value": f"option-{j}"} for j in range(20)]}
-        for i in range(4)]}
+    body = {
+        "model": name,
+        "input": "x",
+        "questions": [
+            {"type": "choice", "instructions": f"Pick {i}", "choices": [{"value": f"option-{j}"} for j in range(20)]}
+            for i in range(4)
+        ],
+    }
     raw = httpx.post(surface + "/v1/decisions", json=body, headers={"Accept-Encoding": "identity"}, timeout=120)
     assert raw.status_code == 200 and "content-encoding" not in raw.headers
-    for encoding, decode in (("zstd", lambda b: zstandard.ZstdDecompressor().decompressobj().decompress(b)),
-                             ("gzip", gzip.decompress)):
-        with httpx.stream("POST", surface + "/v1/decisions", json=body, timeout=120,
-                          headers={"Accept-Encoding": encoding}) as r:
+    for encoding, decode in (
+        ("zstd", lambda b: zstandard.ZstdDecompressor().decompressobj().decompress(b)),
+        ("gzip", gzip.decompress),
+    ):
+        with httpx.stream(
+            "POST", surface + "/v1/decisions", json=body, timeout=120, headers={"Accept-Encoding": encoding}
+        ) as r:
             assert r.headers["content-encoding"] == encoding
             data = decode(b"".join(r.iter_raw()))  # as sent (httpx would decode it)
         assert json.loads(data)["answers"] == raw.json()["answers"]
@@ -201,9 +255,13 @@ def test_large_bodies_are_compressed_when_accepted(surface, name):
 
 
 def test_event_streams_are_never_compressed(surface, name):
-    with httpx.stream("POST", surface + "/v1/chat/completions", timeout=120, headers={"Accept-Encoding": "gzip, zstd"},
-                      json={"model": name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 40,
-                            "stream": True}) as r:
+    with httpx.stream(
+        "POST",
+        surface + "/v1/chat/completions",
+        timeout=120,
+        headers={"Accept-Encoding": "gzip, zstd"},
+        json={"model": name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 40, "stream": True},
+    ) as r:
         assert "content-encoding" not in r.headers
         assert r.read().decode().rstrip().endswith("data: [DONE]")
 
@@ -212,10 +270,18 @@ def test_event_streams_are_never_compressed(surface, name):
 def test_decisions_accept_the_fields_openai_sends(client, surface, name):
     questions = [{"type": "predicate", "name": "damaged", "instructions": "Was the item damaged?"}]
     plain = client.decisions.create(model=name, input="The parcel arrived crushed.", questions=questions)
-    hinted = client.decisions.create(model=name, input="The parcel arrived crushed.", questions=questions,
-                                     prompt_cache_key="tenant-42", safety_identifier="user-7",
-                                     prompt_cache_options={"ttl": "30m"})
+    hinted = client.decisions.create(
+        model=name,
+        input="The parcel arrived crushed.",
+        questions=questions,
+        prompt_cache_key="tenant-42",
+        safety_identifier="user-7",
+        prompt_cache_options={"ttl": "30m"},
+    )
     assert hinted.answers[0].probability == pytest.approx(plain.answers[0].probability, abs=1e-6)
-    r = httpx.post(surface + "/v1/decisions", timeout=60, json={"model": name, "input": "x", "questions": questions,
-                                                                "prompt_cache_key": 42})
+    r = httpx.post(
+        surface + "/v1/decisions",
+        timeout=60,
+        json={"model": name, "input": "x", "questions": questions, "prompt_cache_key": 42},
+    )
     assert r.status_code == 400 and r.json()["error"]["param"] == "prompt_cache_key"

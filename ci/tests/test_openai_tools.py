@@ -24,18 +24,31 @@ import torch
 from conftest import free_port
 
 TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
-                                      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
-    {"type": "function", "function": {"name": "search", "description": "Web search",
-                                      "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather for a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "Web search",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+        },
+    },
 ]
 
 SCRIPTS = {
     "tagged": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
-    "tagged2": ('I will look both up.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n'
-                '</tool_call>\n<tool_call>\n{"name": "search", "arguments": {"q": "Oslo events"}}\n</tool_call>'),
-    "xml": ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
-            "</tool_call>"),
+    "tagged2": (
+        'I will look both up.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n'
+        '</tool_call>\n<tool_call>\n{"name": "search", "arguments": {"q": "Oslo events"}}\n</tool_call>'
+    ),
+    "xml": ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"),
     "namexml": '<function_call><name>get_weather</name><arguments>{"city": "Paris"}</arguments></function_call>',
     "bare": '{"name": "get_weather", "arguments": {"city": "Paris"}}',
     "fenced": '```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```',
@@ -44,8 +57,10 @@ SCRIPTS = {
     "stopper": "alpha beta STOP gamma delta",
     # with thinking on (ci/tests/test_openai_reasoning.py)
     "think": "<think>\nThe user asks about Paris.\nIt is mild there.\n</think>\n\nThe weather in Paris is mild.",
-    "thinkcall": ('<think>\nI should look it up.\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": '
-                  '{"city": "Paris"}}\n</tool_call>'),
+    "thinkcall": (
+        '<think>\nI should look it up.\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": '
+        '{"city": "Paris"}}\n</tool_call>'
+    ),
 }
 FORMATS = ["tagged", "xml", "namexml", "bare", "fenced"]
 
@@ -114,17 +129,18 @@ class Served:
 
 @pytest.fixture(scope="module")
 def scripted(demo_dir):
+    from blink.auth import ApiKey
     from blink.chat import ChatEngine
     from blink.loading import Loaded, load
     from blink.server import build_context, create_app
     from blink.settings import Settings
-    from blink.auth import ApiKey
 
     loaded = load(str(demo_dir))
     model = ScriptedModel(loaded.model.config, loaded.tokenizer)
     engine = ChatEngine(Loaded(model, loaded.tokenizer, loaded.root))
-    ctx = build_context(Settings(model=str(demo_dir), served_model_name="blink-scripted"), loaded=loaded,
-                        chat_engine=engine)
+    ctx = build_context(
+        Settings(model=str(demo_dir), served_model_name="blink-scripted"), loaded=loaded, chat_engine=engine
+    )
     open_server = Served(create_app(ctx))
     keyed = Served(create_app(dataclasses.replace(ctx, auth=ApiKey("sekret-key-123"))))
     yield SimpleNamespace(url=open_server.url, keyed_url=keyed.url, model=model, ctx=ctx, tokenizer=loaded.tokenizer)
@@ -186,7 +202,9 @@ def test_text_then_two_calls_streamed_and_not(client):
     assert out.choices[0].finish_reason == "tool_calls"
     assert msg.content == "I will look both up."
     assert [(c.function.name, json.loads(c.function.arguments)) for c in msg.tool_calls] == [
-        ("get_weather", {"city": "Oslo"}), ("search", {"q": "Oslo events"})]
+        ("get_weather", {"city": "Oslo"}),
+        ("search", {"q": "Oslo events"}),
+    ]
     stream = client.chat.completions.create(model="blink-scripted", messages=ask("tagged2"), tools=TOOLS, stream=True)
     content, calls, finishes = collect_stream(stream)
     assert content.strip() == "I will look both up." and finishes == ["tool_calls"]
@@ -199,15 +217,17 @@ def test_prose_mentioning_json_is_not_a_call(client):
     assert out.choices[0].message.tool_calls is None
     assert out.choices[0].message.content == SCRIPTS["prose"]
     content, calls, finishes = collect_stream(
-        client.chat.completions.create(model="blink-scripted", messages=ask("prose"), tools=TOOLS, stream=True))
+        client.chat.completions.create(model="blink-scripted", messages=ask("prose"), tools=TOOLS, stream=True)
+    )
     assert content == SCRIPTS["prose"] and calls == [] and finishes == ["stop"]
 
 
 def test_without_tools_call_markup_is_plain_text(client):
     out = client.chat.completions.create(model="blink-scripted", messages=ask("tagged"))
     assert out.choices[0].finish_reason == "stop" and out.choices[0].message.content == SCRIPTS["tagged"]
-    out = client.chat.completions.create(model="blink-scripted", messages=ask("tagged"), tools=TOOLS,
-                                         tool_choice="none")
+    out = client.chat.completions.create(
+        model="blink-scripted", messages=ask("tagged"), tools=TOOLS, tool_choice="none"
+    )
     assert out.choices[0].message.tool_calls is None
 
 
@@ -219,9 +239,17 @@ def test_plain_text_with_tools_streams_in_several_chunks(client):
 
 def test_tool_round_trip_history_is_accepted(client):
     messages = ask("plain") + [
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function",
-             "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": "18C, sunny"},
         {"role": "user", "content": "And so? script=plain"},
     ]
@@ -258,8 +286,12 @@ def test_keep_alive_comments_while_waiting_for_the_first_token(scripted, monkeyp
 
 
 def test_error_mid_stream_is_an_sse_error_then_done(scripted, client):
-    with httpx.stream("POST", scripted.url + "/v1/chat/completions", timeout=30,
-                      json={"model": "x", "messages": ask("boom"), "stream": True}) as r:
+    with httpx.stream(
+        "POST",
+        scripted.url + "/v1/chat/completions",
+        timeout=30,
+        json={"model": "x", "messages": ask("boom"), "stream": True},
+    ) as r:
         lines = [ln for ln in r.iter_lines() if ln]
     assert lines[-1] == "data: [DONE]"
     error = json.loads(lines[-2].removeprefix("data: "))["error"]
@@ -321,20 +353,26 @@ def test_stream_left_before_its_first_chunk_gives_its_slot_back(scripted):
     slot here, so a leak would refuse every later chat with 529)."""
     import socket
 
+    from blink.admission import Admission
     from blink.chat import ChatEngine
     from blink.loading import Loaded
     from blink.server import create_app
-    from blink.admission import Admission
 
     model = ScriptedModel(scripted.ctx.chat_engine.model.config, scripted.tokenizer)
     engine = ChatEngine(Loaded(model, scripted.tokenizer, None))
-    ctx = dataclasses.replace(scripted.ctx, chat=lambda ids, params, caller: engine.generate(ids, params),
-                              chat_engine=engine, admission=Admission.standard(max_chats=1))
+    ctx = dataclasses.replace(
+        scripted.ctx,
+        chat=lambda ids, params, caller: engine.generate(ids, params),
+        chat_engine=engine,
+        admission=Admission.standard(max_chats=1),
+    )
     served = Served(create_app(ctx))
     try:
         body = json.dumps({"model": "x", "messages": ask("slow"), "stream": True}).encode()
-        head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n").encode()
+        head = (
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode()
         for wait in (0.0, 0.02, 0.1, 0.3):
             with socket.create_connection(("127.0.0.1", served.port)) as s:
                 s.sendall(head + body)
@@ -344,7 +382,8 @@ def test_stream_left_before_its_first_chunk_gives_its_slot_back(scripted):
             time.sleep(0.05)
         assert httpx.get(served.url + "/healthz").json()["chat_slots"] == {"max_concurrent": 1, "running": 0}
         out = openai.OpenAI(base_url=served.url + "/v1", api_key="x", max_retries=0).chat.completions.create(
-            model="x", messages=ask("plain"))
+            model="x", messages=ask("plain")
+        )
         assert out.choices[0].message.content == SCRIPTS["plain"]
     finally:
         served.stop()

@@ -77,8 +77,9 @@ def test_cached_answers_equal_uncached_alone_and_in_batches(engines):
     assert answers[:3] == answers[3:]  # a repeat from the cache is bit-identical (the saved state is the same)
     # a batch mixing saved states and new ones, with a state twice
     mixed = [on.prepare(body) for body in bodies[:2] + [random_request(rng, 2), bodies[0]]]
-    for prepared, a, b in zip(mixed, on.score_many([p.prompts for p in mixed]),
-                              off.score_many([p.prompts for p in mixed])):
+    for prepared, a, b in zip(
+        mixed, on.score_many([p.prompts for p in mixed]), off.score_many([p.prompts for p in mixed])
+    ):
         assert worst(on.answer(prepared, a.result()), off.answer(prepared, b.result())) <= 1e-6
 
 
@@ -111,7 +112,7 @@ def test_the_cache_stays_in_its_budget(engines):
             order += [key for key in cache.entries if key not in order]
             assert 0 < cache.bytes <= cache.max_bytes
             assert cache.bytes == sum(entry.nbytes for entry in cache.entries.values())
-        assert list(cache.entries) == order[-len(cache.entries):] and len(cache.entries) < len(order)
+        assert list(cache.entries) == order[-len(cache.entries) :] and len(cache.entries) < len(order)
     finally:
         cache.max_bytes = saved
 
@@ -140,9 +141,12 @@ def test_a_server_under_concurrent_requests(server):
         health = client.get("/healthz").json()["prefix_cache"]
         assert health["active"] and health["hits"] >= 16 and health["used_mib"] > 0
 
-        decision = {"model": "demo", "input": "The parcel never came and I want my money back.",
-                    "prompt_cache_key": "ticket-41",
-                    "questions": [{"type": "predicate", "instructions": "Is this a refund request?"}]}
+        decision = {
+            "model": "demo",
+            "input": "The parcel never came and I want my money back.",
+            "prompt_cache_key": "ticket-41",
+            "questions": [{"type": "predicate", "instructions": "Is this a refund request?"}],
+        }
         usage = [client.post("/v1/decisions", json=decision).json()["usage"] for _ in range(2)]
         assert usage[0]["input_tokens_details"]["cached_tokens"] == 0
         assert 0 < usage[1]["input_tokens_details"]["cached_tokens"] < usage[1]["input_tokens"]

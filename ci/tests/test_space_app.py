@@ -43,9 +43,12 @@ def test_models_systemone_and_gradio_on_one_port(space):
         # POST /v1/systemone through TypeSafe's SDK
         r = client.system_one(
             state={"ticket": "I was charged twice for order #8812."},
-            questions={"team": Choice(instructions="Which team?", criteria={"billing": None, "shipping": None}),
-                       "urgent": Noul(instructions="Reply today?"),
-                       "mood": Score(instructions="How upset?", criteria=["Calm", "Annoyed", "Angry"])})
+            questions={
+                "team": Choice(instructions="Which team?", criteria={"billing": None, "shipping": None}),
+                "urgent": Noul(instructions="Reply today?"),
+                "mood": Score(instructions="How upset?", criteria=["Calm", "Annoyed", "Angry"]),
+            },
+        )
     assert set(r.answers["team"].probabilities) == {"billing", "shipping"}
     assert 0.0 <= r.answers["urgent"].noul <= 1.0
 
@@ -65,8 +68,12 @@ def test_models_systemone_and_gradio_on_one_port(space):
     reply = page_call(space, "chat", "Hello there", [])[0]
     assert isinstance(reply, str) and reply
     # the one documented endpoint, through gradio_client
-    assert Client(space, verbose=False).predict(state="hi", questions={"q": {"type": "noul", "instructions": "?"}},
-                                                api_name="/decide")["model"] == "blink-4b"
+    assert (
+        Client(space, verbose=False).predict(
+            state="hi", questions={"q": {"type": "noul", "instructions": "?"}}, api_name="/decide"
+        )["model"]
+        == "blink-4b"
+    )
     health = page_call(space, "health")[0]
     assert health["gpu_seconds"]["decide"]["calls"] >= 4
 
@@ -76,15 +83,38 @@ def test_ui_decision_and_api_decision_are_the_same_code_path(space):
     before = httpx.get(space + "/healthz").json()["batching"]["requests"]
     body = {"state": "The parcel is late.", "questions": {"late": {"type": "noul", "instructions": "Is it late?"}}}
     api = httpx.post(space + "/v1/systemone", json=body, timeout=60).json()
-    _, raw = page_call(space, "decide_form", "The parcel is late.", 1, "late", "noul", "Is it late?", "", "q2", "noul",
-                       "", "", "q3", "noul", "", "", "q4", "noul", "", "")
+    _, raw = page_call(
+        space,
+        "decide_form",
+        "The parcel is late.",
+        1,
+        "late",
+        "noul",
+        "Is it late?",
+        "",
+        "q2",
+        "noul",
+        "",
+        "",
+        "q3",
+        "noul",
+        "",
+        "",
+        "q4",
+        "noul",
+        "",
+        "",
+    )
     assert raw["answers"] == api["answers"]  # same engine, same prompt: same probabilities
     assert httpx.get(space + "/healthz").json()["batching"]["requests"] == before + 2
 
 
 def test_health_shows_requested_vs_used_gpu_seconds(space):
-    httpx.post(space + "/v1/systemone", json={"state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}},
-               timeout=60)
+    httpx.post(
+        space + "/v1/systemone",
+        json={"state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}},
+        timeout=60,
+    )
     gpu = httpx.get(space + "/healthz").json()["gpu_seconds"]
     decide = gpu["decide"]
     assert decide["calls"] >= 1 and decide["requested_s"] >= decide["calls"] and decide["used_s"] > 0
@@ -100,8 +130,11 @@ def test_ui_page_serves_with_theme_and_caveat(space):
     config = httpx.get(space + "/config", timeout=30).json()
     text = str(config)
     assert space_config.CAVEAT in text  # shown where users read answers (Decide and Chat tabs)
-    assert "blink-caveat" in config.get("css", "") or "blink-caveat" in httpx.get(space + "/theme.css").text \
+    assert (
+        "blink-caveat" in config.get("css", "")
+        or "blink-caveat" in httpx.get(space + "/theme.css").text
         or "blink-caveat" in text
+    )
 
 
 def test_unrouted_v1_requests_answer_in_the_wire_shape_on_the_space(space):
@@ -125,7 +158,8 @@ def test_api_key_guards_v1_only_and_never_leaks(keyed_space, demo_root):
     # OpenAI: its own 401 body
     with pytest.raises(AuthenticationError) as info:
         OpenAI(base_url=url + "/v1", api_key="wrong", max_retries=0).chat.completions.create(
-            model="blink-4b", messages=[{"role": "user", "content": "hi"}])
+            model="blink-4b", messages=[{"role": "user", "content": "hi"}]
+        )
     assert info.value.body["type"] == "authentication_error"
     # /v1/models: both shapes in one body
     m = httpx.get(url + "/v1/models")
@@ -137,8 +171,28 @@ def test_api_key_guards_v1_only_and_never_leaks(keyed_space, demo_root):
     # /healthz and the UI stay open
     health = httpx.get(url + "/healthz")
     assert health.status_code == 200 and health.json()["api_key_required"] is True
-    _, raw = page_call(url, "decide_form", "hello", 1, "q", "noul", "Greeting?", "", "q2", "noul", "", "",
-                       "q3", "noul", "", "", "q4", "noul", "", "")
+    _, raw = page_call(
+        url,
+        "decide_form",
+        "hello",
+        1,
+        "q",
+        "noul",
+        "Greeting?",
+        "",
+        "q2",
+        "noul",
+        "",
+        "",
+        "q3",
+        "noul",
+        "",
+        "",
+        "q4",
+        "noul",
+        "",
+        "",
+    )
     assert raw["answers"]["q"]["type"] == "noul"
     # the key appears nowhere: health, error bodies, the UI's config, the log
     assert KEY not in health.text and KEY not in r.text and KEY not in m.text
@@ -156,16 +210,28 @@ def slots(*questions):
     return out
 
 
-@pytest.mark.parametrize("state,questions,box,words", [
-    ("A ticket.", [("team", "choice", "Which team?", "billing\nbilling\nshipping")], "Question 1 options",
-     "listed more than once"),
-    ("A ticket.", [("team", "choice", "Which team?", "billing")], "Question 1 options", "at least two options"),
-    ("A ticket.", [("x", "noul", "Urgent?", ""), ("x", "noul", "Angry?", "")], "Question 2 id", "already has the id"),
-    ("   ", [("urgent", "noul", "Urgent?", "")], "State", "Write the text"),
-    ("A ticket.", [("urgent", "noul", "  ", "")], "Question 1 instructions", "Say what the model should decide"),
-    ("A ticket.", [("mood", "score", "How upset?", "calm\ncalm")], "Question 1 options", "listed more than once"),
-    ("A ticket.", [("urgent", "noul", "Urgent?", "yes\nno")], "Question 1 options", "takes no options"),
-])
+@pytest.mark.parametrize(
+    "state,questions,box,words",
+    [
+        (
+            "A ticket.",
+            [("team", "choice", "Which team?", "billing\nbilling\nshipping")],
+            "Question 1 options",
+            "listed more than once",
+        ),
+        ("A ticket.", [("team", "choice", "Which team?", "billing")], "Question 1 options", "at least two options"),
+        (
+            "A ticket.",
+            [("x", "noul", "Urgent?", ""), ("x", "noul", "Angry?", "")],
+            "Question 2 id",
+            "already has the id",
+        ),
+        ("   ", [("urgent", "noul", "Urgent?", "")], "State", "Write the text"),
+        ("A ticket.", [("urgent", "noul", "  ", "")], "Question 1 instructions", "Say what the model should decide"),
+        ("A ticket.", [("mood", "score", "How upset?", "calm\ncalm")], "Question 1 options", "listed more than once"),
+        ("A ticket.", [("urgent", "noul", "Urgent?", "yes\nno")], "Question 1 options", "takes no options"),
+    ],
+)
 def test_ui_refuses_a_bad_form_naming_the_box(space, state, questions, box, words):
     """The Decide form is checked before the request (Gradio's validator: the message sits next to the box it
     concerns, and the page gets it as a 422 naming the box); nothing reaches the model."""
@@ -181,8 +247,9 @@ def test_ui_answers_name_the_level_and_warn_about_broken_json(space):
     levels = ["Very negative", "Negative", "Mixed", "Positive", "Very positive"]
     top = max(raw["answers"]["sentiment"]["probabilities"].items(), key=lambda kv: kv[1])[0]
     assert f"level: <b>{levels[int(top)]}</b> ({int(top) + 1} of 5)" in bars
-    bars, raw = page_call(space, "decide_form", '{"ticket": "charged twice",', 1,
-                          *slots(("urgent", "noul", "Urgent?", "")))
+    bars, raw = page_call(
+        space, "decide_form", '{"ticket": "charged twice",', 1, *slots(("urgent", "noul", "Urgent?", ""))
+    )
     assert "looks like JSON but does not parse" in bars and "sent as plain text" in bars
     assert raw["answers"]["urgent"]["type"] == "noul"
 
@@ -202,8 +269,11 @@ def test_ui_page_has_the_demo_banner_chat_examples_and_its_own_chat_caveat(space
 # --- the Space as a tool: `decide(state, questions)` over gradio_client, @gradio/client and MCP ------------------
 QUESTIONS = {
     "spam": {"type": "noul", "instructions": "Is this message spam?"},
-    "topic": {"type": "choice", "instructions": "What is it about?",
-              "criteria": {"billing": "money, invoices", "shipping": None, "other": None}},
+    "topic": {
+        "type": "choice",
+        "instructions": "What is it about?",
+        "criteria": {"billing": "money, invoices", "shipping": None, "other": None},
+    },
     "urgency": {"type": "score", "instructions": "How urgent is it?", "criteria": ["low", "medium", "high"]},
 }
 STATE = {"ticket": "My parcel never arrived and I was charged twice. Please help today."}
@@ -212,8 +282,9 @@ BAD = {"pick": {"type": "choice", "instructions": "Pick one", "criteria": {}}}
 
 def systemone(url: str, key: str | None = None) -> dict:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    reply = httpx.post(url + "/v1/systemone", json={"state": STATE, "questions": QUESTIONS}, headers=headers,
-                       timeout=180)  # generous: the CI machine is shared
+    reply = httpx.post(
+        url + "/v1/systemone", json={"state": STATE, "questions": QUESTIONS}, headers=headers, timeout=180
+    )  # generous: the CI machine is shared
     assert reply.status_code == 200, reply.text
     return reply.json()
 
@@ -249,8 +320,9 @@ def js_decide(url: str, key: str | None = None) -> dict:
 
     folder = ROOT / "ci" / "js"
     if not (folder / "node_modules" / "@gradio" / "client").is_dir():
-        subprocess.run([shutil.which("npm") or "npm", "ci", "--no-audit", "--no-fund"], cwd=folder, check=True,
-                       timeout=300)
+        subprocess.run(
+            [shutil.which("npm") or "npm", "ci", "--no-audit", "--no-fund"], cwd=folder, check=True, timeout=300
+        )
     argv = ["node", "decide.mjs", url, json.dumps({"state": STATE, "questions": QUESTIONS}), *([key] if key else [])]
     done = subprocess.run(argv, cwd=folder, capture_output=True, text=True, timeout=120, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -270,8 +342,12 @@ def test_the_gradio_api_is_one_documented_decide_endpoint(space):
     assert "probability for every option" in decide["description"]
     body = client.predict(state=STATE, questions=QUESTIONS, api_name="/decide")
     assert body == systemone(space)  # the same engine, the same prompts: the same body
-    assert client.predict(state="plain text works too", questions={"q": QUESTIONS["spam"]},
-                          api_name="/decide")["answers"]["q"]["type"] == "noul"
+    assert (
+        client.predict(state="plain text works too", questions={"q": QUESTIONS["spam"]}, api_name="/decide")["answers"][
+            "q"
+        ]["type"]
+        == "noul"
+    )
 
 
 def test_decide_refuses_bad_input_with_the_wire_message(space):
@@ -320,11 +396,17 @@ def test_with_gradio_api_needs_key_decide_and_mcp_ask_for_the_key(keyed_space):
 
     refused = mcp_call(url, lambda mcp: mcp.call_tool("decide", {"state": STATE, "questions": QUESTIONS}))
     assert refused.isError and "API key" in refused.content[0].text
-    wrong = mcp_call(url, lambda mcp: mcp.call_tool("decide", {"state": STATE, "questions": QUESTIONS}),
-                     headers={"Authorization": "Bearer wrong"})
+    wrong = mcp_call(
+        url,
+        lambda mcp: mcp.call_tool("decide", {"state": STATE, "questions": QUESTIONS}),
+        headers={"Authorization": "Bearer wrong"},
+    )
     assert wrong.isError
-    result = mcp_call(url, lambda mcp: mcp.call_tool("decide", {"state": STATE, "questions": QUESTIONS}),
-                      headers={"Authorization": f"Bearer {KEY}"})
+    result = mcp_call(
+        url,
+        lambda mcp: mcp.call_tool("decide", {"state": STATE, "questions": QUESTIONS}),
+        headers={"Authorization": f"Bearer {KEY}"},
+    )
     assert tool_body(result) == systemone(url, KEY)
 
     assert "API key" in js_decide(url)["error"]

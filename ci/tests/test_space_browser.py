@@ -22,6 +22,7 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 def browser():
     try:
         import selenium  # noqa: F401
+
         have_selenium = True
     except ImportError:
         have_selenium = False
@@ -32,8 +33,15 @@ def browser():
 
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-dev-shm-usage", "--window-size=1400,1800"):
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1800",
+    ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     try:
@@ -58,16 +66,24 @@ def test_decide_in_a_real_browser(space, browser):
     browser.get(space + "/")
     # one click loads the ticket-routing example: state and questions filled in
     wait.until(EC.element_to_be_clickable((By.ID, "example-ticket"))).click()
-    wait.until(lambda d: "charged twice" in d.find_element(By.CSS_SELECTOR, "#blink-state textarea")
-               .get_attribute("value"))
+    wait.until(
+        lambda d: "charged twice" in d.find_element(By.CSS_SELECTOR, "#blink-state textarea").get_attribute("value")
+    )
     browser.find_element(By.ID, "blink-decide").click()
-    bars = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#blink-results .blink-bar")
-                      if len(d.find_elements(By.CSS_SELECTOR, "#blink-results .blink-bar")) >= 6 else False)
+    bars = wait.until(
+        lambda d: (
+            d.find_elements(By.CSS_SELECTOR, "#blink-results .blink-bar")
+            if len(d.find_elements(By.CSS_SELECTOR, "#blink-results .blink-bar")) >= 6
+            else False
+        )
+    )
     by_question: dict[str, dict[str, float]] = {}
     for question in browser.find_elements(By.CSS_SELECTOR, "#blink-results .blink-question"):
         qid = question.get_attribute("data-question")
-        by_question[qid] = {bar.get_attribute("data-option"): float(bar.get_attribute("data-p"))
-                            for bar in question.find_elements(By.CSS_SELECTOR, ".blink-bar")}
+        by_question[qid] = {
+            bar.get_attribute("data-option"): float(bar.get_attribute("data-p"))
+            for bar in question.find_elements(By.CSS_SELECTOR, ".blink-bar")
+        }
     assert set(by_question) == {"team", "urgent"}
     assert set(by_question["team"]) == {"billing", "shipping", "returns", "technical"}
     assert set(by_question["urgent"]) == {"yes", "no"}

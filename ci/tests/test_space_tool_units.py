@@ -17,8 +17,9 @@ def ctx_and_callers(demo_dir):
     from blink.server import build_context
     from blink.settings import Settings
 
-    settings = Settings.from_values({"model": str(demo_dir), "max_concurrent_chats": 1, "api_key": "sk-unit-key"},
-                                    env={})
+    settings = Settings.from_values(
+        {"model": str(demo_dir), "max_concurrent_chats": 1, "api_key": "sk-unit-key"}, env={}
+    )
     callers = []
     ctx = None
 
@@ -26,8 +27,12 @@ def ctx_and_callers(demo_dir):
         callers.append(caller)
         return ctx.engine.score_many(plans)
 
-    ctx = build_context(settings, decide=score_batch, warmup=False,
-                        caller_of=lambda request: zerogpu.caller_from_headers(request.headers))
+    ctx = build_context(
+        settings,
+        decide=score_batch,
+        warmup=False,
+        caller_of=lambda request: zerogpu.caller_from_headers(request.headers),
+    )
     return ctx, callers
 
 
@@ -85,10 +90,19 @@ def test_a_ui_chat_takes_a_shared_chat_slot(ctx_and_callers):
     assert list(ui.chat_reply(ctx, 4, "Hello", [], None)) and ctx.chat_slots.running == 0
 
 
-@pytest.mark.parametrize("state,questions", [
-    (None, QUESTIONS), ("x", None), ("x", []), ("x", "not a map"), ("x", {}), ("x", {"q": "noul"}),
-    (12, QUESTIONS), ("x", {"q": {"type": "vote", "instructions": "?"}}),
-])
+@pytest.mark.parametrize(
+    "state,questions",
+    [
+        (None, QUESTIONS),
+        ("x", None),
+        ("x", []),
+        ("x", "not a map"),
+        ("x", {}),
+        ("x", {"q": "noul"}),
+        (12, QUESTIONS),
+        ("x", {"q": {"type": "vote", "instructions": "?"}}),
+    ],
+)
 def test_hostile_input_is_a_4xx_gradio_error(ctx_and_callers, state, questions):
     import space_tool
 

@@ -17,25 +17,58 @@ from blink.plan import Scored
 
 
 # the titles and messages `spaces` 0.51.3 raises (spaces/zero/client.py, wrappers.py)
-@pytest.mark.parametrize("title,message,cls,status,retry_after", [
-    ("ZeroGPU quota exceeded", "You have exceeded your free ZeroGPU quota (30s requested vs. 7s left). "
-                               "Try again in 1:02:03. ", QuotaExceeded, 429, "3723"),
-    ("ZeroGPU quota exceeded", "You have exceeded your ZeroGPU quota (30s requested vs. 0s left). "
-                               "Try again in 1 day, 0:00:05. ", QuotaExceeded, 429, "86405"),
-    ("ZeroGPU quota exceeded", "Space app has reached its GPU limit. Try re-running outside of examples",
-     QuotaExceeded, 429, "3600"),
-    ("ZeroGPU illegal duration", "The requested GPU duration (900s) is larger than the maximum allowed",
-     QuotaExceeded, 429, "60"),
-    ("ZeroGPU pending credits exceeded", "You have too many ZeroGPU credits allocated to running tasks.",
-     QuotaExceeded, 429, "60"),
-    ("ZeroGPU quota exceeded", "No GPU was available after 60s. Try re-running outside of examples",
-     GPUUnavailable, 503, "30"),
-    ("ZeroGPU queue timeout", "No GPU was available after 60s <a href='x'>Sign up</a>", GPUUnavailable, 503, "30"),
-    ("ZeroGPU client error", "No GPU was available", GPUUnavailable, 503, "10"),
-    ("ZeroGPU client error", "Expired ZeroGPU proxy token", GPUUnavailable, 503, "10"),
-    ("ZeroGPU worker error", "ValueError", EngineFailure, 500, None),
-    ("ZeroGPU worker error", "GPU task aborted", EngineFailure, 500, None),
-])
+@pytest.mark.parametrize(
+    "title,message,cls,status,retry_after",
+    [
+        (
+            "ZeroGPU quota exceeded",
+            "You have exceeded your free ZeroGPU quota (30s requested vs. 7s left). Try again in 1:02:03. ",
+            QuotaExceeded,
+            429,
+            "3723",
+        ),
+        (
+            "ZeroGPU quota exceeded",
+            "You have exceeded your ZeroGPU quota (30s requested vs. 0s left). Try again in 1 day, 0:00:05. ",
+            QuotaExceeded,
+            429,
+            "86405",
+        ),
+        (
+            "ZeroGPU quota exceeded",
+            "Space app has reached its GPU limit. Try re-running outside of examples",
+            QuotaExceeded,
+            429,
+            "3600",
+        ),
+        (
+            "ZeroGPU illegal duration",
+            "The requested GPU duration (900s) is larger than the maximum allowed",
+            QuotaExceeded,
+            429,
+            "60",
+        ),
+        (
+            "ZeroGPU pending credits exceeded",
+            "You have too many ZeroGPU credits allocated to running tasks.",
+            QuotaExceeded,
+            429,
+            "60",
+        ),
+        (
+            "ZeroGPU quota exceeded",
+            "No GPU was available after 60s. Try re-running outside of examples",
+            GPUUnavailable,
+            503,
+            "30",
+        ),
+        ("ZeroGPU queue timeout", "No GPU was available after 60s <a href='x'>Sign up</a>", GPUUnavailable, 503, "30"),
+        ("ZeroGPU client error", "No GPU was available", GPUUnavailable, 503, "10"),
+        ("ZeroGPU client error", "Expired ZeroGPU proxy token", GPUUnavailable, 503, "10"),
+        ("ZeroGPU worker error", "ValueError", EngineFailure, 500, None),
+        ("ZeroGPU worker error", "GPU task aborted", EngineFailure, 500, None),
+    ],
+)
 def test_zerogpu_errors_map_to_http(title, message, cls, status, retry_after, caplog):
     error = zerogpu.map_gpu_errors(gr.Error(message, title=title), zero_gpu=True)
     assert type(error) is cls and error.status == status
@@ -97,8 +130,14 @@ def test_a_batch_holds_one_callers_requests_and_runs_as_that_caller():
     # every GPU call ran as exactly one caller, with only that caller's requests
     for caller, plans in seen:
         assert all(p[0] == (caller or "n").lower() for p in plans)
-    assert sorted(p for batches in by_caller.values() for b in batches for p in b) == \
-        ["a0", "a1", "a2", "b0", "b1", "n0"]
+    assert sorted(p for batches in by_caller.values() for b in batches for p in b) == [
+        "a0",
+        "a1",
+        "a2",
+        "b0",
+        "b1",
+        "n0",
+    ]
     assert len(seen) <= 4  # a0 alone (already taken), then A, B and None batches at most
     assert batcher.stats()["queued"] == 0
 
@@ -152,13 +191,16 @@ def test_scheduler_urls_are_scrubbed_from_logs(capsys):
     assert logging.getLogger("httpx").level == logging.WARNING
 
 
-@pytest.mark.parametrize("line,secret,kept", [
-    ('"GET /v1/models?api_key=sk-q-771 HTTP/1.1" 200', "sk-q-771", '"GET /v1/models?api_key='),
-    ("GET /healthz?key=k-q-772&x=1", "k-q-772", "&x=1"),
-    ("GET /v1/models?foo=1&access_token=at-q-773", "at-q-773", "?foo=1&access_token="),
-    ("GET /v1/models?HF_TOKEN=hf_q774#frag", "hf_q774", "#frag"),
-    ("GET /v1/models?x=1&client_secret=cs-q-775'", "cs-q-775", "?x=1&client_secret="),
-])
+@pytest.mark.parametrize(
+    "line,secret,kept",
+    [
+        ('"GET /v1/models?api_key=sk-q-771 HTTP/1.1" 200', "sk-q-771", '"GET /v1/models?api_key='),
+        ("GET /healthz?key=k-q-772&x=1", "k-q-772", "&x=1"),
+        ("GET /v1/models?foo=1&access_token=at-q-773", "at-q-773", "?foo=1&access_token="),
+        ("GET /v1/models?HF_TOKEN=hf_q774#frag", "hf_q774", "#frag"),
+        ("GET /v1/models?x=1&client_secret=cs-q-775'", "cs-q-775", "?x=1&client_secret="),
+    ],
+)
 def test_any_credential_in_a_query_string_is_scrubbed(capsys, line, secret, kept):
     """One scrubber for every record: a query value named like a key or token never reaches the log, while
     the rest of the line (path, other parameters, status) stays readable."""
@@ -194,12 +236,15 @@ def test_a_gpu_call_asks_once_runs_as_the_caller_and_accounts_what_it_used():
     seen = {}
 
     def worker(plans, seconds):  # where the `@spaces.GPU` function would run
-        seen.update(duration=zerogpu.GpuCall.duration(plans, seconds=seconds),
-                    token=LocalContext.request.get().headers.get("x-ip-token"))
+        seen.update(
+            duration=zerogpu.GpuCall.duration(plans, seconds=seconds),
+            token=LocalContext.request.get().headers.get("x-ip-token"),
+        )
         return {"compute_s": 0.25}
 
-    with zerogpu.GpuCall("decide", estimator, zero_gpu=False, caller=(("x-ip-token", "tok-u"),),
-                         prefill_tokens=300, max_s=30) as call:
+    with zerogpu.GpuCall(
+        "decide", estimator, zero_gpu=False, caller=(("x-ip-token", "tok-u"),), prefill_tokens=300, max_s=30
+    ) as call:
         out = call.run(worker, ["plan"])
         call.used(out["compute_s"])
     ledger = estimator.health()["decide"]
@@ -224,8 +269,9 @@ def test_a_gpu_stream_left_early_closes_the_worker_and_is_accounted_once():
             closed.append(True)
 
     def chat():
-        with zerogpu.GpuCall("chat", estimator, zero_gpu=False, caller=None, prefill_tokens=3,
-                             decode_tokens=100) as call:
+        with zerogpu.GpuCall(
+            "chat", estimator, zero_gpu=False, caller=None, prefill_tokens=3, decode_tokens=100
+        ) as call:
             yield from call.stream(worker([1, 2, 3], {}, seconds=call.seconds))
 
     stream = chat()
@@ -242,8 +288,9 @@ def test_a_gpu_stream_left_early_closes_the_worker_and_is_accounted_once():
     assert ledger["calls"] == 2 and ledger["used_s"] == 1.0 and estimator.decode.observations == 1
 
 
-@pytest.mark.parametrize("title,cls,cold", [("ZeroGPU worker error", EngineFailure, True),
-                                            ("ZeroGPU quota exceeded", QuotaExceeded, False)])
+@pytest.mark.parametrize(
+    "title,cls,cold", [("ZeroGPU worker error", EngineFailure, True), ("ZeroGPU quota exceeded", QuotaExceeded, False)]
+)
 def test_a_failed_gpu_call_leaves_as_the_wire_error_and_only_a_worker_failure_makes_it_cold(title, cls, cold):
     from blink.durations import DurationEstimator
 
@@ -278,15 +325,23 @@ def test_app_reads_top_to_bottom_and_builds_its_context_complete():
             local |= {n.name for n in ast.walk(node) if isinstance(n, ast.ExceptHandler) and n.name}
             used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
             assert used - local <= bound | {node.name}, (node.name, sorted(used - local - bound))
-        for target in [t for n in ast.walk(node) if isinstance(n, (ast.Assign, ast.AugAssign))
-                       for t in (n.targets if isinstance(n, ast.Assign) else [n.target])]:
-            assert not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
-                        and target.value.id in bound), f"line {target.lineno}: {ast.unparse(target)} mutates a global"
+        for target in [
+            t
+            for n in ast.walk(node)
+            if isinstance(n, (ast.Assign, ast.AugAssign))
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+        ]:
+            assert not (
+                isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id in bound
+            ), f"line {target.lineno}: {ast.unparse(target)} mutates a global"
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
             func = node.value.func
-            assert not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute)
-                        and isinstance(func.value.value, ast.Name) and func.value.value.id == "CTX"), \
-                f"line {node.lineno}: {ast.unparse(node)} changes the context after it is built"
+            assert not (
+                isinstance(func, ast.Attribute)
+                and isinstance(func.value, ast.Attribute)
+                and isinstance(func.value.value, ast.Name)
+                and func.value.value.id == "CTX"
+            ), f"line {node.lineno}: {ast.unparse(node)} changes the context after it is built"
         for n in ast.walk(node) if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else [node]:
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
                 bound.add(n.id)
@@ -319,7 +374,11 @@ def test_the_decide_form_is_checked_box_by_box_within_the_limits():
     assert ui_form.form_problems("x", 1, slots, limits) == {}
     assert set(ui_form.form_problems("x", 2, slots, limits)) == {6, 8}
     assert ui_form.box_name(6) == "Question 2 id" and ui_form.box_name(8) == "Question 2 instructions"
-    refused = InvalidRequest("question 'team': a choice question's `criteria` maps option names to descriptions",
-                             loc=["body", "questions", "team"])
-    assert ui_form.wire_error_message(refused, ["urgent", "team"]) == \
-        "Question 2 (team): the Options box maps option names to descriptions"
+    refused = InvalidRequest(
+        "question 'team': a choice question's `criteria` maps option names to descriptions",
+        loc=["body", "questions", "team"],
+    )
+    assert (
+        ui_form.wire_error_message(refused, ["urgent", "team"])
+        == "Question 2 (team): the Options box maps option names to descriptions"
+    )

@@ -9,24 +9,30 @@ cannot import with the CPU build). Only the worker's three device steps are a CP
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+from fake_zerogpu import FakeScheduler
 
 from conftest import ROOT, running
-from fake_zerogpu import FakeScheduler
 
 VENV = ROOT / ".venv-zerogpu"
 PYTHON = VENV / "bin" / "python"
 
-DECISION = {"state": "I was charged twice for order #8812 and nobody answers my emails.",
-            "questions": {"team": {"type": "choice", "instructions": "Which team should handle this?",
-                                   "criteria": {"billing": "Charges", "shipping": "Parcels", "technical": None}},
-                          "urgent": {"type": "noul", "instructions": "Does this need a reply today?"}}}
+DECISION = {
+    "state": "I was charged twice for order #8812 and nobody answers my emails.",
+    "questions": {
+        "team": {
+            "type": "choice",
+            "instructions": "Which team should handle this?",
+            "criteria": {"billing": "Charges", "shipping": "Parcels", "technical": None},
+        },
+        "urgent": {"type": "noul", "instructions": "Does this need a reply today?"},
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -40,14 +46,24 @@ def zerogpu_python() -> Path:
 @pytest.fixture(scope="module")
 def zspace(demo_root, zerogpu_python, tmp_path_factory):
     with FakeScheduler() as fake:
-        env = {"SPACES_ZERO_GPU": "true", "SPACES_ZERO_DEVICE_API_URL": fake.url, "BLINK_MODEL": "demo",
-               "BLINK_BATCH_WINDOW_MS": "0", "BLINK_MAX_OUTPUT_TOKENS": "2000",
-               "BLINK_PREFIX_CACHE_MIB": "64",  # asked for, and still off: see test_prefix_cache_is_off_on_zerogpu
-               "BLINK_CHAT_DURATION_MAX_S": "90",
-               "ZEROGPU_OFFLOAD_DIR": str(tmp_path_factory.mktemp("zerogpu-offload")),
-               "HOME": str(tmp_path_factory.mktemp("zerogpu-home")), "TOKENIZERS_PARALLELISM": "false"}
-        with running([str(zerogpu_python), str(ROOT / "ci" / "tests" / "zerogpu_entry.py")], demo_root, env=env,
-                     name="space-zerogpu") as url:
+        env = {
+            "SPACES_ZERO_GPU": "true",
+            "SPACES_ZERO_DEVICE_API_URL": fake.url,
+            "BLINK_MODEL": "demo",
+            "BLINK_BATCH_WINDOW_MS": "0",
+            "BLINK_MAX_OUTPUT_TOKENS": "2000",
+            "BLINK_PREFIX_CACHE_MIB": "64",  # asked for, and still off: see test_prefix_cache_is_off_on_zerogpu
+            "BLINK_CHAT_DURATION_MAX_S": "90",
+            "ZEROGPU_OFFLOAD_DIR": str(tmp_path_factory.mktemp("zerogpu-offload")),
+            "HOME": str(tmp_path_factory.mktemp("zerogpu-home")),
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+        with running(
+            [str(zerogpu_python), str(ROOT / "ci" / "tests" / "zerogpu_entry.py")],
+            demo_root,
+            env=env,
+            name="space-zerogpu",
+        ) as url:
             yield url, fake
 
 
@@ -71,9 +87,14 @@ def test_decision_through_the_scheduler_as_the_caller(zspace):
     with TypeSafeClient(base_url=url, api_key="unused", headers={"x-ip-token": "tok-alice"}) as client:
         response = client.system_one(
             state=DECISION["state"],
-            questions={"team": Choice(instructions="Which team should handle this?",
-                                      criteria={"billing": "Charges", "shipping": "Parcels", "technical": None}),
-                       "urgent": Noul(instructions="Does this need a reply today?")})
+            questions={
+                "team": Choice(
+                    instructions="Which team should handle this?",
+                    criteria={"billing": "Charges", "shipping": "Parcels", "technical": None},
+                ),
+                "urgent": Noul(instructions="Does this need a reply today?"),
+            },
+        )
     probs = response.answers["team"].probabilities
     assert set(probs) == {"billing", "shipping", "technical"} and abs(sum(probs.values()) - 1) < 1e-6
     schedules = fake.since(mark, "/schedule")
@@ -116,8 +137,9 @@ def test_streamed_chat_through_the_scheduler(zspace):
     url, fake = zspace
     mark = fake.mark()
     client = OpenAI(base_url=url + "/v1", api_key="unused", default_headers={"x-ip-token": "tok-bob"}, max_retries=0)
-    stream = client.chat.completions.create(model="blink-4b", messages=[{"role": "user", "content": "Hello!"}],
-                                            max_tokens=6, stream=True, temperature=0)
+    stream = client.chat.completions.create(
+        model="blink-4b", messages=[{"role": "user", "content": "Hello!"}], max_tokens=6, stream=True, temperature=0
+    )
     text, finish = "", None
     for chunk in stream:
         if chunk.choices:
@@ -128,8 +150,9 @@ def test_streamed_chat_through_the_scheduler(zspace):
     assert len(schedules) == 1 and schedules[0]["params"]["token"] == "tok-bob"
     gpu = health(url)["gpu_seconds"]["chat"]
     assert int(schedules[0]["params"]["durationSeconds"]) == gpu["last_requested_s"]
-    assert fake.wait_for(lambda c: c["path"] == "/release"
-                         and c["params"]["allowToken"] == schedules[0]["allowToken"], timeout=10)
+    assert fake.wait_for(
+        lambda c: c["path"] == "/release" and c["params"]["allowToken"] == schedules[0]["allowToken"], timeout=10
+    )
 
 
 def test_ui_decision_through_the_scheduler(zspace):
@@ -228,8 +251,14 @@ def test_refusals_in_the_openai_shape(zspace):
 def test_streamed_chat_disconnect_releases_the_gpu(zspace):
     url, fake = zspace
     mark = fake.mark()
-    body = {"model": "blink-4b", "messages": [{"role": "user", "content": "Tell me a long story."}],
-            "max_tokens": 2000, "stream": True, "temperature": 1.0, "seed": 3}
+    body = {
+        "model": "blink-4b",
+        "messages": [{"role": "user", "content": "Tell me a long story."}],
+        "max_tokens": 2000,
+        "stream": True,
+        "temperature": 1.0,
+        "seed": 3,
+    }
     with httpx.Client(timeout=60) as client:
         with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
             assert r.status_code == 200
@@ -239,8 +268,9 @@ def test_streamed_chat_disconnect_releases_the_gpu(zspace):
         closed_at = time.time()
     schedules = fake.since(mark, "/schedule")
     assert len(schedules) == 1
-    release = fake.wait_for(lambda c: c["path"] == "/release"
-                            and c["params"]["allowToken"] == schedules[0]["allowToken"], timeout=20)
+    release = fake.wait_for(
+        lambda c: c["path"] == "/release" and c["params"]["allowToken"] == schedules[0]["allowToken"], timeout=20
+    )
     assert release is not None, "the GPU was never released after the client went away"
     # 2000 tokens take far longer than this on the CPU stand-in: the worker stopped early
     assert release["time"] - closed_at < 8.0

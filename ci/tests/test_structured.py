@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import math
-from enum import Enum
-from typing import Literal, Optional
+from enum import StrEnum
+from typing import Literal
 
 import jsonschema
 import pytest
@@ -28,7 +28,7 @@ PROMPT = [{"role": "user", "content": "Describe a person as JSON."}]
 SAMPLING = [{"temperature": 0}, {"temperature": 1.0, "seed": 7}, {"temperature": 0.8, "top_p": 0.9, "seed": 11}]
 
 
-class Role(str, Enum):
+class Role(StrEnum):
     admin = "admin"
     guest = "guest"
 
@@ -43,7 +43,7 @@ class Person(BaseModel):
     age: int = Field(ge=0, le=130)
     role: Role
     kind: Literal["person"] = "person"
-    nickname: Optional[str] = Field(default=None, max_length=8)
+    nickname: str | None = Field(default=None, max_length=8)
     address: Address
     tags: list[Literal["a", "b", "c"]] = Field(max_length=3)
 
@@ -59,19 +59,43 @@ HAND = {
     },
     "required": ["title", "done", "priority", "estimate", "steps"],
     "additionalProperties": False,
-    "$defs": {"step": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99},
-                                                          "what": {"type": "string", "format": "uuid"}},
-                       "required": ["n", "what"], "additionalProperties": False}},
+    "$defs": {
+        "step": {
+            "type": "object",
+            "properties": {
+                "n": {"type": "integer", "minimum": 0, "maximum": 99},
+                "what": {"type": "string", "format": "uuid"},
+            },
+            "required": ["n", "what"],
+            "additionalProperties": False,
+        }
+    },
 }
 
-WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string", "maxLength": 10},
-                                     "unit": {"type": "string", "enum": ["c", "f"]}},
-    "required": ["city", "unit"], "additionalProperties": False}}}
-TIME = {"type": "function", "function": {"name": "get_time", "parameters": {
-    "type": "object", "properties": {"zone": {"type": "string", "pattern": "^[A-Z]{3}$"},
-                                     "hours24": {"type": "boolean"}},
-    "required": ["zone"], "additionalProperties": False}}}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 10}, "unit": {"type": "string", "enum": ["c", "f"]}},
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "parameters": {
+            "type": "object",
+            "properties": {"zone": {"type": "string", "pattern": "^[A-Z]{3}$"}, "hours24": {"type": "boolean"}},
+            "required": ["zone"],
+            "additionalProperties": False,
+        },
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +116,9 @@ def prompt(chat):
 
 def sibling(grammars: Grammars, **kwargs) -> Grammars:
     """Another Grammars on the same llguidance tokenizer view (it takes seconds to build)."""
-    other = Grammars(grammars.hf_tokenizer, grammars.vocab_size, grammars.eos_ids,
-                     **{"tool_format": grammars.tool_format, **kwargs})
+    other = Grammars(
+        grammars.hf_tokenizer, grammars.vocab_size, grammars.eos_ids, **{"tool_format": grammars.tool_format, **kwargs}
+    )
     other._tokenizer, other.mask_size = grammars.tokenizer, grammars.mask_size
     return other
 
@@ -106,16 +131,27 @@ def run(chat, ids, **params) -> tuple[str, ChatEnd, list]:
 
 
 def tool_constraint(*tools, parallel=True):
-    return check_constraint({"type": "tool_call", "parallel": parallel,
-                             "tools": [{"name": t["function"]["name"], "parameters": t["function"]["parameters"]}
-                                       for t in tools]}, loc=["body", "tools"])
+    return check_constraint(
+        {
+            "type": "tool_call",
+            "parallel": parallel,
+            "tools": [{"name": t["function"]["name"], "parameters": t["function"]["parameters"]} for t in tools],
+        },
+        loc=["body", "tools"],
+    )
 
 
 # json_schema / json_object ------------------------------------------------------------------------------------
-@pytest.mark.parametrize("schema, sampling", [(HAND, SAMPLING[0]), (HAND, SAMPLING[1]),
-                                              (Person.model_json_schema(), SAMPLING[0]),
-                                              (Person.model_json_schema(), SAMPLING[2])],
-                         ids=["hand-written-greedy", "hand-written-t1", "pydantic-greedy", "pydantic-top_p"])
+@pytest.mark.parametrize(
+    "schema, sampling",
+    [
+        (HAND, SAMPLING[0]),
+        (HAND, SAMPLING[1]),
+        (Person.model_json_schema(), SAMPLING[0]),
+        (Person.model_json_schema(), SAMPLING[2]),
+    ],
+    ids=["hand-written-greedy", "hand-written-t1", "pydantic-greedy", "pydantic-top_p"],
+)
 def test_json_schema_output_is_valid(chat, prompt, schema, sampling):
     constraint = check_constraint({"type": "json_schema", "schema": schema, "strict": True})
     text, end, _ = run(chat, prompt, max_tokens=400, constraint=constraint, **sampling)
@@ -134,8 +170,9 @@ def test_unconstrained_output_is_not_json(chat, prompt):
 
 def test_json_object(chat, prompt):
     # a seed whose object closes: the random model's strings otherwise run on (no maxLength in json_object)
-    text, end, _ = run(chat, prompt, max_tokens=200, constraint=check_constraint({"type": "json_object"}),
-                       temperature=1.0, seed=2)
+    text, end, _ = run(
+        chat, prompt, max_tokens=200, constraint=check_constraint({"type": "json_object"}), temperature=1.0, seed=2
+    )
     assert end.finish_reason == "stop"
     assert isinstance(json.loads(text), dict)
 
@@ -176,7 +213,7 @@ def test_tool_choice_required(chat, sampling):
     tools = [WEATHER, TIME]
     ids = chat.render([{"role": "user", "content": "Weather in Paris?"}], tools).ids
     text, end, _ = run(chat, ids, max_tokens=300, constraint=tool_constraint(*tools), **sampling)
-    assert text.startswith("<tool_call>\n{\"name\": ")
+    assert text.startswith('<tool_call>\n{"name": ')
     check_calls(text, tools)
     assert end.finish_reason in ("stop", "length")
 
@@ -206,23 +243,41 @@ def test_tool_call_in_qwen35_xml_markup(chat):
 
 
 # refusals -----------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("schema, path, named", [
-    ({"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}},
-     ["properties", "tags", "uniqueItems"], "uniqueItems"),
-    ({"type": "object", "properties": {"not": {"not": {"type": "null"}}}}, ["properties", "not", "not"], "not"),
-    ({"anyOf": [{"type": "string"}, {"type": "array", "contains": {"const": 1}}]}, ["anyOf", 1, "contains"],
-     "contains"),
-    ({"type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}}, ["if"], "if"),
-    ({"$defs": {"x": {"type": "object", "propertyNames": {"pattern": "^a"}}}, "$ref": "#/$defs/x"},
-     ["$defs", "x", "propertyNames"], "propertyNames"),
-    ({"type": "object", "dependentRequired": {"a": ["b"]}}, ["dependentRequired"], "dependentRequired"),
-    ({"type": "object", "properties": {"when": {"type": "string", "format": "fancy-date"}}},
-     ["properties", "when", "format"], "fancy-date"),
-    ({"type": "string", "pattern": "^(?=a)b$"}, ["pattern"], "look-around"),
-    ({"type": "object", "properties": {"x": {"$ref": "#/$defs/missing"}}}, ["properties", "x", "$ref"],
-     "/$defs/missing"),
-    ({"type": "integer", "minimum": 5, "maximum": 1}, [], "minimum"),
-])
+@pytest.mark.parametrize(
+    "schema, path, named",
+    [
+        (
+            {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}},
+            ["properties", "tags", "uniqueItems"],
+            "uniqueItems",
+        ),
+        ({"type": "object", "properties": {"not": {"not": {"type": "null"}}}}, ["properties", "not", "not"], "not"),
+        (
+            {"anyOf": [{"type": "string"}, {"type": "array", "contains": {"const": 1}}]},
+            ["anyOf", 1, "contains"],
+            "contains",
+        ),
+        ({"type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}}, ["if"], "if"),
+        (
+            {"$defs": {"x": {"type": "object", "propertyNames": {"pattern": "^a"}}}, "$ref": "#/$defs/x"},
+            ["$defs", "x", "propertyNames"],
+            "propertyNames",
+        ),
+        ({"type": "object", "dependentRequired": {"a": ["b"]}}, ["dependentRequired"], "dependentRequired"),
+        (
+            {"type": "object", "properties": {"when": {"type": "string", "format": "fancy-date"}}},
+            ["properties", "when", "format"],
+            "fancy-date",
+        ),
+        ({"type": "string", "pattern": "^(?=a)b$"}, ["pattern"], "look-around"),
+        (
+            {"type": "object", "properties": {"x": {"$ref": "#/$defs/missing"}}},
+            ["properties", "x", "$ref"],
+            "/$defs/missing",
+        ),
+        ({"type": "integer", "minimum": 5, "maximum": 1}, [], "minimum"),
+    ],
+)
 def test_unenforceable_schema_is_refused_naming_it(schema, path, named):
     loc = ["body", "response_format", "json_schema", "schema"]
     with pytest.raises(InvalidRequest) as caught:
@@ -233,14 +288,20 @@ def test_unenforceable_schema_is_refused_naming_it(schema, path, named):
 
 
 def test_tool_parameters_and_shapes_are_checked():
-    tool = {"name": "f", "parameters": {"type": "object", "properties": {"ids": {"type": "array",
-                                                                                "uniqueItems": True}}}}
+    tool = {
+        "name": "f",
+        "parameters": {"type": "object", "properties": {"ids": {"type": "array", "uniqueItems": True}}},
+    }
     with pytest.raises(InvalidRequest) as caught:
         check_constraint({"type": "tool_call", "tools": [{"name": "g"}, tool]}, loc=["body", "tools"])
     assert caught.value.loc == ["body", "tools", 1, "parameters", "properties", "ids", "uniqueItems"]
-    for bad, where in [({"type": "tool_call", "tools": []}, []), ({"type": "tool_call", "tools": [{"name": "a b"}]},
-                                                                  [0, "name"]),
-                       ({"type": "json_schema"}, []), ({"type": "regex"}, []), ("json", [])]:
+    for bad, where in [
+        ({"type": "tool_call", "tools": []}, []),
+        ({"type": "tool_call", "tools": [{"name": "a b"}]}, [0, "name"]),
+        ({"type": "json_schema"}, []),
+        ({"type": "regex"}, []),
+        ("json", []),
+    ]:
         with pytest.raises(InvalidRequest) as caught:
             check_constraint(bad, loc=["body", "x"])
         assert caught.value.loc == ["body", "x", *where] and caught.value.status < 500
@@ -256,7 +317,7 @@ def reference(chat, ids: list[int], tokens: list[int]):
 
     with torch.inference_mode():
         logits = chat.model(input_ids=torch.tensor([ids + tokens])).logits[0].float()
-    return logits[len(ids) - 1:len(ids) - 1 + len(tokens)]
+    return logits[len(ids) - 1 : len(ids) - 1 + len(tokens)]
 
 
 def entries_of(items) -> list[dict]:
@@ -296,8 +357,11 @@ def test_greedy_logprobs_match_a_plain_forward(chat, prompt, token_of):
         assert [token_of(t) for t in top] == indices.tolist()
 
 
-@pytest.mark.parametrize("sampling", [{"temperature": 0.7, "top_k": 40, "seed": 5},
-                                      {"temperature": 1.3, "top_p": 0.8, "seed": 9}], ids=["top_k", "top_p"])
+@pytest.mark.parametrize(
+    "sampling",
+    [{"temperature": 0.7, "top_k": 40, "seed": 5}, {"temperature": 1.3, "top_p": 0.8, "seed": 9}],
+    ids=["top_k", "top_p"],
+)
 def test_sampled_logprobs_are_the_sampler_distribution(chat, prompt, sampling, token_of):
     """After temperature, top-k and top-p: the logprob is the chance the sampler gave the drawn token."""
     import torch
@@ -308,8 +372,14 @@ def test_sampled_logprobs_are_the_sampler_distribution(chat, prompt, sampling, t
     generated = [token_of(e) for e in entries]
     rows = reference(chat, prompt, generated)
     for i, e in enumerate(entries):
-        _, dist = _sample(rows[i].clone(), sampling["temperature"], sampling.get("top_p", 1.0),
-                          sampling.get("top_k", 0), torch.Generator().manual_seed(0), keep_distribution=True)
+        _, dist = _sample(
+            rows[i].clone(),
+            sampling["temperature"],
+            sampling.get("top_p", 1.0),
+            sampling.get("top_k", 0),
+            torch.Generator().manual_seed(0),
+            keep_distribution=True,
+        )
         assert e["logprob"] == pytest.approx(float(dist[generated[i]]), abs=1e-4)
         assert e["logprob"] > float("-inf") and len(e["top_logprobs"]) <= 20
         finite = int(torch.isfinite(dist).sum())
@@ -319,16 +389,18 @@ def test_sampled_logprobs_are_the_sampler_distribution(chat, prompt, sampling, t
 
 def test_logprobs_under_a_grammar_and_a_stop_string(chat, prompt):
     constraint = check_constraint({"type": "json_schema", "schema": HAND})
-    text, end, items = run(chat, prompt, max_tokens=400, temperature=0, constraint=constraint, logprobs=True,
-                           top_logprobs=3)
+    text, end, items = run(
+        chat, prompt, max_tokens=400, temperature=0, constraint=constraint, logprobs=True, top_logprobs=3
+    )
     entries = entries_of(items)
     assert b"".join(bytes(e["bytes"]) for e in entries) == text.encode()
     assert all(e["logprob"] <= 0 and all(t["logprob"] > float("-inf") for t in e["top_logprobs"]) for e in entries)
     # a stop string inside the JSON: the text stops before it, and so do the entries
     stop = '"done"'
-    cut, end, items = run(chat, prompt, max_tokens=400, temperature=0, constraint=constraint, logprobs=True,
-                          stop=[stop])
-    assert end.finish_reason == "stop" and cut == text[:text.index(stop)]
+    cut, end, items = run(
+        chat, prompt, max_tokens=400, temperature=0, constraint=constraint, logprobs=True, stop=[stop]
+    )
+    assert end.finish_reason == "stop" and cut == text[: text.index(stop)]
     sent = b"".join(bytes(e["bytes"]) for e in entries_of(items))
     assert sent.startswith(cut.encode()) and len(sent) < len(cut.encode()) + len(stop.encode()) + 8
 
@@ -338,13 +410,18 @@ def test_with_thinking_on_the_constraint_starts_after_the_reasoning(chat):
     grammars = sibling(chat.grammars, reasoning=True)
     schema = check_constraint({"type": "json_schema", "schema": HAND["$defs"]["step"]})
     calls = tool_constraint(WEATHER, parallel=False)
-    cases = [(schema, '<think>\nLet me think.\n</think>\n\n{"n": 3, "what": "123e4567-e89b-12d3-a456-426614174000"}',
-              True),
-             (schema, 'Short.\n</think>\n\n{"n": 3, "what": "123e4567-e89b-12d3-a456-426614174000"}', True),
-             (schema, '{"n": 3, "what": "123e4567-e89b-12d3-a456-426614174000"}', False),  # still reasoning
-             (schema, '<think>\nok\n</think>\n\n{"n": "3"}', False),
-             (calls, '<think>\nok\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", '
-                     '"unit": "c"}}\n</tool_call>', True)]
+    cases = [
+        (schema, '<think>\nLet me think.\n</think>\n\n{"n": 3, "what": "123e4567-e89b-12d3-a456-426614174000"}', True),
+        (schema, 'Short.\n</think>\n\n{"n": 3, "what": "123e4567-e89b-12d3-a456-426614174000"}', True),
+        (schema, '{"n": 3, "what": "123e4567-e89b-12d3-a456-426614174000"}', False),  # still reasoning
+        (schema, '<think>\nok\n</think>\n\n{"n": "3"}', False),
+        (
+            calls,
+            '<think>\nok\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", '
+            '"unit": "c"}}\n</tool_call>',
+            True,
+        ),
+    ]
     for constraint, text, complete in cases:
         matcher = grammars.matcher(constraint)
         ids = chat.tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -7,8 +7,14 @@ import re
 
 import httpx
 import pytest
-from typesafe_sdk import Choice, Noul, Score, TypeSafeClient
-from typesafe_sdk import TypeSafeAuthenticationError, TypeSafeUnprocessableEntityError
+from typesafe_sdk import (
+    Choice,
+    Noul,
+    Score,
+    TypeSafeAuthenticationError,
+    TypeSafeClient,
+    TypeSafeUnprocessableEntityError,
+)
 
 
 @pytest.fixture()
@@ -49,8 +55,13 @@ def test_sdk_models_list(client):
 
 def test_sdk_validation_error_names_the_question(client):
     with pytest.raises(TypeSafeUnprocessableEntityError) as info:
-        client.system_one(state="hi", questions={"good": Noul(instructions="ok?"),
-                                                 "bad-one": Choice(criteria={f"o{i}": None for i in range(300)})})
+        client.system_one(
+            state="hi",
+            questions={
+                "good": Noul(instructions="ok?"),
+                "bad-one": Choice(criteria={f"o{i}": None for i in range(300)}),
+            },
+        )
     assert "bad-one" in str(info.value)
     body = info.value.body
     assert body["detail"][0]["loc"] == ["body", "questions", "bad-one"]
@@ -80,8 +91,9 @@ def test_auth_rules(keyed_server):
 def test_unicode_option_names_round_trip_byte_for_byte(server):
     nfc, nfd = "caf\u00e9", "cafe\u0301"
     options = {nfc: None, nfd: None, "Ünïcødé 🎯": None, "질문": "Korean"}
-    r = httpx.post(server + "/v1/systemone", json={"state": "x", "questions": {"🎯": {"type": "choice",
-                                                                                       "criteria": options}}})
+    r = httpx.post(
+        server + "/v1/systemone", json={"state": "x", "questions": {"🎯": {"type": "choice", "criteria": options}}}
+    )
     assert r.status_code == 200
     got = json.loads(r.content.decode("utf-8"))["answers"]["🎯"]["probabilities"]
     assert list(got) == list(options)
@@ -89,8 +101,9 @@ def test_unicode_option_names_round_trip_byte_for_byte(server):
 
 def test_model_name_is_accepted_and_the_served_model_named(server):
     for name in ("jev-latest", "jev-preview", "anything-at-all"):
-        r = httpx.post(server + "/v1/systemone", json={"model": name, "state": "x",
-                                                       "questions": {"q": {"type": "noul"}}})
+        r = httpx.post(
+            server + "/v1/systemone", json={"model": name, "state": "x", "questions": {"q": {"type": "noul"}}}
+        )
         assert r.status_code == 200 and r.json()["model"] == "demo"
 
 
@@ -102,7 +115,18 @@ def test_models_body_serves_both_families(server):
 
 def test_healthz_fields(server):
     h = httpx.get(server + "/healthz").json()
-    for key in ("ok", "model", "revision", "weights_verified", "hub_offline", "warmup", "kernels", "versions",
-                "batching", "api_key_required", "accepts_images"):
+    for key in (
+        "ok",
+        "model",
+        "revision",
+        "weights_verified",
+        "hub_offline",
+        "warmup",
+        "kernels",
+        "versions",
+        "batching",
+        "api_key_required",
+        "accepts_images",
+    ):
         assert key in h, key
     assert h["ok"] is True and h["hub_offline"] is True and h["warmup"]["repeat_identical"] is True

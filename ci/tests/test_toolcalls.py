@@ -20,8 +20,10 @@ def names(parsed) -> list[str]:
 
 
 def test_tagged_json_single_and_multiple():
-    text = ('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
-            '<tool_call>{"name": "search", "arguments": {"q": "rain"}}</tool_call>')
+    text = (
+        'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+        '<tool_call>{"name": "search", "arguments": {"q": "rain"}}</tool_call>'
+    )
     parsed = parse(text, TOOLS)
     assert names(parsed) == ["get_weather", "search"]
     assert [c["index"] for c in parsed.calls] == [0, 1]
@@ -41,9 +43,11 @@ def test_tagged_unclosed_at_end_of_generation():
 
 
 def test_xml_function_parameter_form_typed_values():
-    text = ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
-            "<parameter=days>\n3\n</parameter>\n<parameter=opts>\n{\"metric\": true}\n</parameter>\n</function>\n"
-            "</tool_call>")
+    text = (
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+        '<parameter=days>\n3\n</parameter>\n<parameter=opts>\n{"metric": true}\n</parameter>\n</function>\n'
+        "</tool_call>"
+    )
     parsed = parse(text, TOOLS)
     assert names(parsed) == ["get_weather"]
     assert args(parsed.calls[0]) == {"city": "Paris", "days": 3, "opts": {"metric": True}}
@@ -86,15 +90,18 @@ def test_string_arguments_pass_through():
     assert parsed.calls[0]["function"]["arguments"] == '{"q": "s"}'
 
 
-@pytest.mark.parametrize("text", [
-    'Here is an example call: {"name": "search", "arguments": {"q": "x"}} - use it like that.',
-    'The format is:\n```json\n{"name": "search", "arguments": {}}\n```\nas shown.',
-    '{"name": "Alice", "age": 30}',                                  # JSON about a person, not a call
-    '{"name": "delete_everything", "arguments": {}}',                # not an offered tool
-    "```json\n{\"city\": \"Paris\"}\n```",
-    "<tool_call>not json at all</tool_call>",
-    "Plain answer without any call.",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        'Here is an example call: {"name": "search", "arguments": {"q": "x"}} - use it like that.',
+        'The format is:\n```json\n{"name": "search", "arguments": {}}\n```\nas shown.',
+        '{"name": "Alice", "age": 30}',  # JSON about a person, not a call
+        '{"name": "delete_everything", "arguments": {}}',  # not an offered tool
+        '```json\n{"city": "Paris"}\n```',
+        "<tool_call>not json at all</tool_call>",
+        "Plain answer without any call.",
+    ],
+)
 def test_not_calls(text):
     parsed = parse(text, TOOLS)
     assert parsed.calls == [] and parsed.content == text
@@ -113,7 +120,7 @@ def test_stream_plain_text_passes_through():
 
 def test_stream_text_then_tagged_call_never_leaks_markup():
     text = 'Checking now. <tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
-    pieces = [text[i:i + 3] for i in range(0, len(text), 3)]  # markers split across deltas
+    pieces = [text[i : i + 3] for i in range(0, len(text), 3)]  # markers split across deltas
     s = ToolStream(TOOLS)
     out = feed_all(s, pieces)
     assert "<" not in out and out.startswith("Checking now.")

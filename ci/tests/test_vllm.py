@@ -24,40 +24,68 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import ARTIFACTS, ROOT, free_port, running, stop_group
-
 from blink.errors import Overloaded
+from conftest import ARTIFACTS, ROOT, free_port, running, stop_group
 
 START_TIMEOUT_S = 900  # two replicas side by side on two shared cores
 # the first test pays for the session's set-up: building .venv-vllm on a clean machine (~6 min) and the replicas
 pytestmark = pytest.mark.timeout(2400)
 TIMING: dict = {}
 
-LONG_STATE = ("Order 4471 arrived with a cracked screen. The customer attached photos, says the box was dented, "
-              "and wants a replacement before Friday because it is a birthday present. ") * 6
+LONG_STATE = (
+    "Order 4471 arrived with a cracked screen. The customer attached photos, says the box was dented, "
+    "and wants a replacement before Friday because it is a birthday present. "
+) * 6
 DECISIONS = [
-    {"state": "The parcel never arrived and the tracking page has not changed in nine days.",
-     "questions": {"late": {"type": "noul", "instructions": "Is the parcel late?"}}},
-    {"state": LONG_STATE, "questions": {
-        "route": {"type": "choice", "instructions": "Which team should handle this?",
-                  "criteria": {"returns": "Damaged or wrong items", "billing": "Charges and refunds",
-                               "shipping": "Late or lost parcels"}},
-        "urgent": {"type": "noul", "instructions": "Does this need a reply today?"},
-        "tone": {"type": "score", "instructions": "How upset is the customer?",
-                 "criteria": ["Calm", "Annoyed", "Angry", "Furious"]},
-        "gift": {"type": "noul", "instructions": "Is it a present?"}}},
+    {
+        "state": "The parcel never arrived and the tracking page has not changed in nine days.",
+        "questions": {"late": {"type": "noul", "instructions": "Is the parcel late?"}},
+    },
+    {
+        "state": LONG_STATE,
+        "questions": {
+            "route": {
+                "type": "choice",
+                "instructions": "Which team should handle this?",
+                "criteria": {
+                    "returns": "Damaged or wrong items",
+                    "billing": "Charges and refunds",
+                    "shipping": "Late or lost parcels",
+                },
+            },
+            "urgent": {"type": "noul", "instructions": "Does this need a reply today?"},
+            "tone": {
+                "type": "score",
+                "instructions": "How upset is the customer?",
+                "criteria": ["Calm", "Annoyed", "Angry", "Furious"],
+            },
+            "gift": {"type": "noul", "instructions": "Is it a present?"},
+        },
+    },
     # past Z: the two-letter single-token labels
-    {"state": {"ticket": 19, "text": "Which city should the package go to?"},
-     "questions": {"city": {"type": "choice", "instructions": "Pick the city.",
-                            "criteria": {f"city {i}": None for i in range(40)}}}},
+    {
+        "state": {"ticket": 19, "text": "Which city should the package go to?"},
+        "questions": {
+            "city": {
+                "type": "choice",
+                "instructions": "Pick the city.",
+                "criteria": {f"city {i}": None for i in range(40)},
+            }
+        },
+    },
 ]
 
 
 @pytest.fixture(scope="session")
 def qwen3_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("qwen3") / "qwen3-demo"
-    subprocess.run([sys.executable, "-m", "blink", "make-demo-model", str(out), "--arch", "qwen3"], check=True,
-                   cwd=ROOT, capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "-m", "blink", "make-demo-model", str(out), "--arch", "qwen3"],
+        check=True,
+        cwd=ROOT,
+        capture_output=True,
+        timeout=600,
+    )
     return out
 
 
@@ -65,8 +93,11 @@ def qwen3_dir(tmp_path_factory) -> Path:
 def vllm_venv() -> None:
     started = time.perf_counter()
     proc = subprocess.run(["bash", "ci/vllm-venv.sh"], cwd=ROOT, capture_output=True, text=True, timeout=3600)
-    assert proc.returncode == 0, ("ci/vllm-venv.sh could not build .venv-vllm (a CPU build of vLLM):\n"
-                                  + proc.stdout[-3000:] + proc.stderr[-5000:])
+    assert proc.returncode == 0, (
+        "ci/vllm-venv.sh could not build .venv-vllm (a CPU build of vLLM):\n"
+        + proc.stdout[-3000:]
+        + proc.stderr[-5000:]
+    )
     TIMING["venv_s"] = round(time.perf_counter() - started, 1)
 
 
@@ -98,8 +129,9 @@ def vllm_replicas(vllm_venv, qwen3_dir):
             with open(log, "w") as fh:
                 # -O0: no torch.compile (starts ~40 s sooner per replica; the same numbers)
                 argv = ["bash", "ci/vllm-serve.sh", str(qwen3_dir), str(port), "--dtype", "float32", "-O0"]
-                proc = subprocess.Popen(argv, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, env=env,
-                                        start_new_session=True)
+                proc = subprocess.Popen(
+                    argv, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                )
             procs.append((f"http://127.0.0.1:{port}", proc, log))
         deadline = time.time() + START_TIMEOUT_S
         for url, proc, log in procs:
@@ -107,9 +139,16 @@ def vllm_replicas(vllm_venv, qwen3_dir):
         TIMING["replicas_start_s"] = round(time.perf_counter() - started, 1)
         first = time.perf_counter()
         with ThreadPoolExecutor(2) as pool:  # each replica's first request compiles its kernels
-            list(pool.map(lambda url: httpx.post(url + "/v1/completions", json={
-                "model": str(qwen3_dir), "prompt": [1, 2, 3], "max_tokens": 1}, timeout=600).raise_for_status(),
-                [url for url, _, _ in procs]))
+            list(
+                pool.map(
+                    lambda url: httpx.post(
+                        url + "/v1/completions",
+                        json={"model": str(qwen3_dir), "prompt": [1, 2, 3], "max_tokens": 1},
+                        timeout=600,
+                    ).raise_for_status(),
+                    [url for url, _, _ in procs],
+                )
+            )
         TIMING["first_request_s"] = round(time.perf_counter() - first, 1)
         yield [(url, proc) for url, proc, _ in procs]
     finally:
@@ -166,9 +205,16 @@ def test_scores_equal_a_plain_forward(vllm_replicas, qwen3_engine):
 def test_more_labels_than_one_vllm_request_takes(vllm_replicas, qwen3_engine):
     from blink.vllm import Replicas, VllmScorer
 
-    body = {"state": "Where should the parcel go?",
-            "questions": {"city": {"type": "choice", "instructions": "Pick the city.",
-                                   "criteria": {f"city {i}": None for i in range(200)}}}}
+    body = {
+        "state": "Where should the parcel go?",
+        "questions": {
+            "city": {
+                "type": "choice",
+                "instructions": "Pick the city.",
+                "criteria": {f"city {i}": None for i in range(200)},
+            }
+        },
+    }
     prepared = qwen3_engine.prepare(body)
     assert len(prepared.prompts[0].reads[0].label_ids) == 200  # vLLM takes 128 per request
     with Replicas([vllm_replicas[0][0]]) as replicas:
@@ -191,8 +237,10 @@ def test_the_same_state_goes_to_the_same_replica(vllm_replicas, qwen3_engine):
     urls = [url for url, _ in vllm_replicas]
     with Replicas(urls) as replicas:
         scorer = VllmScorer(replicas)
-        asks = [{"state": LONG_STATE, "questions": {f"q{i}": {"type": "noul", "instructions": f"Question {i}?"}}}
-                for i in range(6)]
+        asks = [
+            {"state": LONG_STATE, "questions": {f"q{i}": {"type": "noul", "instructions": f"Question {i}?"}}}
+            for i in range(6)
+        ]
         before = {url: metric(url, "vllm:request_success_total") for url in urls}
         hits_before = {url: metric(url, "vllm:prefix_cache_hits_total") for url in urls}
         for body in asks:  # one at a time: no load, so affinity alone decides
@@ -205,9 +253,10 @@ def test_the_same_state_goes_to_the_same_replica(vllm_replicas, qwen3_engine):
         assert hits[home] >= 5 * 16, hits  # the state's blocks were reused by the five later questions
 
         # many different states use both replicas (rendezvous hashing spreads keys)
-        others = [{"state": f"Ticket {i}: " + LONG_STATE[i:], "questions": {"q": {"type": "noul",
-                                                                                  "instructions": "Late?"}}}
-                  for i in range(16)]
+        others = [
+            {"state": f"Ticket {i}: " + LONG_STATE[i:], "questions": {"q": {"type": "noul", "instructions": "Late?"}}}
+            for i in range(16)
+        ]
         counts = {url: r["served"] for url, r in zip(urls, replicas.health(probe=False)["replicas"])}
         for body in others:
             scorer.score_many([qwen3_engine.prepare(body).prompts])
@@ -232,8 +281,9 @@ def test_a_busy_replica_spills_to_the_next_and_then_529(vllm_replicas, qwen3_eng
         assert scored.error is None
         assert (home.served, other.served) == (0, 1)  # spilled to the next replica of its order
         # both busy: no replica can take it -> Overloaded (529 with Retry-After)
-        held.append(replicas.start_stream(route_for([[7] * 8]), {"prompt": [7] * 8, "max_tokens": 2000,
-                                                                "stream": True}))
+        held.append(
+            replicas.start_stream(route_for([[7] * 8]), {"prompt": [7] * 8, "max_tokens": 2000, "stream": True})
+        )
         assert {r.url for r, _ in held} == set(urls)
         (scored,) = scorer.score_many([plan])
         assert isinstance(scored.error, Overloaded), scored.error
@@ -265,10 +315,10 @@ def test_chat_streams_the_same_text_as_the_local_engine(vllm_replicas, qwen3_eng
         assert (end.finish_reason, end.prompt_tokens, end.completion_tokens) == ("length", len(rendered.ids), 24)
         # a stop string ends it there, unsent; the consumer closing early ends the stream (and frees the replica)
         text = "".join(local[:-1])
-        stop = text[len(text) // 2:len(text) // 2 + 3]
+        stop = text[len(text) // 2 : len(text) // 2 + 3]
         if stop.strip():
             cut = list(VllmChat(replicas, chat).generate(rendered.ids, {**params, "stop": [stop]}))
-            assert "".join(cut[:-1]) == text[:text.index(stop)] and cut[-1].finish_reason == "stop"
+            assert "".join(cut[:-1]) == text[: text.index(stop)] and cut[-1].finish_reason == "stop"
         generator = VllmChat(replicas, chat).generate(rendered.ids, {"max_tokens": 2000, "temperature": 0})
         next(generator)
         generator.close()
@@ -279,8 +329,11 @@ def test_chat_streams_the_same_text_as_the_local_engine(vllm_replicas, qwen3_eng
 def blink_on_vllm(vllm_replicas, qwen3_dir):
     """blink's own server (its wires, templates, answers) with vLLM answering: ci/tests/vllm_entry.py."""
     urls = ",".join(url for url, _ in vllm_replicas)
-    with running([sys.executable, str(ROOT / "ci" / "tests" / "vllm_entry.py"), str(qwen3_dir), "{port}", urls],
-                 qwen3_dir.parent, name="blink-vllm") as url:
+    with running(
+        [sys.executable, str(ROOT / "ci" / "tests" / "vllm_entry.py"), str(qwen3_dir), "{port}", urls],
+        qwen3_dir.parent,
+        name="blink-vllm",
+    ) as url:
         yield url
 
 
@@ -304,9 +357,14 @@ def test_openai_chat_streams_through_vllm(blink_on_vllm):
     from openai import OpenAI
 
     client = OpenAI(base_url=blink_on_vllm + "/v1", api_key="unused")
-    stream = client.chat.completions.create(model="blink-qwen3-demo", stream=True, max_tokens=12, temperature=0,
-                                            messages=[{"role": "user", "content": "Say hello."}],
-                                            stream_options={"include_usage": True})
+    stream = client.chat.completions.create(
+        model="blink-qwen3-demo",
+        stream=True,
+        max_tokens=12,
+        temperature=0,
+        messages=[{"role": "user", "content": "Say hello."}],
+        stream_options={"include_usage": True},
+    )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text and chunks[-1].usage.completion_tokens == 12

@@ -26,9 +26,15 @@ def main() -> None:
     chat_engine = ChatEngine(loaded, settings.limits, max_output_tokens=settings.max_output_tokens)
     # warmup=False: the local executor is not what answers here (and can't run this architecture yet)
     remote_chat = VllmChat(replicas, chat_engine)
-    ctx = build_context(settings, decide=VllmScorer(replicas).score_many,
-                        chat=lambda ids, params, caller=None: remote_chat.generate(ids, params), loaded=loaded,
-                        warmup=False, chat_engine=chat_engine, live_health=[lambda: {"vllm": replicas.health()}])
+    ctx = build_context(
+        settings,
+        decide=VllmScorer(replicas).score_many,
+        chat=lambda ids, params, caller=None: remote_chat.generate(ids, params),
+        loaded=loaded,
+        warmup=False,
+        chat_engine=chat_engine,
+        live_health=[lambda: {"vllm": replicas.health()}],
+    )
     uvicorn.run(create_app(ctx), host="127.0.0.1", port=port, log_level="warning")
 
 
