@@ -82,7 +82,6 @@ class Engine:
     # main process --------------------------------------------------------------------------------------
     def prepare(self, body, parts: dict | None = None) -> Prepared:
         """Validate and tokenize a System One body (and its multipart parts) into what the GPU call needs."""
-        self.check_state_length(body)
         images = None
         if has_images(body, parts or {}):
             if not self.accepts_images:
@@ -90,6 +89,7 @@ class Engine:
                                      loc=["body", "assets"], kind="images_unsupported")
             body, images, first = load_images(body, parts or {}, self.image_limits)
             body = place_images(body, first, self.image_layout, list(images))
+        self.check_state_length(body)  # images stand as placeholders by now (their bytes are not state text)
         decision = parse_decision(body, self.config, self.limits)
         prompts = self.prompts.build(decision, images)
         usage = image_usage(prompts, self.processor) if images else None

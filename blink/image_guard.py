@@ -109,14 +109,14 @@ def check_single_file(name: str, fmt: str, data: bytes) -> None:
     if fmt == "PNG":
         end = data.rfind(PNG_END)
         if end < 0:
-            raise refuse(name, "is a truncated PNG (no IEND chunk)", "corrupt_image")
+            raise refuse(name, "is a corrupt or truncated PNG (no IEND chunk)", "corrupt_image")
         if end + len(PNG_END) != len(data):
             raise refuse(name, f"has {len(data) - end - len(PNG_END)} bytes after its PNG end: send the image alone",
                          "image_trailing_data")
     elif fmt == "JPEG":
         end = data.rfind(b"\xff\xd9")
         if end < 0:
-            raise refuse(name, "is a truncated JPEG (no end-of-image marker)", "corrupt_image")
+            raise refuse(name, "is a corrupt or truncated JPEG (no end-of-image marker)", "corrupt_image")
         trailer = data[data.find(b"\xff\xd9") + 2:]
         for signature in FOREIGN:
             if signature in trailer:
