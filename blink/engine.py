@@ -112,7 +112,6 @@ class Engine:
     # main process --------------------------------------------------------------------------------------
     def prepare(self, body, parts: dict | None = None) -> Prepared:
         """Validate and tokenize a System One body (and its multipart parts) into what the GPU call needs."""
-        self.check_state_length(body)
         images = None
         if has_images(body, parts or {}):
             if not self.accepts_images:
@@ -123,6 +122,7 @@ class Engine:
                 )
             body, images, first = load_images(body, parts or {}, self.image_limits)
             body = place_images(body, first, self.image_layout, list(images))
+        self.check_state_length(body)  # images stand as placeholders by now (their bytes are not state text)
         decision = parse_decision(body, self.config, self.limits)
         prompts, readings = build_readings(self.prompts, decision, images, decision.order or self.order)
         usage = image_usage(prompts, self.processor) if images else None

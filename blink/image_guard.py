@@ -143,7 +143,7 @@ def check_single_file(name: str, fmt: str, data: bytes) -> None:
     if fmt == "PNG":
         end = data.rfind(PNG_END)
         if end < 0:
-            raise refuse(name, "is a truncated PNG (no IEND chunk)", "corrupt_image")
+            raise refuse(name, "is a corrupt or truncated PNG (no IEND chunk)", "corrupt_image")
         if end + len(PNG_END) != len(data):
             raise refuse(
                 name,
@@ -153,7 +153,7 @@ def check_single_file(name: str, fmt: str, data: bytes) -> None:
     elif fmt == "JPEG":
         end = data.rfind(b"\xff\xd9")
         if end < 0:
-            raise refuse(name, "is a truncated JPEG (no end-of-image marker)", "corrupt_image")
+            raise refuse(name, "is a corrupt or truncated JPEG (no end-of-image marker)", "corrupt_image")
         trailer = data[data.find(b"\xff\xd9") + 2 :]
         for signature in FOREIGN:
             if signature in trailer:
