@@ -139,11 +139,14 @@ class Engine:
             return
         text = state if isinstance(state, str) else json.dumps(state, ensure_ascii=False, default=str)
         if not self.token_cap.fits(text, self.limits.max_context_tokens):
+            # every question's prompt is over the limit then: named as the full check names it, by its first question
+            questions = body.get("questions")
+            first = next(iter(questions), None) if isinstance(questions, dict) else None
             raise InvalidRequest(
                 f"the state alone is over this server's context limit of "
                 f"{self.limits.max_context_tokens} tokens per prompt (state + question). Nothing "
                 "was truncated: shorten the state.",
-                loc=["body", "state"],
+                loc=["body", "questions", first] if first is not None else ["body", "state"],
                 kind="context_length_exceeded",
             )
 
