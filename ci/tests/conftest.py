@@ -142,3 +142,10 @@ def engine(demo_dir):
     from blink.loading import load
 
     return Engine(load(str(demo_dir)))
+
+
+def uncached(body: dict) -> dict:
+    """A System One body without the prefix-state cache's note (`usage.x_cached_tokens`): a state asked again is
+    served from the cache and says so; its answers, and everything else, are the same."""
+    usage = {k: v for k, v in body.get("usage", {}).items() if k != "x_cached_tokens"}
+    return {**body, "usage": usage}

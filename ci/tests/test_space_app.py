@@ -10,7 +10,7 @@ import httpx
 import pytest
 from gradio_page import PageValidationError, page_call, values_only
 
-from conftest import ARTIFACTS, ROOT, running
+from conftest import ARTIFACTS, ROOT, running, uncached
 
 KEY = "sk-space-Zq81-unusual-key-value"
 APP = [sys.executable, str(ROOT / "app.py")]
@@ -286,7 +286,7 @@ def systemone(url: str, key: str | None = None) -> dict:
         url + "/v1/systemone", json={"state": STATE, "questions": QUESTIONS}, headers=headers, timeout=180
     )  # generous: the CI machine is shared
     assert reply.status_code == 200, reply.text
-    return reply.json()
+    return uncached(reply.json())
 
 
 def mcp_call(url: str, work, headers: dict | None = None):
@@ -341,7 +341,7 @@ def test_the_gradio_api_is_one_documented_decide_endpoint(space):
     assert all(not p["parameter_has_default"] for p in decide["parameters"])
     assert "probability for every option" in decide["description"]
     body = client.predict(state=STATE, questions=QUESTIONS, api_name="/decide")
-    assert body == systemone(space)  # the same engine, the same prompts: the same body
+    assert uncached(body) == systemone(space)  # the same engine, the same prompts: the same body
     assert (
         client.predict(state="plain text works too", questions={"q": QUESTIONS["spam"]}, api_name="/decide")["answers"][
             "q"
@@ -363,7 +363,7 @@ def test_decide_refuses_bad_input_with_the_wire_message(space):
 def test_the_js_client_calls_decide_with_keyword_arguments(space):
     out = js_decide(space)
     assert out["endpoints"] == ["/decide"]
-    assert out["body"] == systemone(space)
+    assert uncached(out["body"]) == systemone(space)
 
 
 def test_mcp_on_the_space_lists_and_calls_decide(space):
@@ -376,7 +376,7 @@ def test_mcp_on_the_space_lists_and_calls_decide(space):
     assert "JSON value" in schema["properties"]["state"]["description"]
     assert "noul" in schema["properties"]["questions"]["description"]
     result = mcp_call(space, lambda mcp: mcp.call_tool("decide", {"state": STATE, "questions": QUESTIONS}))
-    assert tool_body(result) == systemone(space)
+    assert uncached(tool_body(result)) == systemone(space)
     refused = mcp_call(space, lambda mcp: mcp.call_tool("decide", {"state": "x", "questions": BAD}))
     assert refused.isError and "question 'pick'" in refused.content[0].text
 
@@ -392,7 +392,7 @@ def test_with_gradio_api_needs_key_decide_and_mcp_ask_for_the_key(keyed_space):
         Client(url, verbose=False).predict(state=STATE, questions=QUESTIONS, api_name="/decide")
     assert "API key" in str(info.value)
     keyed = Client(url, verbose=False, headers={"Authorization": f"Bearer {KEY}"})
-    assert keyed.predict(state=STATE, questions=QUESTIONS, api_name="/decide") == systemone(url, KEY)
+    assert uncached(keyed.predict(state=STATE, questions=QUESTIONS, api_name="/decide")) == systemone(url, KEY)
 
     refused = mcp_call(url, lambda mcp: mcp.call_tool("decide", {"state": STATE, "questions": QUESTIONS}))
     assert refused.isError and "API key" in refused.content[0].text
@@ -407,9 +407,9 @@ def test_with_gradio_api_needs_key_decide_and_mcp_ask_for_the_key(keyed_space):
         lambda mcp: mcp.call_tool("decide", {"state": STATE, "questions": QUESTIONS}),
         headers={"Authorization": f"Bearer {KEY}"},
     )
-    assert tool_body(result) == systemone(url, KEY)
+    assert uncached(tool_body(result)) == systemone(url, KEY)
 
     assert "API key" in js_decide(url)["error"]
-    assert js_decide(url, KEY)["body"] == systemone(url, KEY)
+    assert uncached(js_decide(url, KEY)["body"]) == systemone(url, KEY)
     port = url.rsplit(":", 1)[1]
     assert KEY not in (ARTIFACTS / f"space-keyed-{port}.log").read_text()

@@ -10,6 +10,7 @@ import gradio as gr
 import pytest
 
 import zerogpu
+from conftest import uncached
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +19,7 @@ def ctx_and_callers(demo_dir):
     from blink.settings import Settings
 
     settings = Settings.from_values(
-        {"model": str(demo_dir), "max_concurrent_chats": 1, "api_key": "sk-unit-key"}, env={}
+        {"model": str(demo_dir), "max_concurrent_chats": 1, "chat_slot_wait_s": 0, "api_key": "sk-unit-key"}, env={}
     )
     callers = []
     ctx = None
@@ -52,7 +53,7 @@ def test_the_requests_identity_header_is_the_caller_of_the_batch(ctx_and_callers
     body = asyncio.run(decide("The parcel is five days late.", QUESTIONS, request_with(x_ip_token="tok-carol")))
     assert callers[-1] == (("x-ip-token", "tok-carol"),)  # what `spaces` charges (zerogpu.as_caller)
     direct = asyncio.run(decide_body(ctx, {"state": "The parcel is five days late.", "questions": QUESTIONS}))
-    assert body == direct and callers[-1] is None  # anonymous: nobody's token
+    assert uncached(body) == uncached(direct) and callers[-1] is None  # anonymous: nobody's token
     assert "Args:" in decide.__doc__ and "probability for every option" in decide.__doc__
 
 
@@ -75,19 +76,16 @@ def test_a_ui_chat_takes_a_shared_chat_slot(ctx_and_callers):
     import ui
 
     ctx, _ = ctx_and_callers
-    ctx.chat_slots.take()  # the API's chat holds the only slot
-    try:
+    with ctx.admission.enter_sync("chat"):  # the API's chat holds the only slot
         with pytest.raises(gr.Error) as info:
             list(ui.chat_reply(ctx, 4, "Hello", [], None))
         assert "busy" in info.value.message and info.value.title == "Error 529"
-    finally:
-        ctx.chat_slots.release()
     turn = ui.chat_reply(ctx, 4, "Hello", [], None)
     next(turn)
-    assert ctx.chat_slots.running == 1  # generating: the UI chat holds the slot
+    assert ctx.chat_slots()["running"] == 1  # generating: the UI chat holds the slot
     turn.close()  # the user left
-    assert ctx.chat_slots.running == 0
-    assert list(ui.chat_reply(ctx, 4, "Hello", [], None)) and ctx.chat_slots.running == 0
+    assert ctx.chat_slots()["running"] == 0
+    assert list(ui.chat_reply(ctx, 4, "Hello", [], None)) and ctx.chat_slots()["running"] == 0
 
 
 @pytest.mark.parametrize(
