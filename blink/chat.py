@@ -208,7 +208,7 @@ class ChatEngine:
                     raise InvalidRequest(
                         f"message {i} alone (or with those before it) is over this server's context window of "
                         f"{self.context_tokens} tokens. Nothing was truncated: shorten or drop earlier messages.",
-                        loc=["body", "messages", i],
+                        loc=["body", "messages"],  # the conversation is what is too long, as the full check says
                         kind="context_length_exceeded",
                     )
 

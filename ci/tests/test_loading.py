@@ -62,7 +62,8 @@ def test_adapter_is_merged_and_applied(adapter_dir, demo_dir, demo_root, server)
     base = httpx.post(server + "/v1/systemone", json=body).json()["answers"]["late"]["noul"]
     with running(blink_serve("--adapter", str(adapter_dir)), demo_root, name="serve-adapter") as url:
         merged = httpx.post(url + "/v1/systemone", json=body).json()["answers"]["late"]["noul"]
-        assert httpx.get(url + "/healthz").json()["adapter"] == str(adapter_dir)
+        # /healthz names a local adapter by its folder, never by its path on the server
+        assert httpx.get(url + "/healthz").json()["adapter"] == adapter_dir.name
     # the adapter's effect equals PEFT's own (unmerged) forward of the same prompt
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
