@@ -13,7 +13,8 @@ Order matters on ZeroGPU, and this file follows it:
    each call asks for, the caller it runs as, its errors, requested vs used seconds);
 5. the context every route and the UI serve from, complete when built;
 6. the UI (ui.py) with the `decide` endpoint (space_tool.py), the queue with explicit limits, `launch()` with
-   Gradio's MCP server (the same `decide` as a tool at /gradio_api/mcp/).
+   Gradio's MCP server (the same `decide` as a tool at /gradio_api/mcp/) and, with `gradio_ui_needs_key`,
+   Gradio's login page (the API key as password) in front of the UI, its queue and its API.
 
 Only plain data crosses into the GPU worker: token ids and read plans in, floats or text out. Decisions
 (API and UI alike) go through blink's batcher, one caller's requests per GPU call, run as that caller.
@@ -137,8 +138,15 @@ demo = ui.build(
     caveat=CAVEAT,
     chat_max_tokens=UI_CHAT_MAX_TOKENS,
     demo_model=(Path(LOADED.root) / "blink_demo.json").is_file(),  # make-demo-model's marker
-    api_needs_key=SPACE.gradio_api_needs_key and CTX.auth.required,
+    api_needs_key=SPACE.gradio_api_needs_key or SPACE.gradio_ui_needs_key,  # resolve_space: only with a key set
 )
+LOGIN_MESSAGE = "This Space asks for its API key: log in with any user name and the key as the password."
+
+
+def login(username: str, password: str) -> bool:
+    """Gradio's login check (`gradio_ui_needs_key`): the password is the API key, compared in constant time. It
+    guards the page, its queue, uploads and Gradio's API; /v1/* are blink's routes and keep the bearer key."""
+    return CTX.auth.matches(password)
 
 
 def main() -> None:
@@ -162,6 +170,8 @@ def main() -> None:
         mcp_server=True,  # Gradio's MCP server at /gradio_api/mcp/: the `decide` endpoint as a tool (space_tool.py)
         max_file_size=SETTINGS.image_limits.max_image_bytes,  # an upload bigger than one image is refused
         prevent_thread_lock=True,
+        auth=login if SPACE.gradio_ui_needs_key else None,
+        auth_message=LOGIN_MESSAGE if SPACE.gradio_ui_needs_key else None,
     )
     # Gradio starts uvicorn with none of its slow-client options: set the per-connection ones on the running
     # server (blink/guard.py says what stays with Hugging Face's proxy) and keep keys out of the access log

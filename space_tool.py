@@ -10,7 +10,12 @@ which Hugging Face adds for a signed-in caller and which Gradio's MCP server pas
 so every caller (gradio_client, MCP, the UI) spends their own quota. On a GPU box with an API key, the knob
 `gradio_api_needs_key` makes this endpoint (hence the Space's MCP tool) ask for the same
 `Authorization: Bearer <key>` as /v1/*, so programs can't spend the GPU anonymously through Gradio; the UI
-stays open to people (one Gradio queue, `queue_concurrency` at a time).
+stays open to people. `gradio_ui_needs_key` closes the UI too (Gradio's login, the key as password): a logged-in
+caller has shown the key, so gradio_client logs in (`Client(url, auth=(name, key))`) or sends the header.
+
+The endpoint runs outside Gradio's queue: blink's admission gate bounds it as it bounds /v1/systemone, and
+Gradio's MCP server then calls it in-process with the MCP request itself (its headers: the caller's key and
+ZeroGPU identity); a queued tool would be called through a loopback gradio_client that cannot pass the login.
 """
 
 from typing import Any
@@ -45,14 +50,13 @@ def decide_endpoint(ctx: Context, *, needs_key: bool = False):
     async def decide(
         state: str | dict[str, Any] | list[Any], questions: dict[str, Any], request: gr.Request
     ) -> dict[str, Any]:
-        headers = getattr(request, "headers", None) or {}
         caller = ctx.caller_of(request) if request is not None else None
+        keyed = presented_key(ctx, request)
         try:
-            if needs_key and not ctx.auth.allows(headers.get("authorization")):
+            if needs_key and not keyed:
                 raise Unauthorized("missing or invalid API key: send Authorization: Bearer <key>")
             # one call site for every decision asked through Gradio (the endpoint and its MCP tool): admitted by
             # decide_body; without the key (when one is set) a caller never takes the places kept for keyed traffic
-            keyed = not ctx.auth.required or ctx.auth.allows(headers.get("authorization"))
             return await decide_body(
                 ctx, {"state": state, "questions": questions}, caller, caller_class=KEYED if keyed else ANONYMOUS
             )
@@ -63,6 +67,19 @@ def decide_endpoint(ctx: Context, *, needs_key: bool = False):
     return decide
 
 
+def presented_key(ctx: Context, request) -> bool:
+    """Whether a Gradio caller has shown the API key (always, when none is set): `Authorization: Bearer <key>`, or
+    a login to the UI, whose only password is the key (`gradio_ui_needs_key`; Gradio names the request's user only
+    after its login). `request` is a gr.Request, or the Starlette request of an MCP call (it has no user name)."""
+    if not ctx.auth.required:
+        return True
+    if getattr(request, "username", None):
+        return True
+    headers = getattr(request, "headers", None) or {}
+    return ctx.auth.allows(headers.get("authorization"))
+
+
 def register(ctx: Context, *, needs_key: bool = False) -> None:
-    """Inside the Blocks: the `decide` endpoint (and, with `mcp_server=True`, the MCP tool of the same name)."""
-    gr.api(decide_endpoint(ctx, needs_key=needs_key), api_name="decide")
+    """Inside the Blocks: the `decide` endpoint (and, with `mcp_server=True`, the MCP tool of the same name), outside
+    Gradio's queue (the module's docstring says why)."""
+    gr.api(decide_endpoint(ctx, needs_key=needs_key), api_name="decide", queue=False)

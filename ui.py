@@ -276,7 +276,7 @@ async def decide(ctx: Context, request: gr.Request | None, state: str, count: fl
     body = {"model": ctx.served_name, "state": value, "questions": questions}
     caller = ctx.caller_of(request) if request is not None else None
     try:
-        async with ctx.admission.enter("decide", ui_class(ctx)) as ticket:
+        async with ctx.admission.enter("decide", ui_class(ctx, request)) as ticket:
             decided = await ctx.service.decide(body, Timing(), caller=caller, ticket=ticket)
     except BlinkError as error:
         return error_html(wire_error_message(error, list(questions))), error_body(error)
@@ -295,10 +295,10 @@ async def decide(ctx: Context, request: gr.Request | None, state: str, count: fl
     return notice + bars_html(decided.answers, questions), response
 
 
-def ui_class(ctx: Context) -> str:
-    """The UI's callers present no key: with one set they are anonymous, and never take the places kept for
-    keyed API traffic (blink.admission)."""
-    return ANONYMOUS if ctx.auth.required else KEYED
+def ui_class(ctx: Context, request: gr.Request | None) -> str:
+    """With a key set, a UI caller is keyed only after logging in with it (`gradio_ui_needs_key`); otherwise
+    anonymous, and never takes the places kept for keyed API traffic (blink.admission)."""
+    return KEYED if space_tool.presented_key(ctx, request) else ANONYMOUS
 
 
 def chat_reply(ctx: Context, max_tokens: int, message, history, request: gr.Request | None):
@@ -313,7 +313,7 @@ def chat_reply(ctx: Context, max_tokens: int, message, history, request: gr.Requ
     caller = ctx.caller_of(request) if request is not None else None
     text = ""
     try:
-        with ctx.admission.enter_sync("chat", ui_class(ctx)) as ticket:
+        with ctx.admission.enter_sync("chat", ui_class(ctx, request)) as ticket:
             with ticket.preparing_sync():
                 rendered = ctx.chat_engine.prepare(messages, None, max_tokens)
             for item in ctx.chat(rendered.ids, {"max_tokens": rendered.max_tokens}, caller):

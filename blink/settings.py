@@ -326,6 +326,11 @@ class SpaceSettings:
     gradio_api_needs_key: bool = knob(False, flag, "the Gradio `decide` endpoint and the Space's MCP tool ask for "
                                       "the API key too (the UI stays open); off, on ZeroGPU each caller spends "
                                       "their own quota", fleet="limits.gradio_api_needs_key")
+    gradio_ui_needs_key: bool = knob(False, flag, "the web UI asks for the API key too (a login page: any user "
+                                     "name, the key as password), and so do its queue, its Gradio API and the "
+                                     "MCP tool; for a GPU box, where the UI spends the API's GPU (off, on "
+                                     "ZeroGPU each caller pays their own quota); needs an API key",
+                                     fleet="limits.gradio_ui_needs_key")
     gpu_size: str = knob("large", Choice(("large", "xlarge")), "ZeroGPU size: large (half a GPU) or xlarge (a "
                          "whole GPU, 2x quota)", fleet="hardware.size")
     duration_min_s: int = knob(2, Integer(1, 600), "fewest GPU seconds a call requests",
@@ -400,6 +405,9 @@ def resolve_space(config, env: dict | None = None) -> tuple[Settings, SpaceSetti
             values.pop(name, None)
     settings = resolve(Settings, values, env, space=True)
     space = resolve(SpaceSettings, values, env, space=True)
+    for name in ("gradio_api_needs_key", "gradio_ui_needs_key"):
+        if getattr(space, name) and not settings.api_key:  # what it asks for does not exist: it would leave all open
+            raise SystemExit(f"BLINK_{name.upper()} is on but no API key is set (BLINK_API_KEY)")
     return settings, replace(space, title=space.title or settings.served_name)
 
 

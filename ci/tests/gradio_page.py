@@ -14,19 +14,21 @@ class PageValidationError(Exception):
     """Gradio's validator refused the event (422): the messages shown next to their boxes."""
 
 
-def dependency(url: str, api_name: str) -> dict:
-    config = httpx.get(url + "/config", timeout=30).json()
+def dependency(url: str, api_name: str, cookies=None) -> dict:
+    config = httpx.get(url + "/config", timeout=30, cookies=cookies).json()
     return next(d for d in config["dependencies"] if d.get("api_name") == api_name)
 
 
-def page_call(url: str, api_name: str, *data, timeout: float = 120):
-    """The final output values of the UI event named `api_name`, called with `data` as the page calls it."""
-    dep = dependency(url, api_name)
+def page_call(url: str, api_name: str, *data, timeout: float = 120, cookies=None):
+    """The final output values of the UI event named `api_name`, called with `data` as the page calls it
+    (`cookies`: a logged-in page's, from Gradio's POST /login)."""
+    dep = dependency(url, api_name, cookies)
     session = uuid.uuid4().hex
     target = dep["targets"][0][0] if dep["targets"] else None
     joined = httpx.post(
         url + "/gradio_api/queue/join",
         timeout=30,
+        cookies=cookies,
         json={
             "data": list(data),
             "event_data": None,
@@ -40,7 +42,7 @@ def page_call(url: str, api_name: str, *data, timeout: float = 120):
         raise PageValidationError(" | ".join(d.get("message", "") for d in detail if d.get("is_valid") is False))
     joined.raise_for_status()
     with httpx.stream(
-        "GET", url + "/gradio_api/queue/data", params={"session_hash": session}, timeout=timeout
+        "GET", url + "/gradio_api/queue/data", params={"session_hash": session}, timeout=timeout, cookies=cookies
     ) as events:
         for line in events.iter_lines():
             if not line.startswith("data:"):

@@ -191,3 +191,14 @@ def test_chat_sampling_defaults_come_from_generation_config_only_when_it_samples
         {"temperature": 0.6, "top_p": 0.9, "top_k": 20} if do_sample else {"temperature": 1.0, "top_p": 1.0, "top_k": 0}
     )
     assert defaults == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("knob", ["BLINK_GRADIO_UI_NEEDS_KEY", "BLINK_GRADIO_API_NEEDS_KEY"])
+def test_a_gradio_knob_that_asks_for_the_key_does_not_start_without_one(knob):
+    """Without a key it would guard nothing: the Space must not start looking guarded and stay open."""
+    with pytest.raises(SystemExit, match=f"{knob} is on but no API key is set"):
+        resolve_space({}, env={knob: "1"})
+    _, space = resolve_space({}, env={knob: "1", "BLINK_API_KEY": "sk-test-key"})
+    assert getattr(space, knob.removeprefix("BLINK_").lower()) is True
+    _, space = resolve_space({}, env={})
+    assert space.gradio_ui_needs_key is False  # off by default: on ZeroGPU each caller pays their own quota

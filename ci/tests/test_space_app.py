@@ -30,6 +30,13 @@ def keyed_space(demo_root):
         yield url
 
 
+@pytest.fixture(scope="module")
+def login_space(demo_root):
+    env = {**SPACE_ENV, "BLINK_API_KEY": KEY, "BLINK_GRADIO_UI_NEEDS_KEY": "1"}
+    with running(APP, demo_root, env=env, name="space-login") as url:
+        yield url
+
+
 def test_models_systemone_and_gradio_on_one_port(space):
     from gradio_client import Client
     from openai import OpenAI
@@ -413,3 +420,59 @@ def test_with_gradio_api_needs_key_decide_and_mcp_ask_for_the_key(keyed_space):
     assert uncached(js_decide(url, KEY)["body"]) == systemone(url, KEY)
     port = url.rsplit(":", 1)[1]
     assert KEY not in (ARTIFACTS / f"space-keyed-{port}.log").read_text()
+
+
+FORM = ["The parcel is late.", 1, "late", "noul", "Is it late?", ""] + ["q", "noul", "", ""] * 3
+
+
+def test_with_gradio_ui_needs_key_the_ui_and_its_api_ask_for_a_login_with_the_key(login_space):
+    """BLINK_GRADIO_UI_NEEDS_KEY: Gradio's login page in front of the UI, its queue and its API, the API key as the
+    password; MCP clients (who cannot log in) send the bearer key; /v1/* keep the bearer key, not the login."""
+    from gradio_client import Client
+    from gradio_client.exceptions import AuthenticationError
+
+    url = login_space
+    page = httpx.get(url + "/", timeout=30)
+    assert page.status_code == 200 and '"auth_required":true' in page.text.replace(" ", "")  # the login form
+    assert "log in with any user name and the key as the password" in page.text
+    assert httpx.get(url + "/config", timeout=30).status_code == 401
+    session = {"data": [], "fn_index": 0, "session_hash": "anonymous", "event_data": None, "trigger_id": None}
+    assert httpx.post(url + "/gradio_api/queue/join", json=session, timeout=30).status_code == 401
+    assert httpx.post(url + "/gradio_api/upload", files={"files": b"x"}, timeout=30).status_code == 401
+    with pytest.raises(AuthenticationError):
+        Client(url, verbose=False)
+
+    # a wrong key does not log in; neither does a bearer header on the page's routes
+    assert httpx.post(url + "/login", data={"username": "me", "password": "wrong"}, timeout=30).status_code == 400
+    assert httpx.post(url + "/login", data={"username": "me", "password": KEY[:-1]}, timeout=30).status_code == 400
+    with pytest.raises(ValueError, match="Could not login"):
+        Client(url, verbose=False, auth=("me", "wrong"))
+    assert httpx.get(url + "/config", headers={"Authorization": f"Bearer {KEY}"}, timeout=30).status_code == 401
+
+    # the key logs in (any user name): the page's events answer, and gradio_client's decide
+    login = httpx.post(url + "/login", data={"username": "anyone", "password": KEY}, timeout=30)
+    assert login.status_code == 200 and login.json() == {"success": True}
+    _, raw = page_call(url, "decide_form", *FORM, cookies=login.cookies)
+    assert set(raw["answers"]) == {"late"}
+    reply = page_call(url, "chat", "Hello there", [], cookies=login.cookies)[0]
+    assert isinstance(reply, str) and reply
+    client = Client(url, verbose=False, auth=("me", KEY))
+    assert uncached(client.predict(state=STATE, questions=QUESTIONS, api_name="/decide")) == systemone(url, KEY)
+
+    # MCP: the tool asks for the bearer key
+    refused = mcp_call(url, lambda mcp: mcp.call_tool("decide", {"state": STATE, "questions": QUESTIONS}))
+    assert refused.isError and "API key" in refused.content[0].text
+    result = mcp_call(
+        url,
+        lambda mcp: mcp.call_tool("decide", {"state": STATE, "questions": QUESTIONS}),
+        headers={"Authorization": f"Bearer {KEY}"},
+    )
+    assert uncached(tool_body(result)) == systemone(url, KEY)
+
+    # /v1/* answer to the bearer key only (a logged-in page's cookie is not a key); /healthz stays open
+    body = {"state": "hello", "questions": {"q": {"type": "noul", "instructions": "Is this a greeting?"}}}
+    r = httpx.post(url + "/v1/systemone", json=body, cookies=login.cookies, timeout=60)
+    assert r.status_code == 401 and r.json()["detail"]["error_type"] == "authentication_error"
+    assert httpx.get(url + "/healthz", timeout=30).json()["api_key_required"] is True
+    port = url.rsplit(":", 1)[1]
+    assert KEY not in (ARTIFACTS / f"space-login-{port}.log").read_text()
