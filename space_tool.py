@@ -23,6 +23,7 @@ from typing import Any
 import gradio as gr
 
 from blink.admission import ANONYMOUS, KEYED
+from blink.auth import ApiKey
 from blink.context import Context
 from blink.errors import BlinkError, Unauthorized
 from blink.mcp_tool import DECIDE_DOC
@@ -51,7 +52,7 @@ def decide_endpoint(ctx: Context, *, needs_key: bool = False):
         state: str | dict[str, Any] | list[Any], questions: dict[str, Any], request: gr.Request
     ) -> dict[str, Any]:
         caller = ctx.caller_of(request) if request is not None else None
-        keyed = presented_key(ctx, request)
+        keyed = presented_key(ctx.auth, request)
         try:
             if needs_key and not keyed:
                 raise Unauthorized("missing or invalid API key: send Authorization: Bearer <key>")
@@ -67,16 +68,14 @@ def decide_endpoint(ctx: Context, *, needs_key: bool = False):
     return decide
 
 
-def presented_key(ctx: Context, request) -> bool:
+def presented_key(auth: ApiKey, request) -> bool:
     """Whether a Gradio caller has shown the API key (always, when none is set): `Authorization: Bearer <key>`, or
     a login to the UI, whose only password is the key (`gradio_ui_needs_key`; Gradio names the request's user only
     after its login). `request` is a gr.Request, or the Starlette request of an MCP call (it has no user name)."""
-    if not ctx.auth.required:
-        return True
-    if getattr(request, "username", None):
+    if not auth.required or getattr(request, "username", None):
         return True
     headers = getattr(request, "headers", None) or {}
-    return ctx.auth.allows(headers.get("authorization"))
+    return auth.allows(headers.get("authorization"))
 
 
 def register(ctx: Context, *, needs_key: bool = False) -> None:

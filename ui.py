@@ -298,7 +298,7 @@ async def decide(ctx: Context, request: gr.Request | None, state: str, count: fl
 def ui_class(ctx: Context, request: gr.Request | None) -> str:
     """With a key set, a UI caller is keyed only after logging in with it (`gradio_ui_needs_key`); otherwise
     anonymous, and never takes the places kept for keyed API traffic (blink.admission)."""
-    return KEYED if space_tool.presented_key(ctx, request) else ANONYMOUS
+    return KEYED if space_tool.presented_key(ctx.auth, request) else ANONYMOUS
 
 
 def chat_reply(ctx: Context, max_tokens: int, message, history, request: gr.Request | None):

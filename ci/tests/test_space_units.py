@@ -382,3 +382,28 @@ def test_the_decide_form_is_checked_box_by_box_within_the_limits():
         ui_form.wire_error_message(refused, ["urgent", "team"])
         == "Question 2 (team): the Options box maps option names to descriptions"
     )
+
+
+def test_a_gradio_caller_has_shown_the_key_by_bearer_header_or_by_the_ui_login():
+    """What counts as keyed on the Gradio side (the admission class and the decide endpoint's check)."""
+    from starlette.requests import Request
+
+    from blink.auth import ApiKey
+    from space_tool import presented_key
+
+    def starlette(headers: dict) -> Request:  # what Gradio's MCP server hands the tool
+        raw = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+        return Request({"type": "http", "method": "POST", "path": "/", "headers": raw, "query_string": b""})
+
+    key = ApiKey("sk-unit-key")
+    logged_in = gr.Request(request=starlette({}), username="anyone")
+    assert presented_key(key, logged_in)  # Gradio names a user only after its login, whose password is the key
+    assert not presented_key(key, gr.Request(request=starlette({})))
+    assert presented_key(key, gr.Request(request=starlette({"Authorization": "Bearer sk-unit-key"})))
+    assert not presented_key(key, gr.Request(request=starlette({"Authorization": "Bearer sk-unit-kez"})))
+    assert presented_key(key, starlette({"Authorization": "Bearer sk-unit-key"}))  # an MCP call's own request
+    assert not presented_key(key, starlette({}))
+    assert not presented_key(key, None)
+    assert presented_key(ApiKey(None), None)  # no key set: everyone is keyed
+    assert key.matches("sk-unit-key") and not key.matches("sk-unit-key ") and not key.matches(None)
+    assert not ApiKey(None).matches("")  # no key: no password logs in
