@@ -4,7 +4,11 @@
 
 Loopback only, every case bounded in time. For each case: the status the hostile request got, the seconds it
 took, the worst `/healthz` latency seen while it ran (polled every 50 ms), and the server's RSS peak and kept
-(growth over the RSS just before the case; read from /proc/<pid>/status). Results are saved to
+(growth over the RSS just before the case; the server's process tree). The "in limits" cases are the largest
+single requests the default limits accept (their peak must stay under 500 MB, their kept under 100 MB); the
+overload cases offer 200 requests at 64 connections and at 2x and 4x the server's 24 places (8 queued + 16 in
+the running batch) and report goodput (served req/s over one-at-a-time req/s), p99 of the served requests and
+the median cost of a refusal. Servers start as the tests start theirs (bench/servers.py). Results are saved to
 bench/hostile-results.json under --column, and the table prints every saved column side by side, so the
 numbers taken before the fixes stay beside the ones taken after.
 """
@@ -14,12 +18,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import functools
 import io
 import json
 import os
 import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -38,6 +42,7 @@ for var, value in (
 
 import httpx  # noqa: E402
 import zstandard  # noqa: E402
+from servers import Server, blink_serve  # noqa: E402
 
 RESULTS = ROOT / "bench" / "hostile-results.json"
 MB = 2**20
@@ -49,59 +54,12 @@ def log(msg: str) -> None:
     print(f"[hostile {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def rss_of(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-class Server:
-    """`python -m blink serve` on a free loopback port, its log kept for the access-log check."""
-
-    def __init__(self, *flags: str, model: str = "demo"):
-        if model == "demo-vision":
-            flags = (*flags, "--vision", "1")
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = ROOT / "bench" / "out" / f"hostile-serve-{self.port}.log"
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("BLINK_")}
-        env["PYTHONPATH"] = str(ROOT)
-        argv = [sys.executable, "-m", "blink", "serve", "--model", model, "--port", str(self.port), *flags]
-        with open(self.log, "w") as fh:
-            self.proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
-            try:
-                if httpx.get(self.url + "/healthz", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        raise RuntimeError("server not healthy after 300 s")
-
-    def rss(self) -> int:
-        return rss_of(self.proc.pid)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+def serve(*flags: str, model: str = "demo") -> Server:
+    """`python -m blink serve` on a free loopback port, started as the tests start theirs (bench/servers.py); its
+    log is kept for the access-log case."""
+    if model == "demo-vision":
+        flags = (*flags, "--vision", "1")
+    return Server("hostile-serve", blink_serve(*flags, model=model), ROOT / "bench" / "out").wait_ready()
 
 
 class Watch:
@@ -278,6 +236,34 @@ def case_png_memory(s: Server, concurrency: int = 8) -> dict:
         **w.done(),
         "detail": f"{concurrency} concurrent requests of 2 x 20 MP PNGs",
     }
+
+
+def case_state_at_limit(s: Server, margin: int = 400) -> dict:
+    """The largest text request the default limits accept: one state `margin` tokens under max_context_tokens
+    (32,768; room for the template and the question), four questions."""
+    from transformers import AutoTokenizer
+
+    from blink.demo import demo_model_dir
+    from blink.limits import Limits
+
+    tokenizer = AutoTokenizer.from_pretrained(str(demo_model_dir()))
+    target = Limits().max_context_tokens - margin
+    unit = len(tokenizer(text_of(10_000))["input_ids"]) / 10_000  # tokens per character of this text
+    n = int(target / unit)
+    while len(tokenizer(text_of(n))["input_ids"]) > target:
+        n = int(n * 0.99)
+    tokens = len(tokenizer(text_of(n))["input_ids"])
+    body = {"state": text_of(n), "questions": {f"q{i}": QUESTION for i in range(4)}}
+    w = Watch(s)
+    status, secs, text = timed_post(s.url, "/v1/systemone", json=body, timeout=600)
+    return {"status": status, "seconds": round(secs, 2), **w.done(), "detail": f"{tokens} state tokens; {text}"}
+
+
+def case_png_one_request(s: Server) -> dict:
+    """The largest image request the default limits accept: two 20-megapixel PNGs (the source-pixel limit)."""
+    out = case_png_memory(s, concurrency=1)
+    out["detail"] = "one request of 2 x 20 MP PNGs"
+    return out
 
 
 def _threads(n: int, fn):
@@ -461,17 +447,26 @@ async def offered(url: str, bodies: list[dict], connections: int, retries: int, 
     }
 
 
-def case_overload(retries: int = 8, deadline_s: float = 150.0) -> dict:
-    s = Server("--batch-window-ms", "10", "--max-queued-requests", "8")
+# the overload server: 8 queued + 16 (the default batch) in the batch being run = 24 places a decision can hold
+OVERLOAD_FLAGS = ("--batch-window-ms", "10", "--max-queued-requests", "8")
+OVERLOAD_PLACES = 8 + 16
+
+
+def case_overload(connections: int, retries: int = 8, deadline_s: float = 150.0) -> dict:
+    """200 requests over `connections` closed-loop clients (offered load: connections / OVERLOAD_PLACES), each
+    retrying a 529 up to `retries` times after its Retry-After (at most 2 s); goodput is the served rate over
+    the one-at-a-time rate of the same mix, measured first on the same server."""
+    s = serve(*OVERLOAD_FLAGS)
     try:
         bodies = overload_bodies()
         w = Watch(s)
         solo = asyncio.run(one_at_a_time(s.url, bodies[:40]))
-        load = asyncio.run(offered(s.url, bodies, 64, retries, deadline_s))
+        load = asyncio.run(offered(s.url, bodies, connections, retries, deadline_s))
         watched = w.done()
     finally:
         s.stop()
     return {
+        "offered_x": round(connections / OVERLOAD_PLACES, 2),
         "status": f"{load['served']}/200 served",
         "seconds": round(load["wall_s"], 1),
         **watched,
@@ -497,7 +492,11 @@ CASES = {
     "slow clients": ("text", None),
     "PNG 32x6500": ("vision", case_aspect_png),
     "PNGs 8x2x20MP": ("vision", case_png_memory),
-    "overload 200@64": ("overload", None),
+    "in limits: state at 32k tokens": ("text", case_state_at_limit),
+    "in limits: PNGs 2x20MP": ("vision", case_png_one_request),
+    "overload 200@64": ("overload", functools.partial(case_overload, 64)),
+    "overload 2x: 200@48": ("overload", functools.partial(case_overload, 2 * OVERLOAD_PLACES)),
+    "overload 4x: 200@96": ("overload", functools.partial(case_overload, 4 * OVERLOAD_PLACES)),
 }
 
 
@@ -516,9 +515,10 @@ def table(saved: dict) -> str:
                 cells += ["", "", "", ""]
                 continue
             rss = f"{r.get('rss_peak_mb', '')}/{r.get('rss_kept_mb', '')}" if "rss_peak_mb" in r else ""
+            refusal_ms = r.get("refusal_p50_s") and round(r["refusal_p50_s"] * 1000, 1)
             status = str(r["status"]) + (
-                f", goodput {r['goodput']}, p99 {r['p99_s']} s, refusal "
-                f"{r['refusal_p50_s']} s, {r['refused_finally']} refused"
+                f", goodput {r['goodput']}, p99 {r['p99_s']} s, refusal p50 {refusal_ms} ms, "
+                f"{r['refused_finally']} refused"
                 if "goodput" in r
                 else ""
             )
@@ -543,13 +543,13 @@ def main() -> None:
             group, fn = CASES[name]
             log(f"case {name}")
             if group == "overload":
-                results[name] = case_overload()
+                results[name] = fn()
             else:
                 if group not in servers:
                     # the text server gets its model as a local folder, as most deployments do (the /healthz case)
                     from blink.demo import demo_model_dir
 
-                    servers[group] = Server(model=str(demo_model_dir()) if group == "text" else "demo-vision")
+                    servers[group] = serve(model=str(demo_model_dir()) if group == "text" else "demo-vision")
                 s = servers[group]
                 if s.proc.poll() is not None:
                     results[name] = {"status": f"server died ({s.proc.returncode})", "seconds": 0}

@@ -25,12 +25,9 @@ import json
 import math
 import os
 import platform
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -49,6 +46,7 @@ import httpx  # noqa: E402
 import psutil  # noqa: E402
 import workload  # noqa: E402
 from honesty import duration_honesty  # noqa: E402
+from servers import Server, blink_serve  # noqa: E402
 
 # (state tokens, questions): the performance issue's grid, plus the engine issue's 1,000-token state at 1/4/16
 FULL_GRID = [
@@ -83,86 +81,6 @@ TARGET_DURATION_RATIO = 2.0  # GPU seconds requested <= 2x used, over calls of m
 
 def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-# servers ---------------------------------------------------------------------------------------------------
-class Server:
-    """A server subprocess on a free loopback port, with its RSS (process tree) sampled while it runs."""
-
-    def __init__(self, name: str, argv: list[str], health: str, logdir: Path):
-        self.name, self.health, self.argv, self.logdir = name, health, argv, logdir
-        self.ready_rss = 0
-        self.peak_rss = 0
-        self.restarts = []
-        self._launch()
-        self._stop = threading.Event()
-        self._sampler = threading.Thread(target=self._sample, daemon=True)
-        self._sampler.start()
-
-    def _launch(self) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = self.logdir / f"{self.name}-{self.port}.log"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("BLINK_")}
-        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-        argv = [a.replace("{port}", str(self.port)) for a in self.argv]
-        with open(self.log, "w") as fh:
-            self.proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-
-    def revive(self) -> bool:
-        """If the process died (something else on this shared machine may end it), start it again: True."""
-        if self.proc.poll() is None:
-            return False
-        why = f"{self.name} died with return code {self.proc.returncode}; log {self.log}"
-        log(why + "; restarting it")
-        self.restarts.append(why)
-        self._launch()
-        self.wait_ready()
-        return True
-
-    def rss(self) -> int:
-        try:
-            p = psutil.Process(self.proc.pid)
-            return p.memory_info().rss + sum(c.memory_info().rss for c in p.children(recursive=True))
-        except psutil.Error:
-            return 0
-
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            self.peak_rss = max(self.peak_rss, self.rss())
-            self._stop.wait(0.05)
-
-    def wait_ready(self, timeout: float = 300) -> None:
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"{self.name} exited with {self.proc.returncode}; log {self.log}:\n{self.log.read_text()[-3000:]}"
-                )
-            try:
-                if httpx.get(self.url + self.health, timeout=2).status_code == 200:
-                    self.ready_rss = self.rss()
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        raise RuntimeError(f"{self.name} not ready after {timeout}s; log {self.log}")
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 def parse_server_timing(header: str | None) -> dict:
@@ -422,50 +340,24 @@ def resolve_model(spec: str) -> tuple[str, Path]:
 
 def bench_model(spec: str, quick: bool, window_ms: float, logdir: Path) -> dict:
     label, path = resolve_model(spec)
-    py = sys.executable
-    ts_bin = str(Path(py).parent / "transformers")
-    common = [
-        py,
-        "-m",
-        "blink",
-        "serve",
-        "--model",
-        str(path),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "{port}",
-        "--log-level",
-        "warning",
-        "--max-queued-requests",
-        "512",
-    ]
+    ts_bin = str(Path(sys.executable).parent / "transformers")
+    common = blink_serve(
+        "--host", "127.0.0.1", "--log-level", "warning", "--max-queued-requests", "512", model=str(path)
+    )
     log(f"{label}: starting servers ({path})")
     servers = {
-        "ours": Server(f"{label}-ours", common + ["--batch-window-ms", "0"], "/healthz", logdir),
+        "ours": Server(f"{label}-ours", common + ["--batch-window-ms", "0"], logdir),
         "batched": Server(
             f"{label}-ours-batched",
             common + ["--batch-window-ms", str(window_ms), "--max-batch-requests", "64"],
-            "/healthz",
             logdir,
         ),
         "ts": Server(
             f"{label}-transformers-serve",
-            [
-                ts_bin,
-                "serve",
-                str(path),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "{port}",
-                "--device",
-                "cpu",
-                "--log-level",
-                "error",
-            ],
-            "/health",
+            [ts_bin, "serve", str(path), "--host", "127.0.0.1", "--port", "{port}", "--device", "cpu"]
+            + ["--log-level", "error"],
             logdir,
+            health="/health",
         ),
     }
     try:

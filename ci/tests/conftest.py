@@ -62,13 +62,24 @@ def server_env(demo_root: Path, extra: dict | None = None) -> dict:
     return env
 
 
-def wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout: float = 300) -> None:
+def launch(argv: list[str], port: int, env: dict, log: Path, cwd=None) -> subprocess.Popen:
+    """A server process (`{port}` in `argv` becomes `port`), its output in `log`, in its own session: stopping it
+    (stop_group) stops what it forked too (ZeroGPU's worker processes)."""
+    argv = [a.replace("{port}", str(port)) for a in argv]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as fh:
+        return subprocess.Popen(
+            argv, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=cwd or ROOT, start_new_session=True
+        )
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout: float = 300, path: str = "/healthz") -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
         try:
-            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+            if httpx.get(url + path, timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
@@ -99,16 +110,10 @@ def running(
 ):
     """Run a server process on a free loopback port; yield its base URL; stop it afterwards."""
     port = port or free_port()
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     log = ARTIFACTS / f"{name}-{port}.log"
     full_env = server_env(demo_root, env)
     full_env.setdefault("GRADIO_SERVER_PORT", str(port))
-    argv = [a.replace("{port}", str(port)) for a in argv]
-    with open(log, "w") as fh:
-        # its own session: stopping it stops what it forked too (ZeroGPU's worker processes)
-        proc = subprocess.Popen(
-            argv, stdout=fh, stderr=subprocess.STDOUT, env=full_env, cwd=cwd or ROOT, start_new_session=True
-        )
+    proc = launch(argv, port, full_env, log, cwd)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc, log)
@@ -117,8 +122,8 @@ def running(
         stop_group(proc)
 
 
-def blink_serve(*flags: str) -> list[str]:
-    return [sys.executable, "-m", "blink", "serve", "--model", "demo", "--port", "{port}", *flags]
+def blink_serve(*flags: str, model: str = "demo") -> list[str]:
+    return [sys.executable, "-m", "blink", "serve", "--model", model, "--port", "{port}", *flags]
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,75 @@
+"""The servers the benchmarks measure, started and stopped as the tests start theirs (ci/tests/conftest.py): a free
+loopback port, its own session (stopping it stops what it forked), its log, ready when its health route answers,
+with no BLINK_* variable of the caller's leaking in."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "ci" / "tests"))
+
+from conftest import blink_serve, free_port, launch, server_env, stop_group, wait_healthy  # noqa: E402
+
+# where `--model demo` finds (or builds) its model, as blink.demo.demo_model_dir looks for it in this process
+DEMO_ROOT = Path(os.environ.get("BLINK_DEMO_DIR") or Path.home() / ".cache" / "blink")
+
+__all__ = ["DEMO_ROOT", "Server", "blink_serve"]
+
+
+class Server:
+    """A server subprocess (`argv` with `{port}`), with its RSS (process tree) sampled while it runs. Call
+    `wait_ready()` before using it; `revive()` starts it again if something on the machine ended it."""
+
+    def __init__(self, name: str, argv: list[str], logdir: Path, health: str = "/healthz"):
+        self.name, self.health, self.argv, self.logdir = name, health, argv, logdir
+        self.ready_rss = 0
+        self.peak_rss = 0
+        self.restarts = []
+        self._launch()
+        self._stop = threading.Event()
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._sampler.start()
+
+    def _launch(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = self.logdir / f"{self.name}-{self.port}.log"
+        self.proc = launch(self.argv, self.port, server_env(DEMO_ROOT), self.log)
+
+    def revive(self) -> bool:
+        """If the process died (something else on this shared machine may end it), start it again: True."""
+        if self.proc.poll() is None:
+            return False
+        why = f"{self.name} died with return code {self.proc.returncode}; log {self.log}"
+        print(f"[servers] {why}; restarting it", file=sys.stderr, flush=True)
+        self.restarts.append(why)
+        self._launch()
+        self.wait_ready()
+        return True
+
+    def rss(self) -> int:
+        try:
+            p = psutil.Process(self.proc.pid)
+            return p.memory_info().rss + sum(c.memory_info().rss for c in p.children(recursive=True))
+        except psutil.Error:
+            return 0
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.peak_rss = max(self.peak_rss, self.rss())
+            self._stop.wait(0.05)
+
+    def wait_ready(self, timeout: float = 300) -> Server:
+        wait_healthy(self.url, self.proc, self.log, timeout, path=self.health)
+        self.ready_rss = self.rss()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        stop_group(self.proc)
