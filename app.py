@@ -45,6 +45,8 @@ TITLE, DESCRIPTION, CAVEAT, GPU_SIZE = SPACE.title, SPACE.description, SPACE.cav
 MAX_OUTPUT_TOKENS, UI_CHAT_MAX_TOKENS = SETTINGS.max_output_tokens, SPACE.ui_chat_max_tokens
 DURATION_MAX_S, CHAT_DURATION_MAX_S = SPACE.duration_max_s, SPACE.chat_duration_max_s
 
+from starlette.middleware import Middleware  # noqa: E402
+
 import theme  # noqa: E402
 import ui  # noqa: E402
 from blink import durations, guard  # noqa: E402
@@ -165,7 +167,8 @@ def main() -> None:
         theme=theme.THEME,
         css=theme.CSS,
         footer_links=["api", "gradio", "settings"],
-        app_kwargs={"routes": api_routes(CTX)},
+        # the API grafted ahead of Gradio's routes; every body (API, uploads, queue) must keep arriving (408)
+        app_kwargs={"routes": api_routes(CTX), "middleware": [Middleware(guard.BodyDeadline)]},
         show_error=True,
         mcp_server=True,  # Gradio's MCP server at /gradio_api/mcp/: the `decide` endpoint as a tool (space_tool.py)
         max_file_size=SETTINGS.image_limits.max_image_bytes,  # an upload bigger than one image is refused
@@ -174,7 +177,8 @@ def main() -> None:
         auth_message=LOGIN_MESSAGE if SPACE.gradio_ui_needs_key else None,
     )
     # Gradio starts uvicorn with none of its slow-client options: set the per-connection ones on the running
-    # server (blink/guard.py says what stays with Hugging Face's proxy) and keep keys out of the access log
+    # server (the request head's deadline stays with Hugging Face's proxy: blink/guard.py) and keep keys out of
+    # the access log
     guard.tune(demo.server.config)
     logging.getLogger("uvicorn.access").addFilter(guard.ScrubQuery())
     demo.block_thread()

@@ -59,7 +59,18 @@ def serve(*flags: str, model: str = "demo") -> Server:
     log is kept for the access-log case."""
     if model == "demo-vision":
         flags = (*flags, "--vision", "1")
-    return Server("hostile-serve", blink_serve(*flags, model=model), ROOT / "bench" / "out").wait_ready()
+    s = Server("hostile-serve", blink_serve(*flags, model=model), ROOT / "bench" / "out").wait_ready()
+    # one small decision first, so "kept" counts what a case leaves and not the first request's one-time setup
+    httpx.post(s.url + "/v1/systemone", json={"state": "warm-up", "questions": {"q": QUESTION}}, timeout=120)
+    return s
+
+
+def prefix_cache_mib(s: Server) -> float:
+    """What the server's prefix-state cache holds (bounded by --prefix-cache-mib, by design) per /healthz."""
+    try:
+        return float(httpx.get(s.url + "/healthz", timeout=10).json().get("prefix_cache", {}).get("used_mib") or 0)
+    except (httpx.HTTPError, ValueError):
+        return 0.0
 
 
 class Watch:
@@ -67,6 +78,7 @@ class Watch:
 
     def __init__(self, server: Server):
         self.server = server
+        self.cache_base = prefix_cache_mib(server)
         self.base = server.rss()
         self.peak = self.base
         self.health_max = 0.0
@@ -105,6 +117,7 @@ class Watch:
             "healthz_failed": self.health_fail,
             "rss_peak_mb": round((self.peak - self.base) / MB),
             "rss_kept_mb": round((self.server.rss() - self.base) / MB),
+            "prefix_cache_mb": round(prefix_cache_mib(self.server) - self.cache_base),  # of the kept, the cache's
         }
 
 
@@ -238,9 +251,9 @@ def case_png_memory(s: Server, concurrency: int = 8) -> dict:
     }
 
 
-def case_state_at_limit(s: Server, margin: int = 400) -> dict:
+def case_state_at_limit(s: Server, margin: int = 400, questions: int = 4) -> dict:
     """The largest text request the default limits accept: one state `margin` tokens under max_context_tokens
-    (32,768; room for the template and the question), four questions."""
+    (32,768; room for the template and the question), `questions` questions (at most 128)."""
     from transformers import AutoTokenizer
 
     from blink.demo import demo_model_dir
@@ -253,7 +266,7 @@ def case_state_at_limit(s: Server, margin: int = 400) -> dict:
     while len(tokenizer(text_of(n))["input_ids"]) > target:
         n = int(n * 0.99)
     tokens = len(tokenizer(text_of(n))["input_ids"])
-    body = {"state": text_of(n), "questions": {f"q{i}": QUESTION for i in range(4)}}
+    body = {"state": text_of(n), "questions": {f"q{i}": QUESTION for i in range(questions)}}
     w = Watch(s)
     status, secs, text = timed_post(s.url, "/v1/systemone", json=body, timeout=600)
     return {"status": status, "seconds": round(secs, 2), **w.done(), "detail": f"{tokens} state tokens; {text}"}
@@ -482,6 +495,48 @@ def case_overload(connections: int, retries: int = 8, deadline_s: float = 150.0)
     }
 
 
+def case_refusal_cost(n: int = 100) -> dict:
+    """What a refusal costs the server itself: its two places (`--max-queued-requests 1`, one in the batch) held
+    by long requests, no waiting (`--decide-wait-s 0`), then `n` small requests one after another, each a 529
+    at once. Client-side seconds and the server's own `server-timing` total, medians and worst."""
+    s = serve("--decide-wait-s", "0", "--max-queued-requests", "1", "--max-batch-requests", "1")
+    long = {"state": text_of(20_000 * 5), "questions": {f"q{i}": QUESTION for i in range(64)}}
+    holders = [
+        threading.Thread(target=timed_post, args=(s.url, "/v1/systemone"), kwargs={"json": long, "timeout": 600})
+        for _ in range(2)
+    ]
+    try:
+        w = Watch(s)
+        for t in holders:
+            t.start()
+        time.sleep(1.0)  # both places taken
+        client_s, server_ms, statuses = [], [], []
+        with httpx.Client(timeout=60) as client:
+            for _ in range(n):
+                t = time.perf_counter()
+                r = client.post(s.url + "/v1/systemone", json={"state": "small", "questions": {"q": QUESTION}})
+                client_s.append(time.perf_counter() - t)
+                statuses.append(r.status_code)
+                total = [p for p in r.headers.get("server-timing", "").split(",") if p.strip().startswith("total")]
+                if total:
+                    server_ms.append(float(total[0].split("dur=")[1]))
+        for t in holders:
+            t.join()
+        watched = w.done(0.5)
+    finally:
+        s.stop()
+    client_s.sort()
+    return {
+        "status": "/".join(f"{code}x{statuses.count(code)}" for code in sorted(set(statuses))),
+        "seconds": round(sum(client_s), 2),
+        **watched,
+        "refusal_client_p50_ms": round(statistics.median(client_s) * 1000, 1),
+        "refusal_client_max_ms": round(client_s[-1] * 1000, 1),
+        "refusal_server_p50_ms": server_ms and round(statistics.median(server_ms), 2),
+        "detail": f"{n} small requests, one at a time, while two long ones hold both places",
+    }
+
+
 CASES = {
     "zstd bomb 2KB->24MB": ("text", case_zstd_bomb),
     "chat message 12MB": ("text", case_chat_12mb),
@@ -493,10 +548,17 @@ CASES = {
     "PNG 32x6500": ("vision", case_aspect_png),
     "PNGs 8x2x20MP": ("vision", case_png_memory),
     "in limits: state at 32k tokens": ("text", case_state_at_limit),
+    "in limits: state at 32k tokens, prefix cache off": ("text-nocache", case_state_at_limit),
+    "in limits: 32k tokens x 128 questions": ("text-nocache", functools.partial(case_state_at_limit, questions=128)),
+    "in limits: 32k x 128, --pass-cache-mib 256": (
+        "text-small-pass",
+        functools.partial(case_state_at_limit, questions=128),
+    ),
     "in limits: PNGs 2x20MP": ("vision", case_png_one_request),
     "overload 200@64": ("overload", functools.partial(case_overload, 64)),
     "overload 2x: 200@48": ("overload", functools.partial(case_overload, 2 * OVERLOAD_PLACES)),
     "overload 4x: 200@96": ("overload", functools.partial(case_overload, 4 * OVERLOAD_PLACES)),
+    "refusal cost (server full)": ("overload", case_refusal_cost),
 }
 
 
@@ -515,6 +577,8 @@ def table(saved: dict) -> str:
                 cells += ["", "", "", ""]
                 continue
             rss = f"{r.get('rss_peak_mb', '')}/{r.get('rss_kept_mb', '')}" if "rss_peak_mb" in r else ""
+            if r.get("prefix_cache_mb"):
+                rss += f" (cache {r['prefix_cache_mb']})"
             refusal_ms = r.get("refusal_p50_s") and round(r["refusal_p50_s"] * 1000, 1)
             status = str(r["status"]) + (
                 f", goodput {r['goodput']}, p99 {r['p99_s']} s, refusal p50 {refusal_ms} ms, "
@@ -522,6 +586,11 @@ def table(saved: dict) -> str:
                 if "goodput" in r
                 else ""
             )
+            if "refusal_server_p50_ms" in r:
+                status += (
+                    f", refusal p50 {r['refusal_client_p50_ms']} ms (server {r['refusal_server_p50_ms']} ms), "
+                    f"worst {r['refusal_client_max_ms']} ms"
+                )
             cells += [status, str(r.get("seconds", "")), str(r.get("healthz_max_s", "")), rss]
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
@@ -549,7 +618,11 @@ def main() -> None:
                     # the text server gets its model as a local folder, as most deployments do (the /healthz case)
                     from blink.demo import demo_model_dir
 
-                    servers[group] = serve(model=str(demo_model_dir()) if group == "text" else "demo-vision")
+                    flags = {
+                        "text-nocache": ("--prefix-cache-mib", "0"),
+                        "text-small-pass": ("--prefix-cache-mib", "0", "--pass-cache-mib", "256"),
+                    }.get(group, ())
+                    servers[group] = serve(*flags, model="demo-vision" if group == "vision" else str(demo_model_dir()))
                 s = servers[group]
                 if s.proc.poll() is not None:
                     results[name] = {"status": f"server died ({s.proc.returncode})", "seconds": 0}

@@ -476,3 +476,25 @@ def test_with_gradio_ui_needs_key_the_ui_and_its_api_ask_for_a_login_with_the_ke
     assert httpx.get(url + "/healthz", timeout=30).json()["api_key_required"] is True
     port = url.rsplit(":", 1)[1]
     assert KEY not in (ARTIFACTS / f"space-login-{port}.log").read_text()
+
+
+def test_a_stalled_body_on_the_space_gets_408_and_its_connection_ends(space):
+    """Gradio's uvicorn takes no body deadline, so app.py wraps Gradio's app in BodyDeadline (launch's
+    `app_kwargs` middleware): a body that stops arriving is cut off after 10 s of silence, here as standalone."""
+    import socket
+    import time
+
+    port = int(space.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=40) as sock:
+        sock.sendall(
+            b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 1000\r\n\r\n{"state": '
+        )
+        t = time.perf_counter()
+        reply = b""
+        while chunk := sock.recv(65536):  # until the server closes the connection
+            reply += chunk
+        took = time.perf_counter() - t
+    assert reply.startswith(b"HTTP/1.1 408"), reply[:300]
+    assert b'"error_type":"request_timeout"' in reply
+    assert 8 < took < 30, took
