@@ -249,8 +249,21 @@ class ScrubbedRecords:
         except Exception:  # noqa: BLE001 - a malformed record is the logging module's to report
             return record
         scrubbed = scrub(message, self.secrets)
-        if scrubbed != message:
-            record.msg, record.args = scrubbed, ()
+        if scrubbed == message:
+            return record
+        # scrub the parts first, so a formatter that reads the arguments itself keeps working (uvicorn's access
+        # log unpacks five); only a secret that the parts don't show alone flattens the record into its text
+        if isinstance(record.msg, str) and isinstance(record.args, tuple):
+            msg, args = record.msg, record.args
+            record.msg = scrub(msg, self.secrets)
+            record.args = tuple(scrub(a, self.secrets) if isinstance(a, str) else a for a in args)
+            try:
+                parts_ok = scrub(record.getMessage(), self.secrets) == record.getMessage()
+            except Exception:  # noqa: BLE001 - a scrubbed part that no longer formats: flatten instead
+                parts_ok = False
+            if parts_ok:
+                return record
+        record.msg, record.args = scrubbed, ()
         return record
 
 

@@ -407,3 +407,21 @@ def test_a_gradio_caller_has_shown_the_key_by_bearer_header_or_by_the_ui_login()
     assert presented_key(ApiKey(None), None)  # no key set: everyone is keyed
     assert key.matches("sk-unit-key") and not key.matches("sk-unit-key ") and not key.matches(None)
     assert not ApiKey(None).matches("")  # no key: no password logs in
+
+
+def test_a_scrubbed_access_log_line_still_formats_as_uvicorn_formats_it():
+    """The record factory scrubs a credential inside an argument and keeps the arguments, which uvicorn's access
+    formatter unpacks (flattening them made every such line a logging error)."""
+    from uvicorn.logging import AccessFormatter
+
+    from blink.guard import ScrubQuery
+
+    zerogpu.keep_secrets_out_of_logs("sk-unit-secret")
+    access = logging.getLogger("uvicorn.access")
+    args = ("127.0.0.1:5", "GET", "/v1/models?api_key=sk-unit-secret&x=1", "1.1", 200)
+    record = access.makeRecord(access.name, logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d', args, None)
+    assert len(record.args) == 5 and "sk-unit-secret" not in record.getMessage()
+    line = AccessFormatter("%(client_addr)s %(request_line)s %(status_code)s", use_colors=False).format(record)
+    assert "sk-unit-secret" not in line and "GET /v1/models?api_key=[redacted]" in line
+    ScrubQuery().filter(record)  # the access log's own filter then drops the query whole
+    assert "?[query removed]" in record.getMessage()
