@@ -16,7 +16,8 @@ are written here:
 On the Space, Gradio starts uvicorn itself with only host, port, log level and TLS (gradio/http_server.py):
 none of these options reach it through `launch()`. `tune(config)` sets the per-connection ones on the
 running server's config (`demo.server.config`; uvicorn reads them as each connection is made), and
-`BodyDeadline` wraps Gradio's app like any ASGI app. The header deadline needs the protocol class, which
+`BodyDeadline` wraps Gradio's app as FastAPI middleware (`launch(app_kwargs={"middleware": [...]})`, which Gradio
+hands to its FastAPI app). The header deadline needs the protocol class, which
 uvicorn binds at startup, so on the Space the head of a request is left to Hugging Face's proxy, which
 terminates every client connection in front of the container (its own timeouts are not documented).
 """
