@@ -132,6 +132,20 @@ def names(value) -> tuple[str, ...]:
     return tuple(n.strip() for n in value.split(",") if n.strip())
 
 
+def urls(value) -> tuple[str, ...]:
+    """Comma-separated (or listed) http(s) base URLs, each named once."""
+    from urllib.parse import urlsplit
+
+    out = tuple(url.rstrip("/") for url in names(value))
+    for url in out:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+            raise ValueError(f"not an http(s) base URL: {url!r}")
+    if len(set(out)) < len(out):
+        raise ValueError("a URL is listed twice")
+    return out
+
+
 def api_key(value) -> str | None:
     if value is not None and not isinstance(value, str):
         raise ValueError(f"must be a string, got {type(value).__name__}")
@@ -277,7 +291,27 @@ class Settings:
     x_order: str = knob("fixed", Choice(("fixed", "rotate")), "default `x_order` of a decision: fixed (options read "
                         "as given) or rotate (each choice read once per rotation of its options, probabilities "
                         "averaged); a request's own `x_order` wins", fleet="limits.x_order")
+    engine: str = knob("local", Choice(("local", "vllm")), "who runs the model: local (blink's own engine, the "
+                       "weights in this process) or vllm (the replicas at `engine_url`; this process loads only the "
+                       "model's tokenizer, templates and config, no weights)")
+    engine_url: tuple[str, ...] = knob((), urls, "vllm: the replicas' base URLs (http(s), comma-separated), "
+                                       "decisions and chat routed among them by prefix affinity", shown="none")
+    engine_timeout_s: float = knob(300.0, Number(1, 3600), "vllm: seconds a replica may take on one request "
+                                   "(a chat stream: between tokens) before it is tried on the next")
+    engine_api_key: str | None = knob(None, optional_text, "vllm: the key the replicas require (vLLM's "
+                                      "`--api-key`); set the variable, not the flag", shown="none", secret=True)
     # fmt: on
+
+    def __post_init__(self):
+        if self.engine == "vllm":
+            if not self.engine_url:
+                raise BadSetting("engine_url", "engine vllm needs the replicas' URLs (engine_url)")
+            # what the replicas cannot be sent: weights merged here, pixels for a vision tower here
+            for name in ("adapter", "vision", "vision_tower"):
+                if getattr(self, name):
+                    raise BadSetting(name, f"{name} needs engine local: vLLM serves its own weights, text only here")
+        elif self.engine_url:
+            raise BadSetting("engine_url", "engine_url is only read with engine vllm (set engine too)")
 
     @property
     def image_limits(self) -> ImageLimits:
@@ -399,6 +433,12 @@ def resolve_space(config, env: dict | None = None) -> tuple[Settings, SpaceSetti
         for name in ("revision", "adapter", "adapter_revision"):  # they belong to the configured model
             values.pop(name, None)
     settings = resolve(Settings, values, env, space=True)
+    if settings.engine != "local":
+        # the Space is built around its own weights: loaded at import, decided in @spaces.GPU calls
+        raise SystemExit(
+            "BLINK_ENGINE=vllm: the Space serves its own weights (ZeroGPU); put blink in front of vLLM replicas with "
+            "`python -m blink serve --engine vllm --engine-url URL[,URL...]` instead"
+        )
     space = resolve(SpaceSettings, values, env, space=True)
     return settings, replace(space, title=space.title or settings.served_name)
 
@@ -438,4 +478,7 @@ def for_argparse(parse):
 
 
 def from_args(args: argparse.Namespace, schema=Settings):
-    return schema(**{k.name: getattr(args, k.name) for k in knobs(schema)})
+    try:
+        return schema(**{k.name: getattr(args, k.name) for k in knobs(schema)})
+    except BadSetting as exc:
+        raise SystemExit(f"--{exc.name.replace('_', '-')}: {exc}") from None
