@@ -3,9 +3,9 @@
     .venv/bin/python bench/vllm_bench.py [--shape demo|large] [--quick] [--no-compile]
 
 Every side scores the same prepared decisions (blink renders and tokenizes them once): the local side is
-blink's executor in this process (or, while the executor can't run a standard-RoPE model, the plain per-question
-forward, said so in the table), the vLLM sides are `blink.vllm.VllmScorer` over real replicas started by
-`ci/vllm-serve.sh` (fp32, so answers can be compared; torch.compile on unless --no-compile). Rows: median
+blink's executor in this process (its prefix-state cache on, as `serve` runs it), the vLLM sides are
+`blink.vllm.VllmScorer` over real replicas started by `ci/vllm-serve.sh` (fp32, so answers can be compared;
+torch.compile on unless --no-compile). Rows: median
 latency of one request per cell (state tokens x questions, one client), then throughput with concurrent
 clients on distinct states, and max |dp| of the vLLM answers against the local ones. A markdown table on stdout.
 """
@@ -80,29 +80,20 @@ def stop(replicas) -> None:
 
 
 def local_side(engine):
-    """blink's executor when it serves this architecture; else the plain per-question forward."""
-    from blink.errors import BlinkError
-
-    try:
-        engine.warmup()
-        return "blink engine (executor)", lambda plans: [s for _, s in engine.score_many(plans)["results"]]
-    except BlinkError:
-        model = engine.executor.model
-        return (
-            "plain per-question forward (executor fix pending)",
-            lambda plans: [workload.plain_scores(model, plan) for plan in plans],
-        )
+    """blink's executor, as the batcher calls it; any request it could not score stops the run."""
+    engine.warmup()
+    return lambda plans: [scored.result() for scored in engine.score_many(plans)]
 
 
 def scores_of(scorer):
     """The scorer's scores; any request it could not score stops the run (a dead replica must not look fast)."""
 
     def score(plans):
-        results = scorer.score_many(plans)["results"]
-        failed = [message for status, message in results if status != "ok"]
+        results = scorer.score_many(plans)
+        failed = [scored.error for scored in results if scored.error is not None]
         if failed:
             raise SystemExit(f"{len(failed)} of {len(results)} requests failed: {failed[0]}")
-        return [scores for _, scores in results]
+        return [scored.scores for scored in results]
 
     return score
 
@@ -132,8 +123,8 @@ def main(argv=None) -> None:
     model_dir = make_demo_model(work / "model", args.shape, arch="qwen3")
     engine = Engine(load(str(model_dir)))
     tokenizer = engine.tokenizer
-    name, local = local_side(engine)
-    log(f"local side: {name}; starting two vLLM replicas")
+    local = local_side(engine)
+    log("starting two vLLM replicas")
     started = time.perf_counter()
     replicas = start_replicas(model_dir, 2, not args.no_compile, work)
     start_s = time.perf_counter() - started
@@ -160,8 +151,8 @@ def main(argv=None) -> None:
             reference = engine.answer(prepared, sides["local"](plan)[0])
             for side in ("vllm x1", "vllm x2"):
                 worst = max(worst, workload.max_abs_diff(reference, engine.answer(prepared, sides[side](plan)[0])))
-            # each side once more before timing: vLLM's prefix cache then holds the state, as it would for the
-            # next request about it; the local executor has no cache across requests
+            # each side once before timing: both prefix caches (vLLM's blocks, the executor's prefix states) then
+            # hold the state, as they would for the next request about it
             row = {side: timed(lambda f=fn: f(plan), repeat) * 1000 for side, fn in sides.items()}
             rows.append((f"{state} tok x {n_q} q", row))
             log(f"{state} x {n_q}: " + ", ".join(f"{k} {v:.0f} ms" for k, v in row.items()))
@@ -189,9 +180,7 @@ def main(argv=None) -> None:
         f"\n### blink vs blink -> vLLM ({args.shape} qwen3, fp32), {time.strftime('%Y-%m-%d')}, "
         f"{platform.machine()} x {os.cpu_count()} cores, torch.compile {'off' if args.no_compile else 'on'}\n"
     )
-    print(
-        f"local side: {name}. Two replicas started side by side in {start_s:.0f} s; first requests {first_s:.1f} s.\n"
-    )
+    print(f"Two replicas started side by side in {start_s:.0f} s; first requests {first_s:.1f} s.\n")
     print("| cell | local ms | vLLM x1 ms | vLLM x2 ms | x1 / local |")
     print("|---|---|---|---|---|")
     for label, row in rows:
