@@ -294,8 +294,8 @@ class Settings:
     engine: str = knob("local", Choice(("local", "vllm")), "who runs the model: local (blink's own engine, the "
                        "weights in this process) or vllm (the replicas at `engine_url`; this process loads only the "
                        "model's tokenizer, templates and config, no weights)")
-    engine_url: tuple[str, ...] = knob((), urls, "vllm: the replicas' base URLs (http(s), comma-separated), "
-                                       "decisions and chat routed among them by prefix affinity", shown="none")
+    engine_url: tuple[str, ...] = knob((), urls, "vllm: the replicas' base URLs, decisions and chat routed "
+                                       "among them by prefix affinity; required with engine vllm", shown="none")
     engine_timeout_s: float = knob(300.0, Number(1, 3600), "vllm: seconds a replica may take on one request "
                                    "(a chat stream: between tokens) before it is tried on the next")
     engine_api_key: str | None = knob(None, optional_text, "vllm: the key the replicas require (vLLM's "
