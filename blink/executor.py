@@ -17,6 +17,9 @@ of prompts of one request. Per group the longest common token prefix is computed
    more pass against the padding it saves;
 4. readout: hidden states only where an answer is read, times only the label rows of the LM head.
 
+The same steps serve a standard-RoPE decoder (Qwen3, Llama): its cache holds attention KV only, and its positions
+are the sequence positions alone (`decoder_of` refuses, at start, a model laid out otherwise).
+
 With a prefix-state cache (`prefix_cache.py`), a group's prefix stops at its prompts' `state_end` (the save point),
 a group whose prefix (or a saved start of it) was prefilled before resumes from a copy of that state and runs only
 the rest, alone (no left padding after a prefix state), and every prefix prefilled is saved.
