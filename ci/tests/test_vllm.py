@@ -3,8 +3,9 @@ run loudly if it can't, never skips), two replicas started by `ci/vllm-serve.sh`
 (`make-demo-model --arch qwen3`), and blink's vLLM backend (`blink.vllm`) against them.
 
 Scores are compared with a plain transformers forward on the same weights (fp32 on both sides; the bound
-asserted is 1e-4, the difference measured is ~1e-6), routing by what vLLM itself counts (its /metrics), and
-failover by killing a replica (the last test: the session's replicas are one fewer after it).
+asserted is 1e-4, the difference measured is ~1e-6) and with blink's own executor, routing by what vLLM itself
+counts (its /metrics), blink's own `serve --engine vllm` in front of the replicas, and failover by killing a replica
+(the last test: the session's replicas are one fewer after it).
 
 Cost: the venv (cached after the first build: a few seconds), ~100-150 s for the two replicas to start side by
 side, ~25 s for each one's first request; the timings land in ci/artifacts/vllm-timing.json.
