@@ -350,6 +350,7 @@ def test_jevcompat_through_blink_to_vllm(blink_on_vllm):
 def test_healthz_lists_the_replicas(blink_on_vllm, vllm_replicas):
     body = httpx.get(blink_on_vllm + "/healthz", timeout=30).json()
     assert body["engine"] == "vllm" and "passes" not in body and "prefix_cache" not in body
+    assert body["device"] == "none (no weights loaded)"
     rows = body["vllm"]["replicas"]
     assert [r["url"] for r in rows] == [url for url, _ in vllm_replicas]
     assert all(r["state"] == "up" for r in rows) and body["vllm"]["replicas_up"] == 2
