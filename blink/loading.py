@@ -77,11 +77,7 @@ def verify_weights(root: Path) -> bool | None:
     return True
 
 
-# what a model folder holds besides its weights: config, tokenizer, templates (a Hub download without weights)
-NOT_WEIGHTS = ["*.json", "*.jinja", "*.txt", "*.model", "*.tiktoken", "*.py", "*.sha256"]
-
-
-def resolve(model: str, revision: str | None, weights: bool = True) -> Path:
+def resolve(model: str, revision: str | None) -> Path:
     if model in ("demo", "demo-vision"):
         from .demo import demo_model_dir
 
@@ -90,7 +86,7 @@ def resolve(model: str, revision: str | None, weights: bool = True) -> Path:
         return Path(model)
     from huggingface_hub import snapshot_download
 
-    return Path(snapshot_download(model, revision=revision, allow_patterns=None if weights else NOT_WEIGHTS))
+    return Path(snapshot_download(model, revision=revision))
 
 
 def without_weights(root: Path):
@@ -190,7 +186,7 @@ def load(
     block_fla_without_cuda()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    root = resolve(model, revision, weights)
+    root = resolve(model, revision)  # whole, weights too: the calibration check fingerprints them (unread on the Hub)
     if not weights:
         tokenizer = AutoTokenizer.from_pretrained(root)
         if tokenizer.pad_token_id is None:
