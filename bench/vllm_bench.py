@@ -3,11 +3,12 @@
     .venv/bin/python bench/vllm_bench.py [--shape demo|large] [--quick] [--no-compile]
 
 Every side scores the same prepared decisions (blink renders and tokenizes them once): the local side is
-blink's executor in this process (or, while the executor can't run a standard-RoPE model, the plain per-question
-forward, said so in the table), the vLLM sides are `blink.vllm.VllmScorer` over real replicas started by
-`ci/vllm-serve.sh` (fp32, so answers can be compared; torch.compile on unless --no-compile). Rows: median
+blink's executor in this process (its prefix-state cache on, as `serve` runs it), the vLLM sides are
+`blink.vllm.VllmScorer` over real replicas started by `ci/vllm-serve.sh` (fp32, so answers can be compared;
+torch.compile on unless --no-compile). Rows: median
 latency of one request per cell (state tokens x questions, one client), then throughput with concurrent
-clients on distinct states, and max |dp| of the vLLM answers against the local ones. A markdown table on stdout.
+clients on distinct states, and max |dp| of the vLLM answers against the local ones. The local side is measured
+before the replicas start (idle vLLM CPU processes still take cycles). A markdown table on stdout.
 """
 
 from __future__ import annotations
@@ -80,29 +81,20 @@ def stop(replicas) -> None:
 
 
 def local_side(engine):
-    """blink's executor when it serves this architecture; else the plain per-question forward."""
-    from blink.errors import BlinkError
-
-    try:
-        engine.warmup()
-        return "blink engine (executor)", lambda plans: [s for _, s in engine.score_many(plans)["results"]]
-    except BlinkError:
-        model = engine.executor.model
-        return (
-            "plain per-question forward (executor fix pending)",
-            lambda plans: [workload.plain_scores(model, plan) for plan in plans],
-        )
+    """blink's executor, as the batcher calls it; any request it could not score stops the run."""
+    engine.warmup()
+    return lambda plans: [scored.result() for scored in engine.score_many(plans)]
 
 
 def scores_of(scorer):
     """The scorer's scores; any request it could not score stops the run (a dead replica must not look fast)."""
 
     def score(plans):
-        results = scorer.score_many(plans)["results"]
-        failed = [message for status, message in results if status != "ok"]
+        results = scorer.score_many(plans)
+        failed = [scored.error for scored in results if scored.error is not None]
         if failed:
             raise SystemExit(f"{len(failed)} of {len(results)} requests failed: {failed[0]}")
-        return [scores for _, scores in results]
+        return [scored.scores for scored in results]
 
     return score
 
@@ -132,77 +124,78 @@ def main(argv=None) -> None:
     model_dir = make_demo_model(work / "model", args.shape, arch="qwen3")
     engine = Engine(load(str(model_dir)))
     tokenizer = engine.tokenizer
-    name, local = local_side(engine)
-    log(f"local side: {name}; starting two vLLM replicas")
+    cells = (
+        [(64, 1), (512, 8), (2000, 16)]
+        if args.quick
+        else [(64, 1), (64, 8), (512, 1), (512, 8), (2000, 1), (2000, 16), (2000, 64)]
+    )
+    repeat = 3 if args.quick else 5
+    prepared = [engine.prepare(workload.body(tokenizer, "m", t, q, seed=t + q)) for t, q in cells]
+    clients = 8
+    bodies = [
+        engine.prepare(workload.body(tokenizer, "m", 512, 8, seed=1000 + i)).prompts
+        for i in range(clients * (2 if args.quick else 4))
+    ]
+
+    def measure(side: str, fn) -> tuple[list, list, float]:
+        """Per cell: median ms (the cell scored once before: both prefix caches, vLLM's blocks and the
+        executor's prefix states, then hold its state, as for the next request about it) and its answers;
+        then decisions/s with `clients` clients on distinct states."""
+        latency, answers = [], []
+        for p in prepared:
+            answers.append(engine.answer(p, fn([p.prompts])[0]))
+            latency.append(timed(lambda f=fn, plan=[p.prompts]: f(plan), repeat) * 1000)
+        log(f"{side}: " + ", ".join(f"{t} x {q} {ms:.0f} ms" for (t, q), ms in zip(cells, latency)))
+        started = time.perf_counter()
+        if side == "local":  # one engine: a batch at a time, as blink's batcher hands it over
+            for k in range(0, len(bodies), clients):
+                fn(bodies[k : k + clients])
+        else:
+            with ThreadPoolExecutor(clients) as pool:
+                list(pool.map(lambda plan, f=fn: f([plan]), bodies))
+        return latency, answers, len(bodies) / (time.perf_counter() - started)
+
+    # the local side runs before the replicas start: idle vLLM CPU processes still take cycles from it
+    results = {"local": measure("local", local_side(engine))}
+    log("starting two vLLM replicas")
     started = time.perf_counter()
     replicas = start_replicas(model_dir, 2, not args.no_compile, work)
     start_s = time.perf_counter() - started
     urls = [url for url, _ in replicas]
     one, two = Replicas(urls[:1]), Replicas(urls)
-    sides = {"local": local, "vllm x1": scores_of(VllmScorer(one)), "vllm x2": scores_of(VllmScorer(two))}
     try:
         first = time.perf_counter()
         warm = engine.prepare(workload.body(tokenizer, "m", 64, 3, 99)).prompts
-        for side in ("vllm x1", "vllm x2"):
-            sides[side]([warm, warm])
+        sides = {"vllm x1": scores_of(VllmScorer(one)), "vllm x2": scores_of(VllmScorer(two))}
+        for fn in sides.values():
+            fn([warm, warm])
         first_s = time.perf_counter() - first
-
-        cells = (
-            [(64, 1), (512, 8), (2000, 16)]
-            if args.quick
-            else [(64, 1), (64, 8), (512, 1), (512, 8), (2000, 1), (2000, 16), (2000, 64)]
-        )
-        repeat = 3 if args.quick else 5
-        rows, worst = [], 0.0
-        for state, n_q in cells:
-            prepared = engine.prepare(workload.body(tokenizer, "m", state, n_q, seed=state + n_q))
-            plan = [prepared.prompts]
-            reference = engine.answer(prepared, sides["local"](plan)[0])
-            for side in ("vllm x1", "vllm x2"):
-                worst = max(worst, workload.max_abs_diff(reference, engine.answer(prepared, sides[side](plan)[0])))
-            # each side once more before timing: vLLM's prefix cache then holds the state, as it would for the
-            # next request about it; the local executor has no cache across requests
-            row = {side: timed(lambda f=fn: f(plan), repeat) * 1000 for side, fn in sides.items()}
-            rows.append((f"{state} tok x {n_q} q", row))
-            log(f"{state} x {n_q}: " + ", ".join(f"{k} {v:.0f} ms" for k, v in row.items()))
-
-        clients = 8
-        bodies = [
-            engine.prepare(workload.body(tokenizer, "m", 512, 8, seed=1000 + i)).prompts
-            for i in range(clients * (2 if args.quick else 4))
-        ]
-        throughput = {}
         for side, fn in sides.items():
-            started = time.perf_counter()
-            if side == "local":  # one engine: a batch at a time, as blink's batcher hands it over
-                for k in range(0, len(bodies), clients):
-                    fn(bodies[k : k + clients])
-            else:
-                with ThreadPoolExecutor(clients) as pool:
-                    list(pool.map(lambda plan, f=fn: f([plan]), bodies))
-            throughput[side] = len(bodies) / (time.perf_counter() - started)
+            results[side] = measure(side, fn)
         health = two.health(probe=False)["replicas"]
     finally:
         stop(replicas)
+    worst = max(workload.max_abs_diff(a, b) for side in sides for a, b in zip(results["local"][1], results[side][1]))
+    rows = [(f"{t} tok x {q} q", {side: results[side][0][i] for side in results}) for i, (t, q) in enumerate(cells)]
+    throughput = {side: results[side][2] for side in results}
 
     print(
         f"\n### blink vs blink -> vLLM ({args.shape} qwen3, fp32), {time.strftime('%Y-%m-%d')}, "
         f"{platform.machine()} x {os.cpu_count()} cores, torch.compile {'off' if args.no_compile else 'on'}\n"
     )
-    print(
-        f"local side: {name}. Two replicas started side by side in {start_s:.0f} s; first requests {first_s:.1f} s.\n"
-    )
-    print("| cell | local ms | vLLM x1 ms | vLLM x2 ms | x1 / local |")
-    print("|---|---|---|---|---|")
+    print(f"Two replicas started side by side in {start_s:.0f} s; first requests {first_s:.1f} s.\n")
+    # speed-ups: > 1 means the later column is faster (ms: earlier over later; decisions/s: later over earlier)
+    print("| cell | local | vLLM x1 | vLLM x2 | x1 speed-up over local | x2 speed-up over x1 |")
+    print("|---|---|---|---|---|---|")
     for label, row in rows:
         print(
-            f"| {label} | {row['local']:.0f} | {row['vllm x1']:.0f} | {row['vllm x2']:.0f} | "
-            f"{row['local'] / row['vllm x1']:.2f} |"
+            f"| {label} (ms) | {row['local']:.0f} | {row['vllm x1']:.0f} | {row['vllm x2']:.0f} | "
+            f"{row['local'] / row['vllm x1']:.2f} | {row['vllm x1'] / row['vllm x2']:.2f} |"
         )
     print(
         f"| throughput, {clients} clients, 512 tok x 8 q (decisions/s) | {throughput['local']:.2f} | "
         f"{throughput['vllm x1']:.2f} | {throughput['vllm x2']:.2f} | "
-        f"{throughput['vllm x1'] / throughput['local']:.2f} |"
+        f"{throughput['vllm x1'] / throughput['local']:.2f} | {throughput['vllm x2'] / throughput['vllm x1']:.2f} |"
     )
     print(
         f"\nmax |dp| vLLM vs local: {worst:.2e}; requests per replica (x2 side): "

@@ -65,12 +65,14 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(calibrate(args))
 
     settings, listen = from_args(args, Settings), from_args(args, Listen)
-    if any(a == "--api-key" or a.startswith("--api-key=") for a in (sys.argv[1:] if argv is None else argv)):
-        # the command line is readable by every user of the machine (ps, /proc/<pid>/cmdline)
-        logging.getLogger("blink").warning(
-            "--api-key puts the key in the process list, where any user of this "
-            "machine can read it; set BLINK_API_KEY instead"
-        )
+    for secret in ("--api-key", "--engine-api-key"):
+        if any(a == secret or a.startswith(secret + "=") for a in (sys.argv[1:] if argv is None else argv)):
+            # the command line is readable by every user of the machine (ps, /proc/<pid>/cmdline)
+            logging.getLogger("blink").warning(
+                "%s puts the key in the process list, where any user of this machine can read it; set %s instead",
+                secret,
+                "BLINK_" + secret.removeprefix("--").replace("-", "_").upper(),
+            )
     from .loading import go_offline_if_local
 
     go_offline_if_local(settings.model)  # before any Hub library is imported

@@ -84,7 +84,10 @@ class Engine:
         prefix_cache_bytes: int | None = None,
         calibration: Calibration = UNCALIBRATED,
         order: str = "fixed",
+        local: bool = True,
     ):
+        """`local=False`: the scores come from elsewhere (vLLM replicas, see blink/vllm): no executor is built and
+        `score_many` is not called; the engine prepares and answers."""
         self.loaded = loaded
         self.limits = limits or Limits()
         self.image_limits = image_limits or ImageLimits()
@@ -98,11 +101,15 @@ class Engine:
         if order == "rotate" and not one_prompt_per_question(self.config):
             raise SystemExit("x_order rotate needs a model whose template renders one question per prompt")
         self.token_cap = TokenCap(loaded.tokenizer)
-        self.executor = Executor(
-            loaded.model,
-            pass_cost_tokens=pass_cost_tokens,
-            pass_cache_bytes=pass_cache_bytes,
-            prefix_cache_bytes=prefix_cache_bytes,
+        self.executor = (
+            Executor(
+                loaded.model,
+                pass_cost_tokens=pass_cost_tokens,
+                pass_cache_bytes=pass_cache_bytes,
+                prefix_cache_bytes=prefix_cache_bytes,
+            )
+            if local
+            else None
         )
 
     @property

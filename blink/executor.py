@@ -17,6 +17,9 @@ of prompts of one request. Per group the longest common token prefix is computed
    more pass against the padding it saves;
 4. readout: hidden states only where an answer is read, times only the label rows of the LM head.
 
+The same steps serve a standard-RoPE decoder (Qwen3, Llama): its cache holds attention KV only, and its positions
+are the sequence positions alone (`decoder_of` refuses, at start, a model laid out otherwise).
+
 With a prefix-state cache (`prefix_cache.py`), a group's prefix stops at its prompts' `state_end` (the save point),
 a group whose prefix (or a saved start of it) was prefilled before resumes from a copy of that state and runs only
 the rest, alone (no left padding after a prefix state), and every prefix prefilled is saved.
@@ -25,6 +28,7 @@ the rest, alone (no left padding after a prefix state), and every prefix prefill
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 from dataclasses import dataclass
 
@@ -43,7 +47,7 @@ class Inputs:
     groups: list[list[Prompt]]
     prefix_len: list[int]  # per group: its prompts' common prefix (a lone prompt is all prefix)
     features: dict  # image key -> its vision features (the tower run once per call)
-    positions: dict  # id(prompt) -> the prompt's rotary positions [3, L]
+    positions: dict  # id(prompt) -> the prompt's multimodal rotary positions [3, L] (unused by standard RoPE)
     keys: dict | None = None  # group -> its prefix's cache keys, for the groups whose prefix is saved
 
 
@@ -56,6 +60,38 @@ class Prefix:
     mask: torch.Tensor  # [rows, width]
     hidden: torch.Tensor | None  # [rows, width, H]; None for a resumed prefix (no read lies in a saved prefix)
     cache: object
+
+
+# what the executor calls on the decoder: embeddings in, its own cache object, explicit positions and mask
+DECODER_INPUTS = ("inputs_embeds", "attention_mask", "position_ids", "cache")
+
+
+def decoder_of(model) -> tuple:
+    """(the decoder the executor drives, the vision model around it or None). A model it cannot serve exactly is
+    refused here, at start, with the reason: the executor calls the decoder directly (its cache across passes,
+    explicit positions for left-padded prefixes), which only transformers' decoder-only layout offers."""
+    name = type(model).__name__
+    config = model.config
+    if getattr(config, "is_encoder_decoder", False) or not model.can_generate():
+        raise SystemExit(f"{name} is not a decoder-only language model: blink's engine scores decoders only")
+    inner = getattr(model, "model", None)
+    if inner is None or model.get_output_embeddings() is None:
+        raise SystemExit(
+            f"{name} does not keep its decoder at `.model` with an LM head (transformers' layout of Llama-family "
+            "decoders, which blink's engine drives directly): it cannot be served"
+        )
+    # a vision-language model keeps its language model inside; a text model is its own
+    vision = inner if hasattr(inner, "language_model") else None
+    base = inner.language_model if vision is not None else inner
+    missing = [p for p in DECODER_INPUTS if p not in inspect.signature(base.forward).parameters]
+    if missing:
+        raise SystemExit(f"{name}'s decoder takes no {', '.join(missing)}: blink's engine cannot drive it")
+    if not getattr(base.config, "rope_parameters", None):
+        raise SystemExit(
+            f"{name} has no rotary position embedding: blink's engine continues positions across a cached, "
+            "left-padded prefix, which it only does exactly for RoPE decoders"
+        )
+    return base, vision
 
 
 class Executor:
@@ -83,10 +119,10 @@ class Executor:
     ):
         self.model = model
         self.max_rows = max_rows  # rows per forward pass
-        inner = model.model
-        # a vision-language model keeps its language model inside; a text model is its own
-        self.vision = inner if hasattr(inner, "language_model") else None
-        self.base = inner.language_model if self.vision is not None else inner
+        self.base, self.vision = decoder_of(model)
+        # Qwen3.5's rotary embedding is multimodal: it takes 3 rows of positions (time, height, width) after the
+        # sequence index; a standard-RoPE decoder (Qwen3, Llama, ...) takes the sequence positions alone
+        self.multimodal_rope = "mrope_section" in (self.base.config.rope_parameters or {})
         self.head = model.get_output_embeddings().weight  # [vocab, hidden]
         self.embed = self.base.get_input_embeddings()
         self.image_token_id = getattr(model.config, "image_token_id", None)
@@ -173,8 +209,10 @@ class Executor:
         return embeds
 
     def _forward(self, embeds, mask, text_positions, rope_positions, cache):
-        # 4 rows: the sequence index (masks, cache slots) then the three rotary rows
-        position_ids = torch.cat([text_positions[None], rope_positions]).to(self.device)
+        if self.multimodal_rope:  # 4 rows: the sequence index (masks, cache slots) then the three rotary rows
+            position_ids = torch.cat([text_positions[None], rope_positions]).to(self.device)
+        else:
+            position_ids = text_positions.to(self.device)
         out = self.base(
             inputs_embeds=embeds,
             attention_mask=mask.to(self.device),

@@ -89,6 +89,21 @@ def resolve(model: str, revision: str | None) -> Path:
     return Path(snapshot_download(model, revision=revision))
 
 
+def without_weights(root: Path):
+    """The model's structure on the meta device (no memory, no weights read): its config, generation config and
+    module layout, for a process whose forward passes run elsewhere (vLLM)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    with torch.device("meta"):
+        lm = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(root))
+    try:
+        lm.generation_config = GenerationConfig.from_pretrained(root)
+    except OSError:  # none saved: the config's defaults
+        pass
+    return lm.eval()
+
+
 def block_fla_without_cuda() -> None:
     import torch
 
@@ -160,16 +175,25 @@ def load(
     vision: bool = False,
     vision_tower: str | None = None,
     max_image_pixels: int | None = None,
+    weights: bool = True,
 ) -> Loaded:
     """`max_image_pixels` (vision models): the processor's final resize is capped there, so what the model sees
-    (`image_pixels`) never exceeds --max-image-pixels, in decisions and chat alike (default: ImageLimits')."""
+    (`image_pixels`) never exceeds --max-image-pixels, in decisions and chat alike (default: ImageLimits').
+    `weights=False`: tokenizer, templates and config only, the model on the meta device (see `without_weights`)."""
     go_offline_if_local(model)
     import torch
 
     block_fla_without_cuda()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    root = resolve(model, revision)
+    root = resolve(model, revision)  # whole, weights too: the calibration check fingerprints them (unread on the Hub)
+    if not weights:
+        tokenizer = AutoTokenizer.from_pretrained(root)
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        info = {"model": model, "revision": revision, "adapter": None, "weights_verified": None}
+        info |= {"hub_offline": hub_offline(), "device": "none (no weights loaded)", "dtype": None, "kernels": None}
+        return Loaded(without_weights(root), tokenizer, root, {**info, "accepts_images": False, "vision_tower": None})
     verified = verify_weights(root)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -1,10 +1,10 @@
 """The prefix-state cache: prefilled states kept across calls, so a state seen before is not prefilled again.
 
-An entry is the model's cache (attention KV, Gated DeltaNet conv and recurrent states) of one row after a known
-token prefix, keyed by those tokens exactly (an image token carries its image's hash, see `Executor._keys`). A
-recurrent state exists only at the position it was saved at: it cannot be cut back like attention KV. So entries
-are saved at chosen points (the end of the state, `Prompt.state_end`), and a new prefix reuses the longest saved
-entry it starts with, then runs only the rest.
+An entry is the model's cache (attention KV, and on Qwen3.5 Gated DeltaNet conv and recurrent states) of one row
+after a known token prefix, keyed by those tokens exactly (an image token carries its image's hash, see
+`Executor._keys`). A recurrent state exists only at the position it was saved at: it cannot be cut back like
+attention KV. So entries are saved at chosen points (the end of the state, `Prompt.state_end`), and a new prefix
+reuses the longest saved entry it starts with, then runs only the rest.
 
 Bounded in bytes, least recently used first out. Owned by the executor's thread (not thread-safe). Entries live
 on the model's device; nothing here crosses a process boundary.

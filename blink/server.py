@@ -39,6 +39,7 @@ def build_engine(settings: Settings, loaded):
         prefix_cache_bytes=mib(settings.prefix_cache_mib),
         calibration=calibration_for(settings, loaded),
         order=settings.x_order,
+        local=settings.engine == "local",
     )
 
 
@@ -56,6 +57,19 @@ def build_chat_engine(settings: Settings, loaded):
     )
 
 
+def vllm_backend(settings: Settings, chat_engine) -> tuple[Callable, Callable, Callable[[], dict]]:
+    """`engine vllm`: (decide, chat, live health) answered by the replicas at `engine_url` (see blink/vllm)."""
+    from .vllm import Replicas, VllmChat, VllmScorer
+
+    replicas = Replicas(list(settings.engine_url), timeout_s=settings.engine_timeout_s, api_key=settings.engine_api_key)
+    remote_chat = VllmChat(replicas, chat_engine)
+
+    def chat(ids, params, caller=None):
+        return remote_chat.generate(ids, params)
+
+    return VllmScorer(replicas).score_many, chat, lambda: {"vllm": replicas.health()}
+
+
 def build_context(
     settings: Settings,
     decide: Callable | None = None,
@@ -69,10 +83,12 @@ def build_context(
     live_health: Iterable[Callable[[], dict]] = (),
 ) -> Context:
     """The complete context: `engine`, `chat_engine` and `loaded` are built from the settings unless given
-    (the Space builds them first, at module scope, for its GPU functions)."""
+    (the Space builds them first, at module scope, for its GPU functions). With `engine vllm`, decisions and chat
+    go to the replicas and no weights are loaded here."""
     from .loading import load, versions
     from .service import DecisionService
 
+    local = settings.engine == "local"
     loaded = engine.loaded if engine is not None else loaded
     loaded = loaded or load(
         settings.model,
@@ -82,10 +98,18 @@ def build_context(
         vision=settings.vision,
         vision_tower=settings.vision_tower,
         max_image_pixels=settings.max_image_pixels,
+        weights=local,
     )
     engine = engine or build_engine(settings, loaded)
+    chat_engine = chat_engine or build_chat_engine(settings, loaded)
+    if local:
+        prefix_cache = engine.executor.prefix_cache
+        live_health = [lambda: {"prefix_cache": prefix_cache.stats()}, *live_health]
+    else:
+        remote_decide, remote_chat, replicas_health = vllm_backend(settings, chat_engine)
+        decide, chat, live_health = decide or remote_decide, chat or remote_chat, [replicas_health, *live_health]
     # warmup=False: the Space on ZeroGPU, where the main process holds only emulated CUDA tensors
-    repeat_identical = engine.warmup() if warmup else None
+    repeat_identical = engine.warmup() if warmup and local else None
     service = DecisionService(
         engine,
         decide,
@@ -94,9 +118,9 @@ def build_context(
         max_queued=settings.max_queued_requests,
     )
     info = loaded.info
-    prefix_cache = engine.executor.prefix_cache
     health = {
         "ok": True,
+        "engine": settings.engine,
         "model": public_name(info["model"]),
         "served_model_name": settings.served_name,
         "revision": info["revision"],
@@ -110,21 +134,21 @@ def build_context(
         "versions": versions(),
         "accepts_images": engine.accepts_images,
         "limits": vars(settings.limits),
-        "passes": {
-            "pass_cost_tokens": engine.executor.pass_cost_tokens,
-            "max_rows": engine.executor.max_rows,
-            "pass_cache_mib": engine.executor.pass_cache_bytes / 2**20,
-        },
         "calibration": engine.calibration.health(),
         "x_order": engine.order,
     }
+    if local:
+        health["passes"] = {
+            "pass_cost_tokens": engine.executor.pass_cost_tokens,
+            "max_rows": engine.executor.max_rows,
+            "pass_cache_mib": engine.executor.pass_cache_bytes / 2**20,
+        }
     if engine.accepts_images:
         health.update(
             image_layout=engine.image_layout,
             image_limits=vars(settings.image_limits),
             vision_tower=public_name(settings.vision_tower),
         )
-    chat_engine = chat_engine or build_chat_engine(settings, loaded)
     return Context(
         service=service,
         served_name=settings.served_name,
@@ -138,7 +162,7 @@ def build_context(
         sse_keepalive_s=settings.sse_keepalive_s,
         caller_of=caller_of or anonymous,
         description=description or Context.description,
-        live_health=[lambda: {"prefix_cache": prefix_cache.stats()}, *live_health],
+        live_health=live_health,
     )
 
 
@@ -251,10 +275,13 @@ def serve(settings: Settings, host: str, port: int, log_level: str = "info", cor
 
     ctx = build_context(settings)
     app = create_app(ctx, cors_origins)
+    if settings.engine == "local":
+        runs = f"{ctx.health['device']}, {ctx.health['kernels']}; weights_verified={ctx.health['weights_verified']}"
+    else:
+        runs = f"{settings.engine} at {', '.join(settings.engine_url)}"
     print(
         f"blink serving {settings.served_name} ({ctx.health['model']}) on http://{host}:{port} "
-        f"[{ctx.health['device']}, {ctx.health['kernels']}; weights_verified={ctx.health['weights_verified']}; "
-        f"api key {'required' if ctx.auth.required else 'not required'}]",
+        f"[{runs}; api key {'required' if ctx.auth.required else 'not required'}]",
         flush=True,
     )
     from . import guard

@@ -1,9 +1,9 @@
 """Every knob, declared once: its name, parser and bounds, default, one doc line, and where it applies.
 
-A knob is a dataclass field whose metadata says the rest. From these declarations come the `serve` flags (each
-defaulting to its `BLINK_<NAME>` variable), the Space's values (`space_config.py`, each overridden by the same
-variable), `spaces.toml`'s checks in `build.py` (the `fleet` location: the same parser, the same bounds) and the
-README's tables (`python build.py --readme`).
+A knob is a dataclass field whose metadata says the rest (its parser is one of `knob_parsers.py`'s). From these
+declarations come the `serve` flags (each defaulting to its `BLINK_<NAME>` variable), the Space's values
+(`space_config.py`, each overridden by the same variable), `spaces.toml`'s checks in `build.py` (the `fleet`
+location: the same parser, the same bounds) and the README's tables (`python build.py --readme`).
 
 - `Settings`: the server's knobs; the standalone server and the Space both run on them.
 - `SpaceSettings`: what only the Space reads (its card, the GPU duration requests, the Gradio queue).
@@ -15,13 +15,12 @@ Nothing heavy is imported here: `build.py` runs these parsers without torch, tra
 from __future__ import annotations
 
 import argparse
-import math
 import os
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
-from .auth import check_key
+from .knob_parsers import Choice, Integer, Number, api_key, flag, names, optional_text, plain_text, urls
 from .limits import ImageLimits, Limits
 
 
@@ -31,111 +30,6 @@ class BadSetting(ValueError):
     def __init__(self, name: str, message: str):
         self.name = name
         super().__init__(message)
-
-
-# --- parsers: each takes text (an env var, a flag) or a typed value (space_config.py, spaces.toml) ---------
-# and returns the Python value or raises ValueError(why). Typed values are never coerced: 1.5 is not an int.
-
-
-@dataclass(frozen=True)
-class Integer:
-    lo: int
-    hi: int
-
-    def __call__(self, value) -> int:
-        if isinstance(value, str):
-            try:
-                value = int(value.strip())
-            except ValueError:
-                raise ValueError(f"not an integer: {value!r}") from None
-        elif isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"must be an integer, got {value!r}")
-        if not self.lo <= value <= self.hi:
-            raise ValueError(f"must be {self.lo}-{self.hi}, got {value}")
-        return value
-
-    def __str__(self) -> str:
-        return f"{self.lo}–{self.hi}"
-
-
-@dataclass(frozen=True)
-class Number:
-    lo: float
-    hi: float
-    above: bool = False  # lo itself is refused
-    auto: bool = False  # `auto` (or empty) means None: the device's default
-
-    def __call__(self, value) -> float | None:
-        if self.auto and (value is None or (isinstance(value, str) and value.strip().lower() in ("", "auto"))):
-            return None
-        if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                raise ValueError(f"not a number: {value!r}") from None
-        elif isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"must be a number, got {value!r}")
-        low_ok = value > self.lo if self.above else value >= self.lo
-        if not (math.isfinite(value) and low_ok and value <= self.hi):
-            raise ValueError(f"must be {self}, got {value}")
-        return float(value)
-
-    def __str__(self) -> str:
-        lo, hi = (int(x) if float(x).is_integer() else x for x in (self.lo, self.hi))
-        return (f"above {lo}, at most {hi}" if self.above else f"{lo}–{hi}") + (" or auto" if self.auto else "")
-
-
-@dataclass(frozen=True)
-class Choice:
-    options: tuple[str, ...]
-
-    def __call__(self, value) -> str:
-        if value not in self.options:
-            raise ValueError(f"must be one of {', '.join(self.options)}; got {value!r}")
-        return value
-
-    def __str__(self) -> str:
-        return " / ".join(self.options)
-
-
-def flag(value) -> bool:
-    if isinstance(value, bool):
-        return value
-    if not isinstance(value, str):
-        raise ValueError(f"must be true or false, got {value!r}")
-    if value.strip().lower() in ("1", "true", "on", "yes"):
-        return True
-    if value.strip().lower() in ("", "0", "false", "off", "no"):
-        return False
-    raise ValueError(f"not a boolean: {value!r} (use 1/0, true/false)")
-
-
-def optional_text(value) -> str | None:
-    if value is not None and not isinstance(value, str):
-        raise ValueError(f"must be a string, got {type(value).__name__}")
-    return value or None
-
-
-def plain_text(value) -> str:
-    if value is not None and not isinstance(value, str):
-        raise ValueError(f"must be a string, got {type(value).__name__}")
-    return value or ""
-
-
-def names(value) -> tuple[str, ...]:
-    if isinstance(value, (list, tuple)):
-        if not all(isinstance(n, str) for n in value):
-            raise ValueError("must be a list of strings")
-        return tuple(value)
-    if not isinstance(value, str):
-        raise ValueError(f"must be a comma-separated string or a list, got {type(value).__name__}")
-    return tuple(n.strip() for n in value.split(",") if n.strip())
-
-
-def api_key(value) -> str | None:
-    if value is not None and not isinstance(value, str):
-        raise ValueError(f"must be a string, got {type(value).__name__}")
-    return check_key(value)
 
 
 # --- the declaration ---------------------------------------------------------------------------------------
@@ -277,7 +171,27 @@ class Settings:
     x_order: str = knob("fixed", Choice(("fixed", "rotate")), "default `x_order` of a decision: fixed (options read "
                         "as given) or rotate (each choice read once per rotation of its options, probabilities "
                         "averaged); a request's own `x_order` wins", fleet="limits.x_order")
+    engine: str = knob("local", Choice(("local", "vllm")), "who runs the model: local (blink's own engine, the "
+                       "weights in this process) or vllm (the replicas at `engine_url`; this process loads only the "
+                       "model's tokenizer, templates and config, no weights)")
+    engine_url: tuple[str, ...] = knob((), urls, "vllm: the replicas' base URLs, decisions and chat routed "
+                                       "among them by prefix affinity; required with engine vllm", shown="none")
+    engine_timeout_s: float = knob(300.0, Number(1, 3600), "vllm: seconds a replica may take on one request "
+                                   "(a chat stream: between tokens) before it is tried on the next")
+    engine_api_key: str | None = knob(None, optional_text, "vllm: the key the replicas require (vLLM's "
+                                      "`--api-key`); set the variable, not the flag", shown="none", secret=True)
     # fmt: on
+
+    def __post_init__(self):
+        if self.engine == "vllm":
+            if not self.engine_url:
+                raise BadSetting("engine_url", "engine vllm needs the replicas' URLs (engine_url)")
+            # what the replicas cannot be sent: weights merged here, pixels for a vision tower here
+            for name in ("adapter", "vision", "vision_tower"):
+                if getattr(self, name):
+                    raise BadSetting(name, f"{name} needs engine local: vLLM serves its own weights, text only here")
+        elif self.engine_url:
+            raise BadSetting("engine_url", "engine_url is only read with engine vllm (set engine too)")
 
     @property
     def image_limits(self) -> ImageLimits:
@@ -404,6 +318,12 @@ def resolve_space(config, env: dict | None = None) -> tuple[Settings, SpaceSetti
         for name in ("revision", "adapter", "adapter_revision"):  # they belong to the configured model
             values.pop(name, None)
     settings = resolve(Settings, values, env, space=True)
+    if settings.engine != "local":
+        # the Space is built around its own weights: loaded at import, decided in @spaces.GPU calls
+        raise SystemExit(
+            "BLINK_ENGINE=vllm: the Space serves its own weights (ZeroGPU); put blink in front of vLLM replicas with "
+            "`python -m blink serve --engine vllm --engine-url URL[,URL...]` instead"
+        )
     space = resolve(SpaceSettings, values, env, space=True)
     for name in ("gradio_api_needs_key", "gradio_ui_needs_key"):
         if getattr(space, name) and not settings.api_key:  # what it asks for does not exist: it would leave all open
@@ -446,4 +366,7 @@ def for_argparse(parse):
 
 
 def from_args(args: argparse.Namespace, schema=Settings):
-    return schema(**{k.name: getattr(args, k.name) for k in knobs(schema)})
+    try:
+        return schema(**{k.name: getattr(args, k.name) for k in knobs(schema)})
+    except BadSetting as exc:
+        raise SystemExit(f"--{exc.name.replace('_', '-')}: {exc}") from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from blink.settings import Choice, Integer, Knob, Listen, Number, Settings, SpaceSettings, flag, knobs
+from blink.settings import Choice, Integer, Knob, Listen, Number, Settings, SpaceSettings, flag, knobs, urls
 
 from .schema import FLEET_ONLY, FLEET_TABLE, KNOBS_AT, LOCATIONS, NAMED_AFTER_SPACE, REQUIRED, REQUIRED_KNOBS
 
@@ -15,6 +15,8 @@ def values_of(k: Knob, toml: bool = False) -> str:
         return str(k.parse)
     if k.parse is flag:
         return "true / false" if toml else "0 / 1"
+    if k.parse is urls:
+        return "list of http(s) URLs" if toml else "http(s) URLs, comma-separated"
     if isinstance(k.default, tuple):
         return "list of strings" if toml else "names, comma-separated"
     return "string" if toml else "text"

@@ -16,8 +16,9 @@ from typing import Any
 
 import httpx
 
-from ..chat import ChatEnd, _Decoder, _StopStrings
+from ..chat import ChatEnd
 from ..errors import EngineFailure
+from ..text import IncrementalDecoder, StopStrings
 from .affinity import route_for
 from .replicas import Replicas
 
@@ -58,8 +59,8 @@ class VllmChat:
         if params.get("images"):
             raise EngineFailure("the vllm engine reads text only: images are not sent to it", kind="images_unsupported")
         started = time.perf_counter()
-        decoder = _Decoder(self.tokenizer, self.hidden_ids)
-        stopper = _StopStrings([s for s in (params.get("stop") or []) if s])
+        decoder = IncrementalDecoder(self.tokenizer, self.hidden_ids)
+        stopper = StopStrings([s for s in (params.get("stop") or []) if s])
         eos = set(self.eos_ids)
         produced, finish = 0, "length"
         # routed by the conversation so far: its next turn lands where this one is cached

@@ -1,20 +1,16 @@
-"""blink's own engine beyond Qwen3.5 (issue 16): standard-RoPE decoders must be served exactly, and a model the
-executor can't serve must be refused at start with a clear message.
-
-Both are expected to fail until the executor is made general (strict xfail: the day they pass, the marker
-must go). The recipe is in the issue 16 report: in `Executor._forward`, pass the 4-row multimodal positions
-only to models whose rotary embedding is multimodal (`"mrope_section" in config.rope_parameters`) and the plain
-[rows, tokens] sequence positions to every other model; check the architecture in `Executor.__init__`.
-"""
+"""blink's own engine beyond Qwen3.5's hybrid layers: standard-RoPE decoders (Qwen3, Llama) are served exactly
+(the shared-prefix path equals a fresh forward, the prefix-state cache changes nothing, chat generates what
+transformers' greedy search generates), and a model the executor can't drive is refused at start by name."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
+from test_executor import random_request
+from test_prefix_cache import worst
 
 from blink.engine import WARMUP
-from blink.errors import EngineFailure
-
-NOT_YET = "the executor always sends Qwen3.5's 4-row multimodal rotary positions (see the issue 16 report)"
 
 
 @pytest.fixture(scope="module")
@@ -49,13 +45,20 @@ def standard_rope_dirs(tmp_path_factory) -> dict:
     return out
 
 
-@pytest.mark.xfail(strict=True, raises=EngineFailure, reason=NOT_YET)
+@pytest.fixture(scope="module")
+def qwen3_loaded(standard_rope_dirs):
+    from blink.loading import load
+
+    return load(str(standard_rope_dirs["qwen3"]))
+
+
 @pytest.mark.parametrize("arch", ["qwen3", "llama"])
 def test_the_engine_serves_a_standard_rope_model_exactly(standard_rope_dirs, arch):
     from blink.engine import Engine
     from blink.loading import load
 
     engine = Engine(load(str(standard_rope_dirs[arch])))
+    assert not engine.executor.multimodal_rope
     assert engine.warmup()
     # a shared-prefix request batched with a shorter one: prefix pass, left padding, fan-out, suffix pass
     first, second = engine.prepare(WARMUP), engine.prepare({**WARMUP, "state": "Short."})
@@ -66,20 +69,70 @@ def test_the_engine_serves_a_standard_rope_model_exactly(standard_rope_dirs, arc
             assert max(abs(a - b) for g, w in zip(got, want) for a, b in zip(g, w)) < 1e-5
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AttributeError,
-    reason="no architecture check yet: GPT-2 fails with an AttributeError, not a refusal naming it",
+def test_the_prefix_cache_changes_no_answer_on_plain_attention(qwen3_loaded):
+    """The saved states are attention KV only (a DynamicCache): resumed prefixes answer as prefilled ones."""
+    from blink.engine import Engine
+
+    on, off = Engine(qwen3_loaded, prefix_cache_bytes=64 << 20), Engine(qwen3_loaded, prefix_cache_bytes=0)
+    rng = random.Random(5)
+    bodies = [random_request(rng, rng.randint(1, 4)) for _ in range(3)]
+    cached = []
+    for _ in range(2):  # the second round resumes every state from the cache
+        for body in bodies:
+            prepared = on.prepare(body)
+            (a,), (b,) = on.score_many([prepared.prompts]), off.score_many([prepared.prompts])
+            assert a.error is None and b.error is None
+            assert worst(on.answer(prepared, a.result()), off.answer(prepared, b.result())) <= 1e-6
+            cached.append(a.cached_tokens)
+    assert cached[:3] == [0] * 3 and all(cached[3:])
+    # a batch mixing saved states and a new one, and a longer state resumed from a saved start
+    mixed = [on.prepare(body) for body in [bodies[0], random_request(rng, 2), bodies[1]]]
+    for prepared, a, b in zip(
+        mixed, on.score_many([p.prompts for p in mixed]), off.score_many([p.prompts for p in mixed])
+    ):
+        assert worst(on.answer(prepared, a.result()), off.answer(prepared, b.result())) <= 1e-6
+    assert on.executor.prefix_cache.stats()["entries"] >= 4
+
+
+def test_chat_generates_on_a_standard_rope_model(qwen3_loaded):
+    import torch
+
+    from blink.chat import ChatEnd, ChatEngine
+
+    chat = ChatEngine(qwen3_loaded)
+    rendered = chat.render([{"role": "user", "content": "Write a short note about parcels."}])
+    out = list(chat.generate(rendered.ids, {"max_tokens": 16, "temperature": 0}))
+    end = out[-1]
+    assert isinstance(end, ChatEnd) and all(isinstance(d, str) for d in out[:-1])
+    assert end.prompt_tokens == len(rendered.ids) and 0 < end.completion_tokens <= 16
+    # greedy: the same tokens transformers' own search picks
+    with torch.inference_mode():
+        ids = qwen3_loaded.model.generate(
+            torch.tensor([rendered.ids]), max_new_tokens=end.completion_tokens, do_sample=False
+        )[0, len(rendered.ids) :]
+    assert "".join(out[:-1]) == qwen3_loaded.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+@pytest.mark.parametrize(
+    "arch,loaded_as", [("GPT2LMHeadModel", "GPT2LMHeadModel"), ("BertForMaskedLM", "BertLMHeadModel")]
 )
-def test_a_model_the_executor_cannot_serve_is_refused_at_start(tmp_path):
-    from transformers import GPT2Config, GPT2LMHeadModel
+def test_a_model_the_executor_cannot_serve_is_refused_at_start(tmp_path, arch, loaded_as):
+    """A decoder outside transformers' Llama-family layout (GPT-2) and an encoder (BERT, which the causal-LM
+    loader builds as BertLMHeadModel): refused by the class that was loaded."""
+    import transformers
 
     from blink.demo import build_tokenizer
     from blink.engine import Engine
     from blink.loading import load
 
     tokenizer = build_tokenizer()
-    GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=1, n_head=2)).save_pretrained(tmp_path)
+    if arch == "GPT2LMHeadModel":
+        config = transformers.GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=1, n_head=2)
+    else:
+        config = transformers.BertConfig(
+            vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+        )
+    getattr(transformers, arch)(config).save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
-    with pytest.raises(SystemExit, match="GPT2LMHeadModel"):
+    with pytest.raises(SystemExit, match=loaded_as):
         Engine(load(str(tmp_path)))

@@ -81,3 +81,24 @@ def test_adapter_is_merged_and_applied(adapter_dir, demo_dir, demo_root, server)
     yes, no = logits[prompt.reads[0].label_ids].softmax(-1).tolist()
     assert abs(merged - yes) < 1e-4
     assert abs(merged - base) > 1e-4  # and it is not the base model's answer
+
+
+def test_without_weights_the_model_is_structure_only(demo_dir, tmp_path):
+    """`serve --engine vllm` loads no weights: the model lives on the meta device, yet prompts render as with the
+    weights (the same tokenizer, templates and config), and a corrupt weight file is never read."""
+    from blink.chat import ChatEngine
+    from blink.engine import Engine
+    from blink.loading import load
+
+    folder = tmp_path / "model"
+    shutil.copytree(demo_dir, folder)
+    (folder / "model.safetensors").write_bytes(b"not weights")
+    bare = load(str(folder), weights=False)
+    assert {p.device.type for p in bare.model.parameters()} == {"meta"}
+    assert bare.info["device"] == "none (no weights loaded)"
+    remote, local = Engine(bare, local=False), Engine(load(str(demo_dir)))
+    assert remote.executor is None
+    body = {"state": "A parcel is late.", "questions": {"late": {"type": "noul", "instructions": "Late?"}}}
+    assert [p.ids for p in remote.prepare(body).prompts] == [p.ids for p in local.prepare(body).prompts]
+    messages = [{"role": "user", "content": "Hello."}]
+    assert ChatEngine(bare).render(messages).ids == ChatEngine(local.loaded).render(messages).ids

@@ -202,3 +202,33 @@ def test_a_gradio_knob_that_asks_for_the_key_does_not_start_without_one(knob):
     assert getattr(space, knob.removeprefix("BLINK_").lower()) is True
     _, space = resolve_space({}, env={})
     assert space.gradio_ui_needs_key is False  # off by default: on ZeroGPU each caller pays their own quota
+
+
+def test_the_vllm_engine_needs_its_replicas_and_refuses_what_it_cannot_send():
+    settings = Settings.from_values({}, env={"BLINK_ENGINE": "vllm", "BLINK_ENGINE_URL": "http://a:8000/, https://b"})
+    assert settings.engine_url == ("http://a:8000", "https://b")
+    for env, refusal in [
+        ({"BLINK_ENGINE": "vllm"}, "ENGINE_URL: engine vllm needs the replicas' URLs"),
+        ({"BLINK_ENGINE_URL": "http://a:8000"}, "ENGINE_URL: engine_url is only read with engine vllm"),
+        ({"BLINK_ENGINE": "vllm", "BLINK_ENGINE_URL": "a:8000"}, "not an http\\(s\\) base URL: 'a:8000'"),
+        ({"BLINK_ENGINE": "vllm", "BLINK_ENGINE_URL": "ftp://a"}, "not an http\\(s\\) base URL"),
+        ({"BLINK_ENGINE": "vllm", "BLINK_ENGINE_URL": "http://a,http://a/"}, "a URL is listed twice"),
+        ({"BLINK_ENGINE": "sglang"}, "must be one of local, vllm"),
+        ({"BLINK_ENGINE": "vllm", "BLINK_ENGINE_URL": "http://a", "BLINK_VISION": "1"}, "VISION: vision needs engine"),
+    ]:
+        with pytest.raises(SystemExit, match=refusal):
+            Settings.from_values({}, env=env)
+    with pytest.raises(SystemExit, match="the Space serves its own weights"):
+        resolve_space({}, env={"BLINK_ENGINE": "vllm", "BLINK_ENGINE_URL": "http://a"})
+
+
+def test_serve_refuses_the_vllm_engine_without_replicas():
+    done = subprocess.run(
+        [sys.executable, "-m", "blink", "serve", "--engine", "vllm"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode != 0 and "--engine-url: engine vllm needs the replicas' URLs" in done.stderr, done.stderr

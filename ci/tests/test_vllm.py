@@ -3,8 +3,9 @@ run loudly if it can't, never skips), two replicas started by `ci/vllm-serve.sh`
 (`make-demo-model --arch qwen3`), and blink's vLLM backend (`blink.vllm`) against them.
 
 Scores are compared with a plain transformers forward on the same weights (fp32 on both sides; the bound
-asserted is 1e-4, the difference measured is ~1e-6), routing by what vLLM itself counts (its /metrics), and
-failover by killing a replica (the last test: the session's replicas are one fewer after it).
+asserted is 1e-4, the difference measured is ~1e-6) and with blink's own executor, routing by what vLLM itself
+counts (its /metrics), blink's own `serve --engine vllm` in front of the replicas, and failover by killing a replica
+(the last test: the session's replicas are one fewer after it).
 
 Cost: the venv (cached after the first build: a few seconds), ~100-150 s for the two replicas to start side by
 side, ~25 s for each one's first request; the timings land in ci/artifacts/vllm-timing.json.
@@ -194,9 +195,11 @@ def test_scores_equal_a_plain_forward(vllm_replicas, qwen3_engine):
             scores = scored.scores
             reference = [plain_logprobs(qwen3_engine.executor.model, prompt) for prompt in p.prompts]
             worst = max(worst, max_difference(scores, reference))
-            for got, want in zip(scores, reference):
-                for g, w in zip(got, want):
+            local = qwen3_engine.executor.score([p.prompts])[0]  # blink's own engine: logits, not logprobs
+            for got, want, ours in zip(scores, reference, local):
+                for g, w, o in zip(got, want, ours):
                     assert max(abs(x - y) for x, y in zip(softmax(g), softmax(w))) < 1e-5
+                    assert max(abs(x - y) for x, y in zip(softmax(g), softmax(o))) < 1e-5
             assert list(qwen3_engine.answer(p, scores)) == [q.name for q in p.decision.questions]
         TIMING["max_logprob_difference"] = worst
         assert worst < 1e-4, worst
@@ -327,13 +330,11 @@ def test_chat_streams_the_same_text_as_the_local_engine(vllm_replicas, qwen3_eng
 
 @pytest.fixture(scope="session")
 def blink_on_vllm(vllm_replicas, qwen3_dir):
-    """blink's own server (its wires, templates, answers) with vLLM answering: ci/tests/vllm_entry.py."""
+    """blink's own server (its wires, templates, answers) with vLLM answering: `serve --engine vllm`."""
     urls = ",".join(url for url, _ in vllm_replicas)
-    with running(
-        [sys.executable, str(ROOT / "ci" / "tests" / "vllm_entry.py"), str(qwen3_dir), "{port}", urls],
-        qwen3_dir.parent,
-        name="blink-vllm",
-    ) as url:
+    argv = [sys.executable, "-m", "blink", "serve", "--model", str(qwen3_dir), "--port", "{port}"]
+    argv += ["--served-model-name", "blink-qwen3-demo", "--engine", "vllm", "--engine-url", urls]
+    with running(argv, qwen3_dir.parent, name="blink-vllm") as url:
         yield url
 
 
@@ -348,6 +349,8 @@ def test_jevcompat_through_blink_to_vllm(blink_on_vllm):
 
 def test_healthz_lists_the_replicas(blink_on_vllm, vllm_replicas):
     body = httpx.get(blink_on_vllm + "/healthz", timeout=30).json()
+    assert body["engine"] == "vllm" and "passes" not in body and "prefix_cache" not in body
+    assert body["device"] == "none (no weights loaded)"
     rows = body["vllm"]["replicas"]
     assert [r["url"] for r in rows] == [url for url, _ in vllm_replicas]
     assert all(r["state"] == "up" for r in rows) and body["vllm"]["replicas_up"] == 2
