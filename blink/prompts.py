@@ -37,6 +37,7 @@ from .errors import InvalidRequest
 from .limits import Limits
 from .plan import Image, Prompt, Read, common_prefix_length, processed_tokens
 from .questions import Decision
+from .safejson import capped_tokens, longest_token_chars
 
 MAX_LABELS = 255
 
@@ -95,7 +96,8 @@ class PromptBuilder:
         self.config = config
         self.limits = limits
         self._label_ids: dict[tuple, list[int]] = {}
-        self.once = OnceRenderer(self.tokenizer, config)
+        self.longest_token = longest_token_chars(self.tokenizer)
+        self.once = OnceRenderer(self.tokenizer, config, self.longest_token)
         if self.once.enabled:
             self.once.enabled = self.once.self_test(self._library_prompts)
 
@@ -107,9 +109,14 @@ class PromptBuilder:
 
     def build(self, decision: Decision, images: dict | None = None) -> list[Prompt]:
         """Tokenized prompts for a decision, checked against the context limits (422, nothing truncated).
-        `images` maps placeholders to decoded images (vision models only)."""
-        rendered = None if images else self.once.render(decision)
+        `images` maps placeholders to decoded images (vision models only).
+
+        A state too long for any prompt is refused at the first tokenize of it, which stops early: rendering once,
+        the state's own tokenize is capped; on the library's path (which tokenizes whole prompts, one per question)
+        a capped count of the state's text comes first. Either way the cost of a refusal is bounded by the limit."""
+        rendered = None if images else self.once.render(decision, self.limits.max_context_tokens)
         if rendered is None:
+            self.check_state_length(decision)
             rendered = self._library_prompts(decision, images)
         prompts = []
         for ids, marks, questions, prompt_images, state_end in rendered:
@@ -138,6 +145,13 @@ class PromptBuilder:
             )
         return prompts
 
+    def check_state_length(self, decision: Decision) -> None:
+        state = decision.state
+        text = state if isinstance(state, str) else json.dumps(state, ensure_ascii=False, default=str)
+        encode = lambda piece: self.tokenizer.encode(piece, add_special_tokens=False)  # noqa: E731
+        if capped_tokens(encode, text, self.limits.max_context_tokens, self.longest_token) is None:
+            raise state_too_long(decision, self.limits.max_context_tokens)
+
     def _library_prompts(self, decision: Decision, images: dict | None = None) -> list[tuple]:
         """`prepare_inputs`' prompts as (ids, marks, questions, images, state_end): the reference rendering."""
         request = {"state": decision.state, "questions": decision.raw_questions}
@@ -148,6 +162,16 @@ class PromptBuilder:
             (inputs["input_ids"][0].tolist(), inputs["marks"].tolist(), questions, split_images(inputs, shared), 0)
             for inputs, questions in prepare_inputs(self.config, request, self.processor or self.tokenizer)
         ]
+
+
+def state_too_long(decision: Decision, limit: int) -> InvalidRequest:
+    """Every question's prompt is over the limit then: named as the full check names it, by its first question."""
+    return InvalidRequest(
+        f"the state alone is over this server's context limit of {limit} tokens per prompt (state + question). "
+        "Nothing was truncated: shorten the state.",
+        loc=["body", "questions", decision.questions[0].name],
+        kind="context_length_exceeded",
+    )
 
 
 def split_images(inputs: dict, shared: dict) -> list[Image]:
@@ -283,14 +307,18 @@ class OnceRenderer:
     with the second half kept per question (an LRU: the same questions asked about new states cost nothing). The
     length of the first half is the prompt's `state_end`: where the prefix-state cache saves a state. User text that
     holds a control token (or the sanitizer's markers) takes the library's path: sanitizing would change it.
+
+    The first half is the only tokenize of the state, so it is the one that counts it against the context limit:
+    capped (`safejson.capped_tokens`), a state past the limit is refused after tokenizing at most about the limit.
     """
 
     MAX_QUESTIONS = 4096  # distinct question parts remembered
     PROBES = ("PROBE", "  two \n\n lines  \n")
 
-    def __init__(self, tokenizer, config: DecisionConfig):
+    def __init__(self, tokenizer, config: DecisionConfig, longest_token: int):
         self.tokenizer = tokenizer
         self.config = config
+        self.longest_token = longest_token
         self.enabled = config.chat_template is None and getattr(tokenizer.encode, "enabled", False)
         self.question_template = _compile_jinja_template(DECISION_PROMPT)
         macro = DECISION_PROMPT.split("-%}", 1)[0] + "-%}"  # the template's own `text(x)` macro
@@ -312,8 +340,9 @@ class OnceRenderer:
     def _has_control(self, text: str) -> bool:
         return any(token in text for token in self.control)
 
-    def render(self, decision: Decision) -> list[tuple] | None:
-        """(ids, marks, questions, images, state_end) per question, or None where the library must render."""
+    def render(self, decision: Decision, max_tokens: int | None = None) -> list[tuple] | None:
+        """(ids, marks, questions, images, state_end) per question, or None where the library must render. A
+        state whose chat head alone passes `max_tokens` is refused (422)."""
         if not self.enabled:
             return None
         state = self.state_template.render(state=decision.state)
@@ -322,12 +351,30 @@ class OnceRenderer:
         parts = [self._part(q) for q in decision.questions]
         if any(part is None for part in parts):
             return None
-        head = self.tokenizer.encode(self.head + state + "\n\n", add_special_tokens=False)
+        head = self._head_ids(self.head + state + "\n\n", max_tokens)
+        if head is None:
+            raise state_too_long(decision, max_tokens)
         out = []
         for q, part in zip(decision.questions, parts):
             ids = head + part
             out.append((ids, [len(ids)], [q], [], len(head)))
         return out
+
+    def _head_ids(self, text: str, max_tokens: int | None) -> list[int] | None:
+        """`text`'s ids, or None past `max_tokens` (found in time bounded by the limit). `capped_tokens` ends, when
+        the text fits, with one encode of the whole text: those ids are kept, so a state is tokenized once."""
+        encode = lambda piece: self.tokenizer.encode(piece, add_special_tokens=False)  # noqa: E731
+        if max_tokens is None:
+            return encode(text)
+        last = {}
+
+        def counted(piece: str) -> list[int]:
+            last["text"], last["ids"] = piece, encode(piece)
+            return last["ids"]
+
+        if capped_tokens(counted, text, max_tokens, self.longest_token) is None:
+            return None
+        return last["ids"] if last.get("text") == text else encode(text)
 
     def _part(self, question) -> list[int] | None:
         """The token ids of one question part and the chat tail (None: it can't be cut from the state)."""
