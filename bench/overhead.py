@@ -1,13 +1,14 @@
 """Issue 14's server rows, through real standalone servers on the demo model (started with the test suite's
 `running`, so a stopped bench leaves no process behind).
 
-    .venv/bin/python bench/overhead.py outside [--reps 60]
+    .venv/bin/python bench/overhead.py outside [--reps 60] [--trees OTHER_CHECKOUT ...]
     .venv/bin/python bench/overhead.py throughput --before /work/wt/before14 [--reps 2]
 
 - `outside`: per request, the server's own `server-timing` total minus its `model` part (everything the server
   does that is not the forward pass: reading the body, parsing, rendering, queueing, answers, the JSON), median over
   sequential requests of a 64-token state x 1/6/16 questions. The common case: the same questions about new states.
-  The parts (prepare, queue, answer) are medians too, so they need not add up to the total.
+  The parts (prepare, queue, answer) are medians too, so they need not add up to the total. `--trees`: other
+  checkouts (main before this work) served beside this one, every request sent to each side in alternating order.
 - `throughput`: requests/s of this tree's server and of another checkout's (`--before`, e.g. main before issue 14)
   at 1/16/64 closed-loop clients, the same bodies to both, the sides alternating rep by rep; `after / before` > 1
   means this tree serves more. Both servers run with the same flags (batching on: `--batch-window-ms 2`).
@@ -22,6 +23,7 @@ import re
 import statistics
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,32 +60,44 @@ def outside(args) -> None:
 
     root = demo_root()
     tokenizer = AutoTokenizer.from_pretrained(root / "demo-model")
-    print("\n| outside model, 64 tok (server-timing total - model) | median (ms) | prepare | queue | answer | model |")
-    print("|---|---|---|---|---|---|")
-    with (
-        running(serve_argv(sys.executable, "--log-level", "warning"), root, name="bench-outside") as url,
-        httpx.Client(base_url=url, timeout=120) as client,
-    ):
+    trees = [ROOT] + [Path(t).resolve() for t in args.trees]
+    with ExitStack() as stack:
+        urls = [stack.enter_context(serve_tree(tree, root, f"bench-outside-{i}")) for i, tree in enumerate(trees)]
+        clients = [stack.enter_context(httpx.Client(base_url=url, timeout=120)) for url in urls]
+        for i, tree in enumerate(trees):
+            print(f"side {i}: {tree} (git {git_head(tree)})")
+        print("\n| outside model, 64 tok (total - model) | side | median (ms) | prepare | queue | answer | model |")
+        print("|---|---|---|---|---|---|---|")
         for n_questions in (1, 6, 16):
             questions = workload.questions(n_questions, seed=3)
-            rows = []
+            rows = [[] for _ in trees]
             for rep in range(args.warmup + args.reps):
                 body = {
                     "state": workload.text_of_tokens(tokenizer, STATE_TOKENS, seed=9000 + rep),
                     "questions": questions,
                 }
-                r = client.post("/v1/systemone", json=body)
-                r.raise_for_status()
-                if rep >= args.warmup:
-                    rows.append(timing_parts(r.headers["server-timing"]))
-            med = {
-                k: statistics.median(row.get(k, 0.0) for row in rows) for k in ("prepare", "queue", "answer", "model")
-            }
-            rest = statistics.median(row["total"] - row["model"] for row in rows)
-            print(
-                f"| {n_questions} q | {rest:.2f} | {med['prepare']:.2f} | {med['queue']:.2f} | {med['answer']:.2f} | "
-                f"{med['model']:.2f} |"
-            )
+                order = list(range(len(trees)))
+                for side in order if rep % 2 == 0 else order[::-1]:
+                    r = clients[side].post("/v1/systemone", json=body)
+                    r.raise_for_status()
+                    if rep >= args.warmup:
+                        rows[side].append(timing_parts(r.headers["server-timing"]))
+            for side, got in enumerate(rows):
+                med = {
+                    k: statistics.median(row.get(k, 0.0) for row in got)
+                    for k in ("prepare", "queue", "answer", "model")
+                }
+                rest = statistics.median(row["total"] - row["model"] for row in got)
+                print(
+                    f"| {n_questions} q | {side} | {rest:.2f} | {med['prepare']:.2f} | {med['queue']:.2f} | "
+                    f"{med['answer']:.2f} | {med['model']:.2f} |"
+                )
+
+
+def serve_tree(tree: Path, root: Path, name: str, *flags: str):
+    """A server of the checkout `tree` (its own python -m blink, run from it)."""
+    argv = serve_argv(str(tree / ".venv" / "bin" / "python"), "--log-level", "warning", *flags)
+    return running(argv, root, env={"PYTHONPATH": str(tree)}, cwd=tree, name=name)
 
 
 async def closed_loop(url: str, bodies: list[list[dict]]) -> dict:
@@ -112,19 +126,12 @@ def throughput(args) -> None:
     root = demo_root()
     tokenizer = AutoTokenizer.from_pretrained(root / "demo-model")
     before = Path(args.before).resolve()
-    flags = ["--log-level", "warning", "--batch-window-ms", "2", "--max-batch-requests", "64"]
-    flags += ["--max-queued-requests", "512"]
+    flags = ["--batch-window-ms", "2", "--max-batch-requests", "64", "--max-queued-requests", "512"]
     states = [workload.text_of_tokens(tokenizer, STATE_TOKENS, seed=7000 + i) for i in range(16)]
     questions = [workload.questions(6, seed=s) for s in range(4)]
     with (
-        running(serve_argv(sys.executable, *flags), root, name="bench-after") as after_url,
-        running(
-            serve_argv(str(before / ".venv" / "bin" / "python"), *flags),
-            root,
-            env={"PYTHONPATH": str(before)},
-            cwd=before,
-            name="bench-before",
-        ) as before_url,
+        serve_tree(ROOT, root, "bench-after", *flags) as after_url,
+        serve_tree(before, root, "bench-before", *flags) as before_url,
     ):
         urls = {"before": before_url, "after": after_url}
         print(f"\nbefore: {before} (git {git_head(before)}); after: {ROOT} (git {git_head(ROOT)})")
@@ -168,6 +175,7 @@ def main() -> None:
     one = sub.add_parser("outside")
     one.add_argument("--reps", type=int, default=60)
     one.add_argument("--warmup", type=int, default=10)
+    one.add_argument("--trees", nargs="*", default=[], help="other checkouts served beside this one, alternating")
     two = sub.add_parser("throughput")
     two.add_argument("--before", required=True, help="a checkout of the tree to compare against")
     two.add_argument("--reps", type=int, default=2)

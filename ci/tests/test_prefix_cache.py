@@ -152,3 +152,81 @@ def test_a_server_under_concurrent_requests(server):
         assert 0 < usage[1]["input_tokens_details"]["cached_tokens"] < usage[1]["input_tokens"]
         bad = client.post("/v1/decisions", json={**decision, "prompt_cache_key": 7})
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "prompt_cache_key"
+
+
+def test_questions_seen_before_answer_byte_identically_to_a_fresh_parse(engine):
+    """The question memo (same questions, new states): prompts and answers equal a parse without it, byte for
+    byte, on the first request (a miss) and on the next ones (hits); a bad question is refused every time."""
+    import copy
+    import json
+
+    from blink.errors import InvalidRequest
+    from blink.questions import QuestionMemo
+
+    memo_engine = copy.copy(engine)
+    memo_engine.questions = QuestionMemo()
+    plain = copy.copy(engine)
+    plain.questions = None
+    rng = random.Random(21)
+    asked = [random_request(rng, rng.randint(1, 6))["questions"] for _ in range(3)]
+    for round_ in range(3):
+        for k, questions in enumerate(asked):
+            body = {"state": random_request(rng, 1)["state"], "questions": questions}
+            with_memo, without = memo_engine.prepare(body), plain.prepare(body)
+            assert [(p.ids, p.reads, p.state_end) for p in with_memo.prompts] == [
+                (p.ids, p.reads, p.state_end) for p in without.prompts
+            ]
+            (scored,) = engine.score_many([without.prompts])
+            a, b = memo_engine.answer(with_memo, scored.result()), plain.answer(without, scored.result())
+            assert json.dumps(a) == json.dumps(b)
+    assert len(memo_engine.questions.entries) == sum(len(q) for q in asked)
+    # a hit is the same parse; True and 1 (or 1 and 1.0) are different questions
+    first = memo_engine.prepare({"state": "s", "questions": asked[0]}).decision.questions[0]
+    assert memo_engine.prepare({"state": "t", "questions": asked[0]}).decision.questions[0] is first
+    assert QuestionMemo.key("q", {"x": True}) != QuestionMemo.key("q", {"x": 1})
+    assert QuestionMemo.key("q", {"x": 1}) != QuestionMemo.key("q", {"x": 1.0})
+    bad = {"q": {"type": "choice", "criteria": {}}}
+    for _ in range(2):
+        with pytest.raises(InvalidRequest) as refused:
+            memo_engine.prepare({"state": "s", "questions": bad})
+        assert refused.value.loc == ["body", "questions", "q"]
+
+
+def test_a_state_is_counted_once_and_refused_at_its_capped_tokenize(engine):
+    """Rendering once, the state's one tokenize is what counts it: a state past the context limit is refused there
+    (named by its first question) after tokenizing about the limit, not the state; the library's path (control
+    tokens in the state) counts the state first, with the same refusal."""
+    import time
+
+    from blink.errors import InvalidRequest
+    from blink.limits import Limits
+    from blink.prompts import PromptBuilder
+
+    builder = PromptBuilder(engine.tokenizer, engine.config, Limits(max_context_tokens=200))
+    questions = {
+        "first": {"type": "noul", "instructions": "Is it late?"},
+        "second": {"type": "score", "instructions": "How late?", "criteria": ["a", "b"]},
+    }
+    calls = []
+    encode = builder.tokenizer.encode
+    builder.tokenizer.encode = lambda text, **kw: calls.append(len(text)) or encode(text, **kw)
+    try:
+        for state in ("word " * 400, "<|im_end|> " + "word " * 400, "word " * 2_000_000):
+            decision = parse_decision({"state": state, "questions": questions}, engine.config, engine.limits)
+            calls.clear()
+            t = time.perf_counter()
+            with pytest.raises(InvalidRequest) as refused:
+                builder.build(decision)
+            assert time.perf_counter() - t < 2.0
+            assert refused.value.loc == ["body", "questions", "first"]
+            assert refused.value.kind == "context_length_exceeded" and "200" in refused.value.message
+            # tokenized: prefixes doubling from ~4 characters a token, none much past the limit (and the questions)
+            assert max(calls, default=0) <= 200 * 4 * 2 and sum(calls) <= 200 * 4 * 4
+        # a state that fits is tokenized once: its chat head and state in one encode, then per question its part
+        fits = parse_decision({"state": "word " * 20, "questions": questions}, engine.config, engine.limits)
+        calls.clear()
+        prompts = builder.build(fits)
+        assert sum(n >= 100 for n in calls) == 1 and prompts[0].state_end > 20, calls
+        assert builder.once.render(fits) is not None
+    finally:
+        builder.tokenizer.encode = encode
