@@ -119,7 +119,7 @@ class PromptBuilder:
             self.check_state_length(decision)
             rendered = self._library_prompts(decision, images)
         prompts = []
-        for ids, marks, questions, prompt_images, state_end in rendered:
+        for ids, marks, questions, prompt_images, state_end, *system in rendered:
             if len(ids) > self.limits.max_context_tokens:
                 loc = ["body", "questions", questions[0].name] if len(questions) == 1 else ["body", "questions"]
                 who = f"question {questions[0].name!r}" if len(questions) == 1 else "the questions"
@@ -134,7 +134,7 @@ class PromptBuilder:
                 Read(int(mark) - 1, self.label_ids(q.labels), float(self.config.temperature.get(q.type, 1.0)))
                 for q, mark in zip(questions, marks)
             ]
-            prompts.append(Prompt(ids, reads, prompt_images, state_end))
+            prompts.append(Prompt(ids, reads, prompt_images, state_end, *system))
         total = processed_tokens(prompts)
         if total > self.limits.max_request_tokens:
             raise InvalidRequest(
@@ -162,6 +162,23 @@ class PromptBuilder:
             (inputs["input_ids"][0].tolist(), inputs["marks"].tolist(), questions, split_images(inputs, shared), 0)
             for inputs, questions in prepare_inputs(self.config, request, self.processor or self.tokenizer)
         ]
+
+
+# `/v1/decisions` renders a list of messages as the state "role: text" items, "\n\n" between them
+SYSTEM_ROLES = ("system: ", "developer: ")
+LATER_ROLES = ("user: ", "assistant: ", "tool call: ", "tool output: ")
+MIN_SYSTEM_CHARS = 256  # a shorter system prompt isn't worth a saved state (~0.4 MiB of DeltaNet state each)
+
+
+def system_prompt_end(state: str) -> int:
+    """Where the system (and developer) messages leading a transcript state end: the start of its first later
+    message (0: the state doesn't start with a long enough system message). Agents re-send one system prompt with
+    new conversations, and a recurrent state exists only where one was saved, so the cache saves one there."""
+    if not state.startswith(SYSTEM_ROLES):
+        return 0
+    cuts = [i + 2 for role in LATER_ROLES if (i := state.find("\n\n" + role)) >= 0]
+    cut = min(cuts, default=0)
+    return cut if cut >= MIN_SYSTEM_CHARS else 0
 
 
 def state_too_long(decision: Decision, limit: int) -> InvalidRequest:
@@ -354,11 +371,21 @@ class OnceRenderer:
         head = self._head_ids(self.head + state + "\n\n", max_tokens)
         if head is None:
             raise state_too_long(decision, max_tokens)
+        system_end = self._system_end(state, head)
         out = []
         for q, part in zip(decision.questions, parts):
             ids = head + part
-            out.append((ids, [len(ids)], [q], [], len(head)))
+            out.append((ids, [len(ids)], [q], [], len(head), system_end))
         return out
+
+    def _system_end(self, state: str, head: list[int]) -> int:
+        """The tokens of the chat head and the system prompt leading `state` (0: none), when they are where `head`
+        starts (they are: the cut is a safe one, after "\n\n" before a role's letter; checked anyway)."""
+        cut = system_prompt_end(state)
+        if not cut:
+            return 0
+        ids = self.tokenizer.encode(self.head + state[:cut], add_special_tokens=False)
+        return len(ids) if len(ids) < len(head) and head[: len(ids)] == ids else 0
 
     def _head_ids(self, text: str, max_tokens: int | None) -> list[int] | None:
         """`text`'s ids, or None past `max_tokens` (found in time bounded by the limit). `capped_tokens` ends, when

@@ -169,8 +169,8 @@ def test_questions_seen_before_answer_byte_identically_to_a_fresh_parse(engine):
     plain.questions = None
     rng = random.Random(21)
     asked = [random_request(rng, rng.randint(1, 6))["questions"] for _ in range(3)]
-    for round_ in range(3):
-        for k, questions in enumerate(asked):
+    for _ in range(3):
+        for questions in asked:
             body = {"state": random_request(rng, 1)["state"], "questions": questions}
             with_memo, without = memo_engine.prepare(body), plain.prepare(body)
             assert [(p.ids, p.reads, p.state_end) for p in with_memo.prompts] == [
@@ -230,3 +230,69 @@ def test_a_state_is_counted_once_and_refused_at_its_capped_tokenize(engine):
         assert builder.once.render(fits) is not None
     finally:
         builder.tokenizer.encode = encode
+
+
+SYSTEM = (
+    "You are the triage agent of a parcel company. Read the conversation, then answer each question about it from "
+    "what the customer wrote, not from what the agent assumed. Damaged goods go to returns, charges to billing, "
+    "late or lost parcels to shipping. Never guess an order number that is not in the text."
+)
+
+
+def transcript(user: str) -> str:
+    """A state as `/v1/decisions` renders a system message and a user message."""
+    return f"system: {SYSTEM}\n\nuser: {user}"
+
+
+def test_a_new_state_after_a_system_prompt_seen_before_resumes_from_it(engines):
+    """The end of a long system prompt is a save point: the next state after the same system prompt runs only
+    past it (cached tokens = the system prompt's, with the chat head), exact against the cache off, alone and in a
+    batch with other states."""
+    on, off = engines
+    rng = random.Random(31)
+    users = [" ".join(rng.choice(SYSTEM.split()) for _ in range(rng.randint(5, 60))) for _ in range(4)]
+    questions = random_request(rng, 3)["questions"]
+    prepared = [on.prepare({"state": transcript(u), "questions": questions}) for u in users]
+    system_end = prepared[0].prompts[0].system_end
+    head = on.prompts.once.head
+    assert system_end == len(on.prompts.tokenizer.encode(head + f"system: {SYSTEM}\n\n", add_special_tokens=False))
+    assert all(p.system_end == system_end < p.state_end for x in prepared for p in x.prompts)
+    (first,) = on.score_many([prepared[0].prompts])
+    assert first.cached_tokens == 0
+    (second,) = on.score_many([prepared[1].prompts])  # a new conversation after the same system prompt
+    assert second.cached_tokens == system_end
+    batch = on.score_many([p.prompts for p in prepared[2:]] + [prepared[0].prompts])
+    assert [s.cached_tokens for s in batch] == [system_end, system_end, prepared[0].prompts[0].state_end]
+    scored = [first, second, *batch[:2]]
+    for p, a, b in zip(prepared, scored, off.score_many([p.prompts for p in prepared])):
+        assert worst(on.answer(p, a.result()), off.answer(p, b.result())) <= 1e-6
+    # a short system prompt, or a state that merely mentions one, has no save point of its own
+    assert on.prepare({"state": "system: be brief\n\nuser: hi", "questions": questions}).prompts[0].system_end == 0
+    assert on.prepare({"state": "user: " + SYSTEM, "questions": questions}).prompts[0].system_end == 0
+
+
+def test_decisions_report_the_system_prompt_as_cached_for_a_new_conversation(server, engine):
+    """/v1/decisions with a system message: a new user message after the same system prompt reports the system
+    prompt's tokens as `input_tokens_details.cached_tokens`, and its answers equal a fresh server's reading (the
+    in-process engine, cache off)."""
+    from blink.engine import Engine
+    from blink.openai.decisions import to_systemone
+
+    rng = random.Random(41)
+    question = [{"type": "predicate", "name": "late", "instructions": "Is the parcel late?"}]
+    bodies = [
+        {
+            "model": "demo",
+            "input": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"ticket {rng.random()}"}],
+            "questions": question,
+        }
+        for _ in range(2)
+    ]
+    system_end = engine.prepare(to_systemone(bodies[1]).body).prompts[0].system_end
+    assert system_end > 40
+    off = Engine(engine.loaded, prefix_cache_bytes=0)
+    with httpx.Client(base_url=server, timeout=120) as client:
+        got = [client.post("/v1/decisions", json=body).json() for body in bodies]
+    assert got[1]["usage"]["input_tokens_details"]["cached_tokens"] == system_end
+    expected = off.decide(to_systemone(bodies[1]).body)
+    assert abs(got[1]["answers"][0]["probability"] - next(iter(expected.values()))["noul"]) <= 1e-6
