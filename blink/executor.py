@@ -34,7 +34,7 @@ import torch
 
 from .passes import length_buckets
 from .plan import Prompt, common_prefix_length
-from .prefix_cache import Entry, PrefixCache, row_of
+from .prefix_cache import Entry, PrefixCache, layer_tensors, row_of
 from .vision import image_inputs, image_positions, pixels_and_grid
 
 
@@ -246,14 +246,14 @@ class Executor:
         return found
 
     def prefixes(self, inputs: Inputs, resumed: dict):
-        """Every group's prefix state, one `Prefix` at a time: the resumed ones, then the prefilled passes (each
-        saved when its group has a save point)."""
-        for g, entry in resumed.items():
-            yield self.resume(inputs, g, entry)
+        """Every group's prefix state, one `Prefix` at a time: the resumed ones (stacked into passes as prefilled
+        prefixes are, so a batch of requests about saved states still runs its suffixes together), then the
+        prefilled passes (each saved when its group has a save point)."""
         fresh = [g for g in range(len(inputs.groups)) if g not in resumed]
-        for g, entry in self.saved_systems(inputs, [g for g in fresh if g in inputs.systems]).items():
-            yield self.resume(inputs, g, entry)
-        fresh = [g for g in fresh if g not in inputs.systems]
+        resumed = resumed | self.saved_systems(inputs, [g for g in fresh if g in inputs.systems])
+        fresh = [g for g in fresh if g not in resumed]
+        for bucket in self.prefix_passes(inputs, list(resumed)):
+            yield self.stacked(inputs, bucket, [self.resume(inputs, g, resumed[g]) for g in bucket])
         for bucket in self.prefix_passes(inputs, fresh):
             prefix = self.prefill(inputs, bucket)
             for g in bucket:
@@ -278,9 +278,9 @@ class Executor:
             del prefix
         return found
 
-    def resume(self, inputs: Inputs, g: int, entry) -> Prefix:
-        """1'. A group's prefix from a copy of a saved state: only the tokens past it run (one row, no padding),
-        and the longer prefix is saved in turn."""
+    def resume(self, inputs: Inputs, g: int, entry):
+        """1'. A group's prefix cache from a copy of a saved state: only the tokens past it run (one row, no
+        padding), and the longer prefix is saved in turn."""
         cache, done, n = copy.deepcopy(entry.cache), entry.length, inputs.prefix_len[g]
         if n > done:
             first = inputs.groups[g][0]
@@ -289,7 +289,27 @@ class Executor:
             rope = inputs.positions[id(first)][:, done:n][:, None]
             self._forward(embeds, torch.ones((1, n), dtype=torch.long), text, rope, cache)
             self.prefix_cache.save(inputs.keys[g], copy.deepcopy(cache))
-        return Prefix({g: 0}, n, torch.ones((1, n), dtype=torch.long), None, cache)
+        return cache
+
+    def stacked(self, inputs: Inputs, bucket: list[int], caches: list) -> Prefix:
+        """Resumed batch-of-one caches as one `Prefix`, a row per group: attention KV left-padded with zeros to
+        the longest (masked, as a left-padded prefill's pads are), the DeltaNet states stacked (each row's own:
+        they hold no positions)."""
+        width = max(inputs.prefix_len[g] for g in bucket)
+        mask = torch.zeros((len(bucket), width), dtype=torch.long)
+        for row, g in enumerate(bucket):
+            mask[row, width - inputs.prefix_len[g] :] = 1
+        if len(caches) == 1:
+            return Prefix({bucket[0]: 0}, width, mask, None, caches[0])
+        rows = [list(layer_tensors(cache)) for cache in caches]
+        memo = {}
+        for i, (_, name, tensor) in enumerate(rows[0]):
+            parts = [row[i][2] for row in rows]
+            if name in ("keys", "values"):  # [1, heads, length, dim]
+                parts = [torch.nn.functional.pad(t, (0, 0, width - t.shape[-2], 0)) for t in parts]
+            memo[id(tensor)] = torch.cat(parts)
+        cache = copy.deepcopy(caches[0], memo)
+        return Prefix({g: row for row, g in enumerate(bucket)}, width, mask, None, cache)
 
     def prefix_passes(self, inputs: Inputs, groups: list[int]) -> list[list[int]]:
         """The groups whose prefixes run together. Groups of very different prefix lengths (a batch of requests

@@ -296,3 +296,28 @@ def test_decisions_report_the_system_prompt_as_cached_for_a_new_conversation(ser
     assert got[1]["usage"]["input_tokens_details"]["cached_tokens"] == system_end
     expected = off.decide(to_systemone(bodies[1]).body)
     assert abs(got[1]["answers"][0]["probability"] - next(iter(expected.values()))["noul"]) <= 1e-6
+
+
+def test_requests_about_saved_states_still_share_their_suffix_passes(engines):
+    """A batch of requests whose states are all saved runs their suffixes in shared passes (the resumed caches
+    stacked, KV left-padded), not one pass per request, and stays exact against the cache off."""
+    on, off = engines
+    rng = random.Random(51)
+    words = SYSTEM.split()
+    questions = random_request(rng, 2)["questions"]
+    # the same questions about states of about one length: the cost model puts them in one or two passes
+    prepared = [
+        on.prepare({"state": " ".join(rng.choice(words) for _ in range(80)), "questions": questions}) for _ in range(4)
+    ]
+    on.score_many([p.prompts for p in prepared])  # every state saved
+    forwards = []
+    run = on.executor._forward
+    on.executor._forward = lambda *args: forwards.append(args[0].shape[0]) or run(*args)
+    try:
+        again = on.score_many([p.prompts for p in prepared])
+    finally:
+        on.executor._forward = run
+    assert all(s.cached_tokens == p.prompts[0].state_end for s, p in zip(again, prepared))
+    assert len(forwards) <= 2 and max(forwards) >= 4, forwards  # one request alone would be 2 rows a pass at most
+    for p, a, b in zip(prepared, again, off.score_many([p.prompts for p in prepared])):
+        assert worst(on.answer(p, a.result()), off.answer(p, b.result())) <= 1e-6
