@@ -117,7 +117,7 @@ class PromptBuilder:
         rendered = None if images else self.once.render(decision, self.limits.max_context_tokens)
         if rendered is None:
             self.check_state_length(decision)
-            rendered = self._library_prompts(decision, images)
+            rendered = self.once.with_state_end(self._library_prompts(decision, images))
         prompts = []
         for ids, marks, questions, prompt_images, state_end, *system in rendered:
             if len(ids) > self.limits.max_context_tokens:
@@ -386,6 +386,22 @@ class OnceRenderer:
             return 0
         ids = self.tokenizer.encode(self.head + state[:cut], add_special_tokens=False)
         return len(ids) if len(ids) < len(head) and head[: len(ids)] == ids else 0
+
+    def with_state_end(self, rendered: list[tuple]) -> list[tuple]:
+        """The library's prompts (images among them) with the state's end marked where it can be found: every
+        prompt ends with its question's part as rendering once tokenizes it, and what comes before is the same in
+        all of them. Only a save point: a prefix cut elsewhere would be looked up under other tokens, never misread
+        (image tokens are keyed by their image's hash, see `Executor._keys`)."""
+        if not self.enabled:
+            return rendered
+        ends = []
+        for ids, marks, questions, _, _ in rendered:
+            part = self._part(questions[0]) if len(questions) == 1 and marks == [len(ids)] else None
+            ends.append(len(ids) - len(part) if part and ids[len(ids) - len(part) :] == part else 0)
+        first = rendered[0][0][: ends[0]]
+        if not ends[0] or any(end != ends[0] or ids[:end] != first for end, (ids, *_) in zip(ends, rendered)):
+            return rendered
+        return [(ids, marks, questions, images, ends[0]) for ids, marks, questions, images, _ in rendered]
 
     def _head_ids(self, text: str, max_tokens: int | None) -> list[int] | None:
         """`text`'s ids, or None past `max_tokens` (found in time bounded by the limit). `capped_tokens` ends, when

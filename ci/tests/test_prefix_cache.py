@@ -321,3 +321,41 @@ def test_requests_about_saved_states_still_share_their_suffix_passes(engines):
     assert len(forwards) <= 2 and max(forwards) >= 4, forwards  # one request alone would be 2 rows a pass at most
     for p, a, b in zip(prepared, again, off.score_many([p.prompts for p in prepared])):
         assert worst(on.answer(p, a.result()), off.answer(p, b.result())) <= 1e-6
+
+
+def test_an_image_prefix_is_saved_keyed_by_its_pixels(demo_root):
+    """A state with an image, asked new questions: resumed from its saved prefix (image tokens keyed by the image's
+    hash), exact against the cache off; the same state with another image of the same size shares nothing past the
+    text before the image."""
+    import base64
+
+    from test_images import png
+
+    from blink.demo import demo_model_dir
+    from blink.engine import Engine
+    from blink.loading import load
+
+    loaded = load(str(demo_model_dir(vision=True)), vision=True)
+    on, off = Engine(loaded, prefix_cache_bytes=64 << 20), Engine(loaded, prefix_cache_bytes=0)
+
+    def body(color, questions):
+        data = base64.b64encode(png(color=color, size=(64, 64))).decode()
+        return {
+            "state": {"photo": "<image:p1>", "note": "What arrived today"},
+            "questions": questions,
+            "assets": {"<image:p1>": {"type": "image", "format": "png", "data_base64": data}},
+        }
+
+    rng = random.Random(61)
+    asked = [random_request(rng, 2)["questions"] for _ in range(2)]
+    requests = [body((200, 30, 30), asked[0]), body((200, 30, 30), asked[1]), body((30, 30, 200), asked[1])]
+    prepared = [on.prepare(r) for r in requests]
+    end = prepared[0].prompts[0].state_end
+    assert end > 0 and prepared[1].prompts[0].state_end == end and prepared[0].prompts[0].images
+    cached = []
+    for p in prepared:
+        (a,), (b,) = on.score_many([p.prompts]), off.score_many([p.prompts])
+        assert worst(on.answer(p, a.result()), off.answer(p, b.result())) <= 1e-6
+        cached.append(a.cached_tokens)
+    assert prepared[2].prompts[0].ids == prepared[1].prompts[0].ids  # the blue image: the same ids as the red...
+    assert cached == [0, end, 0]  # ...and another hash
