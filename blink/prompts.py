@@ -14,12 +14,13 @@ one, else the generic label prompt inside the model's chat template with thinkin
   once per distinct question (an LRU), instead of a Jinja render, a chat-template render and a tensor
   conversion per question. It is the library's rendering split where it splits anyway, checked at start-up
   against `prepare_inputs`; anything it cannot prove equal (images, a model's own decision template, control
-  tokens in user text) takes `prepare_inputs`.
+  tokens in user text) takes `prepare_inputs`. The state is tokenized by `prefix_encoder.PrefixReusingEncoder`.
+- save points for the prefix-state cache: `state_end` (the end of the state, also found in the library's prompts
+  with images) and `system_end` (the end of a long system message leading a transcript state).
 """
 
 from __future__ import annotations
 
-import bisect
 import copy
 import hashlib
 import json
@@ -35,7 +36,8 @@ from transformers.utils.chat_template_utils import _CONTROL_TOKEN_END, _CONTROL_
 
 from .errors import InvalidRequest
 from .limits import Limits
-from .plan import Image, Prompt, Read, common_prefix_length, processed_tokens
+from .plan import Image, Prompt, Read, processed_tokens
+from .prefix_encoder import PrefixReusingEncoder
 from .questions import Decision
 from .safejson import capped_tokens, longest_token_chars
 
@@ -119,7 +121,7 @@ class PromptBuilder:
             self.check_state_length(decision)
             rendered = self.once.with_state_end(self._library_prompts(decision, images))
         prompts = []
-        for ids, marks, questions, prompt_images, state_end, *system in rendered:
+        for ids, marks, questions, prompt_images, state_end, system_end in rendered:
             if len(ids) > self.limits.max_context_tokens:
                 loc = ["body", "questions", questions[0].name] if len(questions) == 1 else ["body", "questions"]
                 who = f"question {questions[0].name!r}" if len(questions) == 1 else "the questions"
@@ -134,7 +136,7 @@ class PromptBuilder:
                 Read(int(mark) - 1, self.label_ids(q.labels), float(self.config.temperature.get(q.type, 1.0)))
                 for q, mark in zip(questions, marks)
             ]
-            prompts.append(Prompt(ids, reads, prompt_images, state_end, *system))
+            prompts.append(Prompt(ids, reads, prompt_images, state_end, system_end))
         total = processed_tokens(prompts)
         if total > self.limits.max_request_tokens:
             raise InvalidRequest(
@@ -153,13 +155,14 @@ class PromptBuilder:
             raise state_too_long(decision, self.limits.max_context_tokens)
 
     def _library_prompts(self, decision: Decision, images: dict | None = None) -> list[tuple]:
-        """`prepare_inputs`' prompts as (ids, marks, questions, images, state_end): the reference rendering."""
+        """`prepare_inputs`' prompts as (ids, marks, questions, images, state_end, system_end): the reference
+        rendering (it marks neither end)."""
         request = {"state": decision.state, "questions": decision.raw_questions}
         if images:
             request["assets"] = images
         shared = {}
         return [
-            (inputs["input_ids"][0].tolist(), inputs["marks"].tolist(), questions, split_images(inputs, shared), 0)
+            (inputs["input_ids"][0].tolist(), inputs["marks"].tolist(), questions, split_images(inputs, shared), 0, 0)
             for inputs, questions in prepare_inputs(self.config, request, self.processor or self.tokenizer)
         ]
 
@@ -203,112 +206,6 @@ def split_images(inputs: dict, shared: dict) -> list[Image]:
         key = hashlib.sha256(pixels.numpy().tobytes()).hexdigest()[:32] + "-" + "x".join(map(str, grid))
         out.append(shared.setdefault(key, Image(key, pixels, grid)))
     return out
-
-
-class PrefixReusingEncoder:
-    """`tokenizer.encode` that tokenizes a shared prefix once: the state, which every question's prompt repeats.
-
-    `transformers.decision.prepare_inputs` renders and encodes one full prompt per question, so a request with
-    Q questions tokenizes its state Q times (with a 2,200-token state and 16 questions, most of the time the
-    request spends outside the model). Here each encode remembers its text, ids and token end offsets (per
-    thread: requests are prepared in parallel), and the next text that starts the same way reuses the ids of
-    the common part up to a *safe cut* and encodes only the rest.
-
-    A safe cut is the end of a run of newlines followed by a non-space character: Qwen's pre-tokenizer always
-    splits there (a newline run is its own pre-token, or ends a punctuation pre-token), and byte-level BPE
-    never merges across pre-tokens, so encode(a + b) == encode(a) + encode(b). The template puts "\\n\\n"
-    between the state and each question, so the cut falls right after the state. Only tokenizers with that
-    pre-tokenizer get the shortcut (checked at start-up, with a self-test); others encode in full.
-    """
-
-    MAX_SCAN = 4096  # characters searched backwards from the divergence for a safe cut
-    MIN_CHARS = 64  # texts shorter than this are encoded in full and not remembered
-
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-        self.full = tokenizer.encode
-        backend = getattr(tokenizer, "_tokenizer", None)
-        spec = json.loads(backend.to_str()) if backend is not None else None  # parsed once: ~1 s for Qwen's
-        self.backend = self._untrimmed(spec)
-        self.local = threading.local()
-        self.enabled = self.backend is not None and self._qwen_pretokenizer(spec) and self._self_test()
-
-    @staticmethod
-    def _untrimmed(spec: dict | None):
-        """A copy of the backend whose offsets aren't trimmed of whitespace (the same ids), so a token's end
-        offset is where its text really ends, newlines included."""
-        if spec is None:
-            return None
-        from tokenizers import Tokenizer
-
-        def untrim(node):
-            if isinstance(node, dict):
-                if node.get("type") == "ByteLevel" and "trim_offsets" in node:
-                    node["trim_offsets"] = False
-                for value in node.values():
-                    untrim(value)
-            elif isinstance(node, list):
-                for value in node:
-                    untrim(value)
-
-        # every section but the model (its 248k-entry vocabulary and merges hold no ByteLevel component)
-        untrim({key: value for key, value in spec.items() if key != "model"})
-        return Tokenizer.from_str(json.dumps(spec))
-
-    @staticmethod
-    def _qwen_pretokenizer(spec: dict) -> bool:
-        pre = spec.get("pre_tokenizer") or {}
-        parts = pre.get("pretokenizers", [pre])
-        split = [p for p in parts if p.get("type") == "Split"]
-        regex = (split[0].get("pattern") or {}).get("Regex", "") if len(split) == 1 else ""
-        return r"\s*[\r\n]+" in regex and any(p.get("type") == "ByteLevel" for p in parts)
-
-    def _self_test(self) -> bool:
-        texts = [
-            "<|im_start|>user\nA state. It ends here\n\nWhich team?\nA. x<|im_end|>\n",
-            "<|im_start|>user\nA state. It ends here\n\nWhat tone?\nA. calm<|im_end|>\n",
-            '<|im_start|>user\n{"a": "b\\n"}\n\n\u0301accent, 12 34\n\nB. 5<|im_end|>',
-        ]
-        self.local.last = None
-        try:
-            return all(self._encode(t) == self.full(t, add_special_tokens=False) for t in texts + texts[::-1])
-        finally:
-            self.local.last = None
-
-    def __call__(self, text, *args, **kwargs):
-        if self.enabled and isinstance(text, str) and not args and kwargs == {"add_special_tokens": False}:
-            return self._encode(text)
-        return self.full(text, *args, **kwargs)
-
-    def _encode(self, text: str) -> list[int]:
-        if len(text) < self.MIN_CHARS:  # short texts (e.g. the "\n" probes between pieces) don't displace the cache
-            return self.backend.encode(text, add_special_tokens=False).ids
-        last = getattr(self.local, "last", None)
-        cut = self._safe_cut(last[0], text) if last else 0
-        if cut:
-            _, ids, ends = last
-            k = bisect.bisect_right(ends, cut)
-            if k and ends[k - 1] == cut:
-                tail = self.backend.encode(text[cut:], add_special_tokens=False)
-                ids = ids[:k] + tail.ids
-                ends = ends[:k] + [cut + end for _, end in tail.offsets]
-                self.local.last = (text, ids, ends)
-                return list(ids)
-        encoding = self.backend.encode(text, add_special_tokens=False)
-        self.local.last = (text, encoding.ids, [end for _, end in encoding.offsets])
-        return list(encoding.ids)
-
-    def _safe_cut(self, previous: str, text: str) -> int:
-        """The last safe cut in `text` at or before where it stops matching `previous` (0: none). String
-        search and comparison run in C: a character loop over a 10,000-character state costs ~0.4 ms per prompt."""
-        same = common_prefix_length([previous, text])
-        floor, hi = max(0, same - self.MAX_SCAN), min(same, len(text) - 1)
-        # a cut p needs text[p - 1] == "\n" and a non-space text[p] (the tail then starts a new pre-token)
-        while (newline := text.rfind("\n", floor, hi)) >= 0:
-            if not text[newline + 1].isspace():
-                return newline + 1
-            hi = newline
-        return 0
 
 
 class OnceRenderer:
@@ -358,8 +255,8 @@ class OnceRenderer:
         return any(token in text for token in self.control)
 
     def render(self, decision: Decision, max_tokens: int | None = None) -> list[tuple] | None:
-        """(ids, marks, questions, images, state_end) per question, or None where the library must render. A
-        state whose chat head alone passes `max_tokens` is refused (422)."""
+        """(ids, marks, questions, images, state_end, system_end) per question, or None where the library must
+        render. A state whose chat head alone passes `max_tokens` is refused (422)."""
         if not self.enabled:
             return None
         state = self.state_template.render(state=decision.state)
@@ -395,13 +292,13 @@ class OnceRenderer:
         if not self.enabled:
             return rendered
         ends = []
-        for ids, marks, questions, _, _ in rendered:
+        for ids, marks, questions, *_ in rendered:
             part = self._part(questions[0]) if len(questions) == 1 and marks == [len(ids)] else None
             ends.append(len(ids) - len(part) if part and ids[len(ids) - len(part) :] == part else 0)
         first = rendered[0][0][: ends[0]]
         if not ends[0] or any(end != ends[0] or ids[:end] != first for end, (ids, *_) in zip(ends, rendered)):
             return rendered
-        return [(ids, marks, questions, images, ends[0]) for ids, marks, questions, images, _ in rendered]
+        return [(ids, marks, questions, images, ends[0], 0) for ids, marks, questions, images, *_ in rendered]
 
     def _head_ids(self, text: str, max_tokens: int | None) -> list[int] | None:
         """`text`'s ids, or None past `max_tokens` (found in time bounded by the limit). `capped_tokens` ends, when
