@@ -9,7 +9,6 @@ through the batcher) and `decide` (warm-up, tests, tools: in this thread).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -23,10 +22,9 @@ from .limits import Limits
 from .loading import Loaded
 from .plan import Prompt, Scored, image_usage, processed_tokens
 from .prompts import PromptBuilder, decision_config_for
-from .questions import Decision, parse_decision
+from .questions import Decision, QuestionMemo, parse_decision
 from .rotation import build as build_readings
 from .rotation import one_prompt_per_question, read_answers
-from .safejson import TokenCap
 
 log = logging.getLogger("blink")
 
@@ -100,7 +98,7 @@ class Engine:
         self.order = order  # the server's default `x_order`
         if order == "rotate" and not one_prompt_per_question(self.config):
             raise SystemExit("x_order rotate needs a model whose template renders one question per prompt")
-        self.token_cap = TokenCap(loaded.tokenizer)
+        self.questions = QuestionMemo()  # questions seen before, parsed and validated once
         self.executor = (
             Executor(
                 loaded.model,
@@ -129,33 +127,14 @@ class Engine:
                 )
             body, images, first = load_images(body, parts or {}, self.image_limits)
             body = place_images(body, first, self.image_layout, list(images))
-        self.check_state_length(body)  # images stand as placeholders by now (their bytes are not state text)
-        decision = parse_decision(body, self.config, self.limits)
+        # the state's length is checked where it is tokenized, with images standing as placeholders by now
+        decision = parse_decision(body, self.config, self.limits, self.questions)
         prompts, readings = build_readings(self.prompts, decision, images, decision.order or self.order)
         usage = image_usage(prompts, self.processor) if images else None
         if images:  # the decoded pictures are dropped now (the prompts hold the processed pixels)
             images = None
             give_back_memory()
         return Prepared(decision, prompts, processed_tokens(prompts), usage, readings)
-
-    def check_state_length(self, body) -> None:
-        """A state that alone passes the context limit is refused before anything is rendered or tokenized
-        whole: the cost of the refusal is bounded by the limit, not by the state."""
-        state = body.get("state") if isinstance(body, dict) else None
-        if state is None:
-            return
-        text = state if isinstance(state, str) else json.dumps(state, ensure_ascii=False, default=str)
-        if not self.token_cap.fits(text, self.limits.max_context_tokens):
-            # every question's prompt is over the limit then: named as the full check names it, by its first question
-            questions = body.get("questions")
-            first = next(iter(questions), None) if isinstance(questions, dict) else None
-            raise InvalidRequest(
-                f"the state alone is over this server's context limit of "
-                f"{self.limits.max_context_tokens} tokens per prompt (state + question). Nothing "
-                "was truncated: shorten the state.",
-                loc=["body", "questions", first] if first is not None else ["body", "state"],
-                kind="context_length_exceeded",
-            )
 
     def answer(self, prepared: Prepared, scores: list[list[list[float]]]) -> dict:
         """Answers keyed by question id, in request order."""

@@ -22,7 +22,9 @@ are the sequence positions alone (`decoder_of` refuses, at start, a model laid o
 
 With a prefix-state cache (`prefix_cache.py`), a group's prefix stops at its prompts' `state_end` (the save point),
 a group whose prefix (or a saved start of it) was prefilled before resumes from a copy of that state and runs only
-the rest, alone (no left padding after a prefix state), and every prefix prefilled is saved.
+the rest, alone (no left padding after a prefix state), and every prefix prefilled is saved. A state that starts with
+a system prompt (`Prompt.system_end`) is saved there too: a new state after a system prompt seen before resumes
+from the end of the system prompt.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import torch
 
 from .passes import length_buckets
 from .plan import Prompt, common_prefix_length
-from .prefix_cache import PrefixCache, row_of
+from .prefix_cache import Entry, PrefixCache, layer_tensors, row_of
 from .vision import image_inputs, image_positions, pixels_and_grid
 
 
@@ -49,6 +51,7 @@ class Inputs:
     features: dict  # image key -> its vision features (the tower run once per call)
     positions: dict  # id(prompt) -> the prompt's multimodal rotary positions [3, L] (unused by standard RoPE)
     keys: dict | None = None  # group -> its prefix's cache keys, for the groups whose prefix is saved
+    systems: dict | None = None  # group -> where its system prompt ends (a second save point), for those that have one
 
 
 @dataclass
@@ -252,14 +255,16 @@ class Executor:
             len(prompts[0].ids) if len(prompts) == 1 else common_prefix_length(rows)
             for prompts, rows in zip(groups, keys)
         ]
-        saved = {}
+        saved, systems = {}, {}
         if self.prefix_cache.active:
             for g, prompts in enumerate(groups):
                 if end := self.save_point(prompts, prefix_len[g]):
                     prefix_len[g], saved[g] = end, keys[g][0][:end]
-        return Inputs(
-            groups, prefix_len, self._encode_images(everything), {id(p): self._positions(p) for p in everything}, saved
-        )
+                    system = prompts[0].system_end
+                    if 0 < system < end and all(p.system_end == system for p in prompts):
+                        systems[g] = system
+        positions = {id(p): self._positions(p) for p in everything}
+        return Inputs(groups, prefix_len, self._encode_images(everything), positions, saved, systems)
 
     @staticmethod
     def save_point(prompts: list[Prompt], prefix_len: int) -> int:
@@ -279,11 +284,14 @@ class Executor:
         return found
 
     def prefixes(self, inputs: Inputs, resumed: dict):
-        """Every group's prefix state, one `Prefix` at a time: the resumed ones, then the prefilled passes (each
-        saved when its group has a save point)."""
-        for g, entry in resumed.items():
-            yield self.resume(inputs, g, entry)
+        """Every group's prefix state, one `Prefix` at a time: the resumed ones (stacked into passes as prefilled
+        prefixes are, so a batch of requests about saved states still runs its suffixes together), then the
+        prefilled passes (each saved when its group has a save point)."""
         fresh = [g for g in range(len(inputs.groups)) if g not in resumed]
+        resumed = resumed | self.saved_systems(inputs, [g for g in fresh if g in inputs.systems])
+        fresh = [g for g in fresh if g not in resumed]
+        for bucket in self.prefix_passes(inputs, list(resumed)):
+            yield self.stacked(inputs, bucket, [self.resume(inputs, g, resumed[g]) for g in bucket])
         for bucket in self.prefix_passes(inputs, fresh):
             prefix = self.prefill(inputs, bucket)
             for g in bucket:
@@ -292,9 +300,25 @@ class Executor:
                     self.prefix_cache.save(inputs.keys[g], row_of(prefix.cache, prefix.row_of[g], start))
             yield prefix
 
-    def resume(self, inputs: Inputs, g: int, entry) -> Prefix:
-        """1'. A group's prefix from a copy of a saved state: only the tokens past it run (one row, no padding),
-        and the longer prefix is saved in turn."""
+    def saved_systems(self, inputs: Inputs, groups: list[int]) -> dict:
+        """1''. The system prompts of groups that start with one and found nothing saved: prefilled (batched as
+        prefixes are) and saved, so the next state after the same system prompt resumes there. Group -> the entry
+        its own prefix resumes from (held here even where the budget keeps it out of the cache)."""
+        lengths = {g: inputs.systems[g] for g in groups}
+        found = {}
+        for bucket in length_buckets(groups, lengths, self.max_rows, self.pass_cost_tokens, self.max_cells):
+            prefix = self.prefill(inputs, bucket, lengths)
+            for g in bucket:
+                row = row_of(prefix.cache, prefix.row_of[g], prefix.width - lengths[g])
+                keys = inputs.keys[g][: lengths[g]]
+                self.prefix_cache.save(keys, row)
+                found[g] = Entry(lengths[g], row, 0)
+            del prefix
+        return found
+
+    def resume(self, inputs: Inputs, g: int, entry):
+        """1'. A group's prefix cache from a copy of a saved state: only the tokens past it run (one row, no
+        padding), and the longer prefix is saved in turn."""
         cache, done, n = copy.deepcopy(entry.cache), entry.length, inputs.prefix_len[g]
         if n > done:
             first = inputs.groups[g][0]
@@ -303,7 +327,27 @@ class Executor:
             rope = inputs.positions[id(first)][:, done:n][:, None]
             self._forward(embeds, torch.ones((1, n), dtype=torch.long), text, rope, cache)
             self.prefix_cache.save(inputs.keys[g], copy.deepcopy(cache))
-        return Prefix({g: 0}, n, torch.ones((1, n), dtype=torch.long), None, cache)
+        return cache
+
+    def stacked(self, inputs: Inputs, bucket: list[int], caches: list) -> Prefix:
+        """Resumed batch-of-one caches as one `Prefix`, a row per group: attention KV left-padded with zeros to
+        the longest (masked, as a left-padded prefill's pads are), the DeltaNet states stacked (each row's own:
+        they hold no positions)."""
+        width = max(inputs.prefix_len[g] for g in bucket)
+        mask = torch.zeros((len(bucket), width), dtype=torch.long)
+        for row, g in enumerate(bucket):
+            mask[row, width - inputs.prefix_len[g] :] = 1
+        if len(caches) == 1:
+            return Prefix({bucket[0]: 0}, width, mask, None, caches[0])
+        rows = [list(layer_tensors(cache)) for cache in caches]
+        memo = {}
+        for i, (_, name, tensor) in enumerate(rows[0]):
+            parts = [row[i][2] for row in rows]
+            if name in ("keys", "values"):  # [1, heads, length, dim]
+                parts = [torch.nn.functional.pad(t, (0, 0, width - t.shape[-2], 0)) for t in parts]
+            memo[id(tensor)] = torch.cat(parts)
+        cache = copy.deepcopy(caches[0], memo)
+        return Prefix({g: row for row, g in enumerate(bucket)}, width, mask, None, cache)
 
     def prefix_passes(self, inputs: Inputs, groups: list[int]) -> list[list[int]]:
         """The groups whose prefixes run together. Groups of very different prefix lengths (a batch of requests
@@ -312,16 +356,18 @@ class Executor:
         lengths = {g: inputs.prefix_len[g] for g in groups}
         return length_buckets(groups, lengths, self.max_rows, self.pass_cost_tokens, self.max_cells)
 
-    def prefill(self, inputs: Inputs, bucket: list[int]) -> Prefix:
-        """1. The prefixes of the groups in `bucket`, left-padded to the longest, in one pass from an empty cache."""
-        width = max(inputs.prefix_len[g] for g in bucket)
+    def prefill(self, inputs: Inputs, bucket: list[int], lengths: dict | None = None) -> Prefix:
+        """1. The prefixes of the groups in `bucket` (their first `lengths` tokens: default, their whole prefix),
+        left-padded to the longest, in one pass from an empty cache."""
+        lengths = lengths or inputs.prefix_len
+        width = max(lengths[g] for g in bucket)
         embeds = torch.zeros(
             (len(bucket), width, self.embed.weight.shape[1]), dtype=self.embed.weight.dtype, device=self.device
         )
         mask = torch.zeros((len(bucket), width), dtype=torch.long)
         rope = torch.zeros((3, len(bucket), width), dtype=torch.long)
         for row, g in enumerate(bucket):
-            n, first = inputs.prefix_len[g], inputs.groups[g][0]
+            n, first = lengths[g], inputs.groups[g][0]
             embeds[row, width - n :] = self._embeddings(first, 0, n, inputs.features)
             mask[row, width - n :] = 1
             rope[:, row, width - n :] = inputs.positions[id(first)][:, :n]

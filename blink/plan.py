@@ -38,6 +38,7 @@ class Prompt:
     reads: list[Read]
     images: list[Image] = field(default_factory=list)  # in order of appearance in `ids`
     state_end: int = 0  # tokens up to the end of the state: where the prefix-state cache saves (0: nowhere)
+    system_end: int = 0  # tokens up to the end of a system prompt leading the state: a second save point (0: none)
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,13 @@ one, else the generic label prompt inside the model's chat template with thinkin
   once per distinct question (an LRU), instead of a Jinja render, a chat-template render and a tensor
   conversion per question. It is the library's rendering split where it splits anyway, checked at start-up
   against `prepare_inputs`; anything it cannot prove equal (images, a model's own decision template, control
-  tokens in user text) takes `prepare_inputs`.
+  tokens in user text) takes `prepare_inputs`. The state is tokenized by `prefix_encoder.PrefixReusingEncoder`.
+- save points for the prefix-state cache: `state_end` (the end of the state, also found in the library's prompts
+  with images) and `system_end` (the end of a long system message leading a transcript state).
 """
 
 from __future__ import annotations
 
-import bisect
 import copy
 import hashlib
 import json
@@ -35,8 +36,10 @@ from transformers.utils.chat_template_utils import _CONTROL_TOKEN_END, _CONTROL_
 
 from .errors import InvalidRequest
 from .limits import Limits
-from .plan import Image, Prompt, Read, common_prefix_length, processed_tokens
+from .plan import Image, Prompt, Read, processed_tokens
+from .prefix_encoder import PrefixReusingEncoder
 from .questions import Decision
+from .safejson import capped_tokens, longest_token_chars
 
 MAX_LABELS = 255
 
@@ -95,7 +98,8 @@ class PromptBuilder:
         self.config = config
         self.limits = limits
         self._label_ids: dict[tuple, list[int]] = {}
-        self.once = OnceRenderer(self.tokenizer, config)
+        self.longest_token = longest_token_chars(self.tokenizer)
+        self.once = OnceRenderer(self.tokenizer, config, self.longest_token)
         if self.once.enabled:
             self.once.enabled = self.once.self_test(self._library_prompts)
 
@@ -107,12 +111,17 @@ class PromptBuilder:
 
     def build(self, decision: Decision, images: dict | None = None) -> list[Prompt]:
         """Tokenized prompts for a decision, checked against the context limits (422, nothing truncated).
-        `images` maps placeholders to decoded images (vision models only)."""
-        rendered = None if images else self.once.render(decision)
+        `images` maps placeholders to decoded images (vision models only).
+
+        A state too long for any prompt is refused at the first tokenize of it, which stops early: rendering once,
+        the state's own tokenize is capped; on the library's path (which tokenizes whole prompts, one per question)
+        a capped count of the state's text comes first. Either way the cost of a refusal is bounded by the limit."""
+        rendered = None if images else self.once.render(decision, self.limits.max_context_tokens)
         if rendered is None:
-            rendered = self._library_prompts(decision, images)
+            self.check_state_length(decision)
+            rendered = self.once.with_state_end(self._library_prompts(decision, images))
         prompts = []
-        for ids, marks, questions, prompt_images, state_end in rendered:
+        for ids, marks, questions, prompt_images, state_end, system_end in rendered:
             if len(ids) > self.limits.max_context_tokens:
                 loc = ["body", "questions", questions[0].name] if len(questions) == 1 else ["body", "questions"]
                 who = f"question {questions[0].name!r}" if len(questions) == 1 else "the questions"
@@ -127,7 +136,7 @@ class PromptBuilder:
                 Read(int(mark) - 1, self.label_ids(q.labels), float(self.config.temperature.get(q.type, 1.0)))
                 for q, mark in zip(questions, marks)
             ]
-            prompts.append(Prompt(ids, reads, prompt_images, state_end))
+            prompts.append(Prompt(ids, reads, prompt_images, state_end, system_end))
         total = processed_tokens(prompts)
         if total > self.limits.max_request_tokens:
             raise InvalidRequest(
@@ -138,16 +147,51 @@ class PromptBuilder:
             )
         return prompts
 
+    def check_state_length(self, decision: Decision) -> None:
+        state = decision.state
+        text = state if isinstance(state, str) else json.dumps(state, ensure_ascii=False, default=str)
+        encode = lambda piece: self.tokenizer.encode(piece, add_special_tokens=False)  # noqa: E731
+        if capped_tokens(encode, text, self.limits.max_context_tokens, self.longest_token) is None:
+            raise state_too_long(decision, self.limits.max_context_tokens)
+
     def _library_prompts(self, decision: Decision, images: dict | None = None) -> list[tuple]:
-        """`prepare_inputs`' prompts as (ids, marks, questions, images, state_end): the reference rendering."""
+        """`prepare_inputs`' prompts as (ids, marks, questions, images, state_end, system_end): the reference
+        rendering (it marks neither end)."""
         request = {"state": decision.state, "questions": decision.raw_questions}
         if images:
             request["assets"] = images
         shared = {}
         return [
-            (inputs["input_ids"][0].tolist(), inputs["marks"].tolist(), questions, split_images(inputs, shared), 0)
+            (inputs["input_ids"][0].tolist(), inputs["marks"].tolist(), questions, split_images(inputs, shared), 0, 0)
             for inputs, questions in prepare_inputs(self.config, request, self.processor or self.tokenizer)
         ]
+
+
+# `/v1/decisions` renders a list of messages as the state "role: text" items, "\n\n" between them
+SYSTEM_ROLES = ("system: ", "developer: ")
+LATER_ROLES = ("user: ", "assistant: ", "tool call: ", "tool output: ")
+MIN_SYSTEM_CHARS = 256  # a shorter system prompt isn't worth a saved state (~0.4 MiB of DeltaNet state each)
+
+
+def system_prompt_end(state: str) -> int:
+    """Where the system (and developer) messages leading a transcript state end: the start of its first later
+    message (0: the state doesn't start with a long enough system message). Agents re-send one system prompt with
+    new conversations, and a recurrent state exists only where one was saved, so the cache saves one there."""
+    if not state.startswith(SYSTEM_ROLES):
+        return 0
+    cuts = [i + 2 for role in LATER_ROLES if (i := state.find("\n\n" + role)) >= 0]
+    cut = min(cuts, default=0)
+    return cut if cut >= MIN_SYSTEM_CHARS else 0
+
+
+def state_too_long(decision: Decision, limit: int) -> InvalidRequest:
+    """Every question's prompt is over the limit then: named as the full check names it, by its first question."""
+    return InvalidRequest(
+        f"the state alone is over this server's context limit of {limit} tokens per prompt (state + question). "
+        "Nothing was truncated: shorten the state.",
+        loc=["body", "questions", decision.questions[0].name],
+        kind="context_length_exceeded",
+    )
 
 
 def split_images(inputs: dict, shared: dict) -> list[Image]:
@@ -164,112 +208,6 @@ def split_images(inputs: dict, shared: dict) -> list[Image]:
     return out
 
 
-class PrefixReusingEncoder:
-    """`tokenizer.encode` that tokenizes a shared prefix once: the state, which every question's prompt repeats.
-
-    `transformers.decision.prepare_inputs` renders and encodes one full prompt per question, so a request with
-    Q questions tokenizes its state Q times (with a 2,200-token state and 16 questions, most of the time the
-    request spends outside the model). Here each encode remembers its text, ids and token end offsets (per
-    thread: requests are prepared in parallel), and the next text that starts the same way reuses the ids of
-    the common part up to a *safe cut* and encodes only the rest.
-
-    A safe cut is the end of a run of newlines followed by a non-space character: Qwen's pre-tokenizer always
-    splits there (a newline run is its own pre-token, or ends a punctuation pre-token), and byte-level BPE
-    never merges across pre-tokens, so encode(a + b) == encode(a) + encode(b). The template puts "\\n\\n"
-    between the state and each question, so the cut falls right after the state. Only tokenizers with that
-    pre-tokenizer get the shortcut (checked at start-up, with a self-test); others encode in full.
-    """
-
-    MAX_SCAN = 4096  # characters searched backwards from the divergence for a safe cut
-    MIN_CHARS = 64  # texts shorter than this are encoded in full and not remembered
-
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-        self.full = tokenizer.encode
-        backend = getattr(tokenizer, "_tokenizer", None)
-        spec = json.loads(backend.to_str()) if backend is not None else None  # parsed once: ~1 s for Qwen's
-        self.backend = self._untrimmed(spec)
-        self.local = threading.local()
-        self.enabled = self.backend is not None and self._qwen_pretokenizer(spec) and self._self_test()
-
-    @staticmethod
-    def _untrimmed(spec: dict | None):
-        """A copy of the backend whose offsets aren't trimmed of whitespace (the same ids), so a token's end
-        offset is where its text really ends, newlines included."""
-        if spec is None:
-            return None
-        from tokenizers import Tokenizer
-
-        def untrim(node):
-            if isinstance(node, dict):
-                if node.get("type") == "ByteLevel" and "trim_offsets" in node:
-                    node["trim_offsets"] = False
-                for value in node.values():
-                    untrim(value)
-            elif isinstance(node, list):
-                for value in node:
-                    untrim(value)
-
-        # every section but the model (its 248k-entry vocabulary and merges hold no ByteLevel component)
-        untrim({key: value for key, value in spec.items() if key != "model"})
-        return Tokenizer.from_str(json.dumps(spec))
-
-    @staticmethod
-    def _qwen_pretokenizer(spec: dict) -> bool:
-        pre = spec.get("pre_tokenizer") or {}
-        parts = pre.get("pretokenizers", [pre])
-        split = [p for p in parts if p.get("type") == "Split"]
-        regex = (split[0].get("pattern") or {}).get("Regex", "") if len(split) == 1 else ""
-        return r"\s*[\r\n]+" in regex and any(p.get("type") == "ByteLevel" for p in parts)
-
-    def _self_test(self) -> bool:
-        texts = [
-            "<|im_start|>user\nA state. It ends here\n\nWhich team?\nA. x<|im_end|>\n",
-            "<|im_start|>user\nA state. It ends here\n\nWhat tone?\nA. calm<|im_end|>\n",
-            '<|im_start|>user\n{"a": "b\\n"}\n\n\u0301accent, 12 34\n\nB. 5<|im_end|>',
-        ]
-        self.local.last = None
-        try:
-            return all(self._encode(t) == self.full(t, add_special_tokens=False) for t in texts + texts[::-1])
-        finally:
-            self.local.last = None
-
-    def __call__(self, text, *args, **kwargs):
-        if self.enabled and isinstance(text, str) and not args and kwargs == {"add_special_tokens": False}:
-            return self._encode(text)
-        return self.full(text, *args, **kwargs)
-
-    def _encode(self, text: str) -> list[int]:
-        if len(text) < self.MIN_CHARS:  # short texts (e.g. the "\n" probes between pieces) don't displace the cache
-            return self.backend.encode(text, add_special_tokens=False).ids
-        last = getattr(self.local, "last", None)
-        cut = self._safe_cut(last[0], text) if last else 0
-        if cut:
-            _, ids, ends = last
-            k = bisect.bisect_right(ends, cut)
-            if k and ends[k - 1] == cut:
-                tail = self.backend.encode(text[cut:], add_special_tokens=False)
-                ids = ids[:k] + tail.ids
-                ends = ends[:k] + [cut + end for _, end in tail.offsets]
-                self.local.last = (text, ids, ends)
-                return list(ids)
-        encoding = self.backend.encode(text, add_special_tokens=False)
-        self.local.last = (text, encoding.ids, [end for _, end in encoding.offsets])
-        return list(encoding.ids)
-
-    def _safe_cut(self, previous: str, text: str) -> int:
-        """The last safe cut in `text` at or before where it stops matching `previous` (0: none). String
-        search and comparison run in C: a character loop over a 10,000-character state costs ~0.4 ms per prompt."""
-        same = common_prefix_length([previous, text])
-        floor, hi = max(0, same - self.MAX_SCAN), min(same, len(text) - 1)
-        # a cut p needs text[p - 1] == "\n" and a non-space text[p] (the tail then starts a new pre-token)
-        while (newline := text.rfind("\n", floor, hi)) >= 0:
-            if not text[newline + 1].isspace():
-                return newline + 1
-            hi = newline
-        return 0
-
-
 class OnceRenderer:
     """The generic prompt of a text-only decision, rendered once per state and once per distinct question.
 
@@ -283,14 +221,18 @@ class OnceRenderer:
     with the second half kept per question (an LRU: the same questions asked about new states cost nothing). The
     length of the first half is the prompt's `state_end`: where the prefix-state cache saves a state. User text that
     holds a control token (or the sanitizer's markers) takes the library's path: sanitizing would change it.
+
+    The first half is the only tokenize of the state, so it is the one that counts it against the context limit:
+    capped (`safejson.capped_tokens`), a state past the limit is refused after tokenizing at most about the limit.
     """
 
     MAX_QUESTIONS = 4096  # distinct question parts remembered
     PROBES = ("PROBE", "  two \n\n lines  \n")
 
-    def __init__(self, tokenizer, config: DecisionConfig):
+    def __init__(self, tokenizer, config: DecisionConfig, longest_token: int):
         self.tokenizer = tokenizer
         self.config = config
+        self.longest_token = longest_token
         self.enabled = config.chat_template is None and getattr(tokenizer.encode, "enabled", False)
         self.question_template = _compile_jinja_template(DECISION_PROMPT)
         macro = DECISION_PROMPT.split("-%}", 1)[0] + "-%}"  # the template's own `text(x)` macro
@@ -312,8 +254,9 @@ class OnceRenderer:
     def _has_control(self, text: str) -> bool:
         return any(token in text for token in self.control)
 
-    def render(self, decision: Decision) -> list[tuple] | None:
-        """(ids, marks, questions, images, state_end) per question, or None where the library must render."""
+    def render(self, decision: Decision, max_tokens: int | None = None) -> list[tuple] | None:
+        """(ids, marks, questions, images, state_end, system_end) per question, or None where the library must
+        render. A state whose chat head alone passes `max_tokens` is refused (422)."""
         if not self.enabled:
             return None
         state = self.state_template.render(state=decision.state)
@@ -322,12 +265,56 @@ class OnceRenderer:
         parts = [self._part(q) for q in decision.questions]
         if any(part is None for part in parts):
             return None
-        head = self.tokenizer.encode(self.head + state + "\n\n", add_special_tokens=False)
+        head = self._head_ids(self.head + state + "\n\n", max_tokens)
+        if head is None:
+            raise state_too_long(decision, max_tokens)
+        system_end = self._system_end(state, head)
         out = []
         for q, part in zip(decision.questions, parts):
             ids = head + part
-            out.append((ids, [len(ids)], [q], [], len(head)))
+            out.append((ids, [len(ids)], [q], [], len(head), system_end))
         return out
+
+    def _system_end(self, state: str, head: list[int]) -> int:
+        """The tokens of the chat head and the system prompt leading `state` (0: none), when they are where `head`
+        starts (they are: the cut is a safe one, after "\n\n" before a role's letter; checked anyway)."""
+        cut = system_prompt_end(state)
+        if not cut:
+            return 0
+        ids = self.tokenizer.encode(self.head + state[:cut], add_special_tokens=False)
+        return len(ids) if len(ids) < len(head) and head[: len(ids)] == ids else 0
+
+    def with_state_end(self, rendered: list[tuple]) -> list[tuple]:
+        """The library's prompts (images among them) with the state's end marked where it can be found: every
+        prompt ends with its question's part as rendering once tokenizes it, and what comes before is the same in
+        all of them. Only a save point: a prefix cut elsewhere would be looked up under other tokens, never misread
+        (image tokens are keyed by their image's hash, see `Executor._keys`)."""
+        if not self.enabled:
+            return rendered
+        ends = []
+        for ids, marks, questions, *_ in rendered:
+            part = self._part(questions[0]) if len(questions) == 1 and marks == [len(ids)] else None
+            ends.append(len(ids) - len(part) if part and ids[len(ids) - len(part) :] == part else 0)
+        first = rendered[0][0][: ends[0]]
+        if not ends[0] or any(end != ends[0] or ids[:end] != first for end, (ids, *_) in zip(ends, rendered)):
+            return rendered
+        return [(ids, marks, questions, images, ends[0], 0) for ids, marks, questions, images, *_ in rendered]
+
+    def _head_ids(self, text: str, max_tokens: int | None) -> list[int] | None:
+        """`text`'s ids, or None past `max_tokens` (found in time bounded by the limit). `capped_tokens` ends, when
+        the text fits, with one encode of the whole text: those ids are kept, so a state is tokenized once."""
+        encode = lambda piece: self.tokenizer.encode(piece, add_special_tokens=False)  # noqa: E731
+        if max_tokens is None:
+            return encode(text)
+        last = {}
+
+        def counted(piece: str) -> list[int]:
+            last["text"], last["ids"] = piece, encode(piece)
+            return last["ids"]
+
+        if capped_tokens(counted, text, max_tokens, self.longest_token) is None:
+            return None
+        return last["ids"] if last.get("text") == text else encode(text)
 
     def _part(self, question) -> list[int] | None:
         """The token ids of one question part and the chat tail (None: it can't be cut from the state)."""

@@ -3,10 +3,18 @@
 The question shapes and their validation are `transformers.decision`'s (`Question.from_request`); this
 module adds what a server needs around them: limits, locations (`["body","questions",<id>]`) for 422s,
 leniency the live API has (unknown fields ignored), and refusals for what we don't serve (`box`).
+
+Traffic asks the same questions about new states, and the library's strict dataclasses validate every field of
+every question on every request (~20 us each). `QuestionMemo` keeps each valid question's parse, keyed by its id
+and its JSON exactly as sent, so a question seen before is not validated again (errors are never kept: a bad
+question is checked, and refused, every time).
 """
 
 from __future__ import annotations
 
+import json
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,8 +95,41 @@ def parse_question(qid: str, raw: Any, config: DecisionConfig, limits: Limits) -
         raise _question_error(qid, message) from None
 
 
-def parse_decision(body: Any, config: DecisionConfig, limits: Limits) -> Decision:
-    """Validate a System One body; raise `InvalidRequest` naming the field or question at fault."""
+class QuestionMemo:
+    """Valid questions' parses, least recently used out past `max_entries`. The parses it hands out are shared
+    between requests: read them, never change them (nothing does: rotations build new questions)."""
+
+    def __init__(self, max_entries: int = 4096):
+        self.max_entries = max_entries
+        self.entries: OrderedDict[str, tuple[Question, dict]] = OrderedDict()
+        self.lock = threading.Lock()  # requests are prepared in parallel threads
+
+    @staticmethod
+    def key(qid: str, raw: Any) -> str | None:
+        try:  # a body parsed from JSON always dumps; True and 1, 1 and 1.0 stay distinct
+            return json.dumps([qid, raw], ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError):
+            return None
+
+    def parse(self, qid: str, raw: Any, config: DecisionConfig, limits: Limits) -> tuple[Question, dict]:
+        key = self.key(qid, raw)
+        if key is None:
+            return parse_question(qid, raw, config, limits)
+        with self.lock:
+            if (found := self.entries.get(key)) is not None:
+                self.entries.move_to_end(key)
+                return found
+        parsed = parse_question(qid, raw, config, limits)
+        with self.lock:
+            self.entries[key] = parsed
+            while len(self.entries) > self.max_entries:
+                self.entries.popitem(last=False)
+        return parsed
+
+
+def parse_decision(body: Any, config: DecisionConfig, limits: Limits, memo: QuestionMemo | None = None) -> Decision:
+    """Validate a System One body; raise `InvalidRequest` naming the field or question at fault. With a `memo` (one
+    per config and limits), questions seen before are taken from it."""
     if not isinstance(body, dict):
         raise InvalidRequest(
             "the body must be a JSON object with `state` and `questions`", loc=["body"], kind="model_attributes_type"
@@ -117,7 +158,8 @@ def parse_decision(body: Any, config: DecisionConfig, limits: Limits) -> Decisio
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise InvalidRequest("`model` must be a string", loc=["body", "model"], kind="string_type")
-    parsed = {qid: parse_question(qid, q, config, limits) for qid, q in questions.items()}
+    parse = memo.parse if memo is not None else parse_question
+    parsed = {qid: parse(qid, q, config, limits) for qid, q in questions.items()}
     return Decision(
         state,
         [q for q, _ in parsed.values()],

@@ -30,8 +30,8 @@ class Timing:
         self.phases[name] = self.phases.get(name, 0.0) + seconds * 1000
 
     def header(self) -> str:
-        parts = [f"{name};dur={ms:.1f}" for name, ms in self.phases.items()]
-        parts.append(f"total;dur={(time.perf_counter() - self.start) * 1000:.1f}")
+        parts = [f"{name};dur={ms:.2f}" for name, ms in self.phases.items()]
+        parts.append(f"total;dur={(time.perf_counter() - self.start) * 1000:.2f}")
         return ", ".join(parts)
 
 

@@ -170,7 +170,7 @@ def test_prompt_tokens_equal_the_plain_tokenizer(engine, demo_dir):
     from transformers import AutoTokenizer
     from transformers.decision import prepare_inputs
 
-    from blink.prompts import PrefixReusingEncoder
+    from blink.prefix_encoder import PrefixReusingEncoder
 
     assert isinstance(engine.prompts.tokenizer.encode, PrefixReusingEncoder) and engine.prompts.tokenizer.encode.enabled
     assert not isinstance(engine.tokenizer.encode, PrefixReusingEncoder)  # chat's tokenizer stays as loaded
@@ -220,7 +220,7 @@ def test_common_prefix_length_matches_a_token_by_token_scan():
 def test_safe_cut_matches_a_character_scan():
     """The prefix-reusing encoder's cut (C-speed search) equals the plain definition: the last p at or before
     the first difference, within MAX_SCAN of it, where text[p - 1] is a newline and text[p] is not a space."""
-    from blink.prompts import PrefixReusingEncoder
+    from blink.prefix_encoder import PrefixReusingEncoder
 
     def scan(previous, text, max_scan):
         n = min(len(previous), len(text))

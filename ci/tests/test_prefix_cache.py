@@ -152,3 +152,210 @@ def test_a_server_under_concurrent_requests(server):
         assert 0 < usage[1]["input_tokens_details"]["cached_tokens"] < usage[1]["input_tokens"]
         bad = client.post("/v1/decisions", json={**decision, "prompt_cache_key": 7})
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "prompt_cache_key"
+
+
+def test_questions_seen_before_answer_byte_identically_to_a_fresh_parse(engine):
+    """The question memo (same questions, new states): prompts and answers equal a parse without it, byte for
+    byte, on the first request (a miss) and on the next ones (hits); a bad question is refused every time."""
+    import copy
+    import json
+
+    from blink.errors import InvalidRequest
+    from blink.questions import QuestionMemo
+
+    memo_engine = copy.copy(engine)
+    memo_engine.questions = QuestionMemo()
+    plain = copy.copy(engine)
+    plain.questions = None
+    rng = random.Random(21)
+    asked = [random_request(rng, rng.randint(1, 6))["questions"] for _ in range(3)]
+    for _ in range(3):
+        for questions in asked:
+            body = {"state": random_request(rng, 1)["state"], "questions": questions}
+            with_memo, without = memo_engine.prepare(body), plain.prepare(body)
+            assert [(p.ids, p.reads, p.state_end) for p in with_memo.prompts] == [
+                (p.ids, p.reads, p.state_end) for p in without.prompts
+            ]
+            (scored,) = engine.score_many([without.prompts])
+            a, b = memo_engine.answer(with_memo, scored.result()), plain.answer(without, scored.result())
+            assert json.dumps(a) == json.dumps(b)
+    assert len(memo_engine.questions.entries) == sum(len(q) for q in asked)
+    # a hit is the same parse; True and 1 (or 1 and 1.0) are different questions
+    first = memo_engine.prepare({"state": "s", "questions": asked[0]}).decision.questions[0]
+    assert memo_engine.prepare({"state": "t", "questions": asked[0]}).decision.questions[0] is first
+    assert QuestionMemo.key("q", {"x": True}) != QuestionMemo.key("q", {"x": 1})
+    assert QuestionMemo.key("q", {"x": 1}) != QuestionMemo.key("q", {"x": 1.0})
+    bad = {"q": {"type": "choice", "criteria": {}}}
+    for _ in range(2):
+        with pytest.raises(InvalidRequest) as refused:
+            memo_engine.prepare({"state": "s", "questions": bad})
+        assert refused.value.loc == ["body", "questions", "q"]
+
+
+def test_a_state_is_counted_once_and_refused_at_its_capped_tokenize(engine):
+    """Rendering once, the state's one tokenize is what counts it: a state past the context limit is refused there
+    (named by its first question) after tokenizing about the limit, not the state; the library's path (control
+    tokens in the state) counts the state first, with the same refusal."""
+    import time
+
+    from blink.errors import InvalidRequest
+    from blink.limits import Limits
+    from blink.prompts import PromptBuilder
+
+    builder = PromptBuilder(engine.tokenizer, engine.config, Limits(max_context_tokens=200))
+    questions = {
+        "first": {"type": "noul", "instructions": "Is it late?"},
+        "second": {"type": "score", "instructions": "How late?", "criteria": ["a", "b"]},
+    }
+    calls = []
+    encode = builder.tokenizer.encode
+    builder.tokenizer.encode = lambda text, **kw: calls.append(len(text)) or encode(text, **kw)
+    try:
+        for state in ("word " * 400, "<|im_end|> " + "word " * 400, "word " * 2_000_000):
+            decision = parse_decision({"state": state, "questions": questions}, engine.config, engine.limits)
+            calls.clear()
+            t = time.perf_counter()
+            with pytest.raises(InvalidRequest) as refused:
+                builder.build(decision)
+            assert time.perf_counter() - t < 2.0
+            assert refused.value.loc == ["body", "questions", "first"]
+            assert refused.value.kind == "context_length_exceeded" and "200" in refused.value.message
+            # tokenized: prefixes doubling from ~4 characters a token, none much past the limit (and the questions)
+            assert max(calls, default=0) <= 200 * 4 * 2 and sum(calls) <= 200 * 4 * 4
+        # a state that fits is tokenized once: its chat head and state in one encode, then per question its part
+        fits = parse_decision({"state": "word " * 20, "questions": questions}, engine.config, engine.limits)
+        calls.clear()
+        prompts = builder.build(fits)
+        assert sum(n >= 100 for n in calls) == 1 and prompts[0].state_end > 20, calls
+        assert builder.once.render(fits) is not None
+    finally:
+        builder.tokenizer.encode = encode
+
+
+SYSTEM = (
+    "You are the triage agent of a parcel company. Read the conversation, then answer each question about it from "
+    "what the customer wrote, not from what the agent assumed. Damaged goods go to returns, charges to billing, "
+    "late or lost parcels to shipping. Never guess an order number that is not in the text."
+)
+
+
+def transcript(user: str) -> str:
+    """A state as `/v1/decisions` renders a system message and a user message."""
+    return f"system: {SYSTEM}\n\nuser: {user}"
+
+
+def test_a_new_state_after_a_system_prompt_seen_before_resumes_from_it(engines):
+    """The end of a long system prompt is a save point: the next state after the same system prompt runs only
+    past it (cached tokens = the system prompt's, with the chat head), exact against the cache off, alone and in a
+    batch with other states."""
+    on, off = engines
+    rng = random.Random(31)
+    users = [" ".join(rng.choice(SYSTEM.split()) for _ in range(rng.randint(5, 60))) for _ in range(4)]
+    questions = random_request(rng, 3)["questions"]
+    prepared = [on.prepare({"state": transcript(u), "questions": questions}) for u in users]
+    system_end = prepared[0].prompts[0].system_end
+    head = on.prompts.once.head
+    assert system_end == len(on.prompts.tokenizer.encode(head + f"system: {SYSTEM}\n\n", add_special_tokens=False))
+    assert all(p.system_end == system_end < p.state_end for x in prepared for p in x.prompts)
+    (first,) = on.score_many([prepared[0].prompts])
+    assert first.cached_tokens == 0
+    (second,) = on.score_many([prepared[1].prompts])  # a new conversation after the same system prompt
+    assert second.cached_tokens == system_end
+    batch = on.score_many([p.prompts for p in prepared[2:]] + [prepared[0].prompts])
+    assert [s.cached_tokens for s in batch] == [system_end, system_end, prepared[0].prompts[0].state_end]
+    scored = [first, second, *batch[:2]]
+    for p, a, b in zip(prepared, scored, off.score_many([p.prompts for p in prepared])):
+        assert worst(on.answer(p, a.result()), off.answer(p, b.result())) <= 1e-6
+    # a short system prompt, or a state that merely mentions one, has no save point of its own
+    assert on.prepare({"state": "system: be brief\n\nuser: hi", "questions": questions}).prompts[0].system_end == 0
+    assert on.prepare({"state": "user: " + SYSTEM, "questions": questions}).prompts[0].system_end == 0
+
+
+def test_decisions_report_the_system_prompt_as_cached_for_a_new_conversation(server, engine):
+    """/v1/decisions with a system message: a new user message after the same system prompt reports the system
+    prompt's tokens as `input_tokens_details.cached_tokens`, and its answers equal a fresh server's reading (the
+    in-process engine, cache off)."""
+    from blink.engine import Engine
+    from blink.openai.decisions import to_systemone
+
+    rng = random.Random(41)
+    question = [{"type": "predicate", "name": "late", "instructions": "Is the parcel late?"}]
+    bodies = [
+        {
+            "model": "demo",
+            "input": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"ticket {rng.random()}"}],
+            "questions": question,
+        }
+        for _ in range(2)
+    ]
+    system_end = engine.prepare(to_systemone(bodies[1]).body).prompts[0].system_end
+    assert system_end > 40
+    off = Engine(engine.loaded, prefix_cache_bytes=0)
+    with httpx.Client(base_url=server, timeout=120) as client:
+        got = [client.post("/v1/decisions", json=body).json() for body in bodies]
+    assert got[1]["usage"]["input_tokens_details"]["cached_tokens"] == system_end
+    expected = off.decide(to_systemone(bodies[1]).body)
+    assert abs(got[1]["answers"][0]["probability"] - next(iter(expected.values()))["noul"]) <= 1e-6
+
+
+def test_requests_about_saved_states_still_share_their_suffix_passes(engines):
+    """A batch of requests whose states are all saved runs their suffixes in shared passes (the resumed caches
+    stacked, KV left-padded), not one pass per request, and stays exact against the cache off."""
+    on, off = engines
+    rng = random.Random(51)
+    words = SYSTEM.split()
+    questions = random_request(rng, 2)["questions"]
+    # the same questions about states of about one length: the cost model puts them in one or two passes
+    prepared = [
+        on.prepare({"state": " ".join(rng.choice(words) for _ in range(80)), "questions": questions}) for _ in range(4)
+    ]
+    on.score_many([p.prompts for p in prepared])  # every state saved
+    forwards = []
+    run = on.executor._forward
+    on.executor._forward = lambda *args: forwards.append(args[0].shape[0]) or run(*args)
+    try:
+        again = on.score_many([p.prompts for p in prepared])
+    finally:
+        on.executor._forward = run
+    assert all(s.cached_tokens == p.prompts[0].state_end for s, p in zip(again, prepared))
+    assert len(forwards) <= 2 and max(forwards) >= 4, forwards  # one request alone would be 2 rows a pass at most
+    for p, a, b in zip(prepared, again, off.score_many([p.prompts for p in prepared])):
+        assert worst(on.answer(p, a.result()), off.answer(p, b.result())) <= 1e-6
+
+
+def test_an_image_prefix_is_saved_keyed_by_its_pixels(demo_root):
+    """A state with an image, asked new questions: resumed from its saved prefix (image tokens keyed by the image's
+    hash), exact against the cache off; the same state with another image of the same size shares nothing past the
+    text before the image."""
+    import base64
+
+    from test_images import png
+
+    from blink.demo import demo_model_dir
+    from blink.engine import Engine
+    from blink.loading import load
+
+    loaded = load(str(demo_model_dir(vision=True)), vision=True)
+    on, off = Engine(loaded, prefix_cache_bytes=64 << 20), Engine(loaded, prefix_cache_bytes=0)
+
+    def body(color, questions):
+        data = base64.b64encode(png(color=color, size=(64, 64))).decode()
+        return {
+            "state": {"photo": "<image:p1>", "note": "What arrived today"},
+            "questions": questions,
+            "assets": {"<image:p1>": {"type": "image", "format": "png", "data_base64": data}},
+        }
+
+    rng = random.Random(61)
+    asked = [random_request(rng, 2)["questions"] for _ in range(2)]
+    requests = [body((200, 30, 30), asked[0]), body((200, 30, 30), asked[1]), body((30, 30, 200), asked[1])]
+    prepared = [on.prepare(r) for r in requests]
+    end = prepared[0].prompts[0].state_end
+    assert end > 0 and prepared[1].prompts[0].state_end == end and prepared[0].prompts[0].images
+    cached = []
+    for p in prepared:
+        (a,), (b,) = on.score_many([p.prompts]), off.score_many([p.prompts])
+        assert worst(on.answer(p, a.result()), off.answer(p, b.result())) <= 1e-6
+        cached.append(a.cached_tokens)
+    assert prepared[2].prompts[0].ids == prepared[1].prompts[0].ids  # the blue image: the same ids as the red...
+    assert cached == [0, end, 0]  # ...and another hash

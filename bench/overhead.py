@@ -1,0 +1,189 @@
+"""Issue 14's server rows, through real standalone servers on the demo model (started with the test suite's
+`running`, so a stopped bench leaves no process behind).
+
+    .venv/bin/python bench/overhead.py outside [--reps 60] [--trees OTHER_CHECKOUT ...]
+    .venv/bin/python bench/overhead.py throughput --before /work/wt/before14 [--reps 2]
+
+- `outside`: per request, the server's own `server-timing` total minus its `model` part (everything the server
+  does that is not the forward pass: reading the body, parsing, rendering, queueing, answers, the JSON), median over
+  sequential requests of a 64-token state x 1/6/16 questions. The common case: the same questions about new states.
+  The parts (prepare, queue, answer) are medians too, so they need not add up to the total. `--trees`: other
+  checkouts (main before this work) served beside this one, every request sent to each side in alternating order.
+- `throughput`: requests/s of this tree's server and of another checkout's (`--before`, e.g. main before issue 14)
+  at 1/16/64 closed-loop clients, the same bodies to both, the sides alternating rep by rep; `after / before` > 1
+  means this tree serves more. Both servers run with the same flags (batching on: `--batch-window-ms 2`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import statistics
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "ci" / "tests")]
+for var, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false")):
+    os.environ.setdefault(var, value)
+
+import httpx  # noqa: E402
+import workload  # noqa: E402
+
+from conftest import running  # noqa: E402
+
+CLIENTS = {1: 24, 16: 6, 64: 3}  # concurrent clients -> requests each
+STATE_TOKENS = 64
+
+
+def serve_argv(python: str, *flags: str) -> list[str]:
+    return [python, "-m", "blink", "serve", "--model", "demo", "--host", "127.0.0.1", "--port", "{port}", *flags]
+
+
+def timing_parts(header: str) -> dict:
+    """`server-timing: prepare;dur=1.2, model;dur=3.4, total;dur=5.0` as {name: ms}."""
+    return {m[1]: float(m[2]) for m in re.finditer(r"([\w-]+);dur=([\d.]+)", header)}
+
+
+def demo_root() -> Path:
+    from blink.demo import demo_model_dir
+
+    return demo_model_dir("demo").parent
+
+
+def outside(args) -> None:
+    from transformers import AutoTokenizer
+
+    root = demo_root()
+    tokenizer = AutoTokenizer.from_pretrained(root / "demo-model")
+    trees = [ROOT] + [Path(t).resolve() for t in args.trees]
+    with ExitStack() as stack:
+        urls = [stack.enter_context(serve_tree(tree, root, f"bench-outside-{i}")) for i, tree in enumerate(trees)]
+        clients = [stack.enter_context(httpx.Client(base_url=url, timeout=120)) for url in urls]
+        for i, tree in enumerate(trees):
+            print(f"side {i}: {tree} (git {git_head(tree)})")
+        print("\n| outside model, 64 tok (total - model) | side | median (ms) | prepare | queue | answer | model |")
+        print("|---|---|---|---|---|---|---|")
+        for n_questions in (1, 6, 16):
+            questions = workload.questions(n_questions, seed=3)
+            rows = [[] for _ in trees]
+            for rep in range(args.warmup + args.reps):
+                body = {
+                    "state": workload.text_of_tokens(tokenizer, STATE_TOKENS, seed=9000 + rep),
+                    "questions": questions,
+                }
+                order = list(range(len(trees)))
+                for side in order if rep % 2 == 0 else order[::-1]:
+                    r = clients[side].post("/v1/systemone", json=body)
+                    r.raise_for_status()
+                    if rep >= args.warmup:
+                        rows[side].append(timing_parts(r.headers["server-timing"]))
+            for side, got in enumerate(rows):
+                med = {
+                    k: statistics.median(row.get(k, 0.0) for row in got)
+                    for k in ("prepare", "queue", "answer", "model")
+                }
+                rest = statistics.median(row["total"] - row["model"] for row in got)
+                print(
+                    f"| {n_questions} q | {side} | {rest:.2f} | {med['prepare']:.2f} | {med['queue']:.2f} | "
+                    f"{med['answer']:.2f} | {med['model']:.2f} |"
+                )
+
+
+def serve_tree(tree: Path, root: Path, name: str, *flags: str):
+    """A server of the checkout `tree` (its own python -m blink, run from it)."""
+    argv = serve_argv(str(tree / ".venv" / "bin" / "python"), "--log-level", "warning", *flags)
+    return running(argv, root, env={"PYTHONPATH": str(tree)}, cwd=tree, name=name)
+
+
+async def closed_loop(url: str, bodies: list[list[dict]]) -> dict:
+    """len(bodies) concurrent clients, each sending its own requests one after another."""
+    n = len(bodies)
+    limits = httpx.Limits(max_connections=n + 4, max_keepalive_connections=n + 4)
+    errors = []
+    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
+
+        async def one(mine: list[dict]) -> None:
+            for b in mine:
+                r = await client.post("/v1/systemone", json=b)
+                if r.status_code != 200:
+                    errors.append(r.status_code)
+
+        t = time.perf_counter()
+        await asyncio.gather(*(one(mine) for mine in bodies))
+        wall = time.perf_counter() - t
+    total = sum(len(mine) for mine in bodies)
+    return {"rps": (total - len(errors)) / wall, "errors": errors}
+
+
+def throughput(args) -> None:
+    from transformers import AutoTokenizer
+
+    root = demo_root()
+    tokenizer = AutoTokenizer.from_pretrained(root / "demo-model")
+    before = Path(args.before).resolve()
+    flags = ["--batch-window-ms", "2", "--max-batch-requests", "64", "--max-queued-requests", "512"]
+    states = [workload.text_of_tokens(tokenizer, STATE_TOKENS, seed=7000 + i) for i in range(16)]
+    questions = [workload.questions(6, seed=s) for s in range(4)]
+    with (
+        serve_tree(ROOT, root, "bench-after", *flags) as after_url,
+        serve_tree(before, root, "bench-before", *flags) as before_url,
+    ):
+        urls = {"before": before_url, "after": after_url}
+        print(f"\nbefore: {before} (git {git_head(before)}); after: {ROOT} (git {git_head(ROOT)})")
+        print(f"workload: {STATE_TOKENS}-token states x 6 questions; 16 states and 4 question sets, cycled")
+        print("\n| clients | requests | before (req/s) | after (req/s) | after / before | errors b/a |")
+        print("|---|---|---|---|---|---|")
+        for url in urls.values():  # warm-up: every state and question set seen once by both servers
+            asyncio.run(closed_loop(url, [[{"state": s, "questions": q}] for s in states for q in questions]))
+        for clients, each in CLIENTS.items():
+            # a fixed workload: client c's k-th request asks question set (c + k) about state (c * 5 + k)
+            bodies = [
+                [
+                    {"state": states[(c * 5 + k) % len(states)], "questions": questions[(c + k) % len(questions)]}
+                    for k in range(each)
+                ]
+                for c in range(clients)
+            ]
+            got = {"before": [], "after": []}
+            for rep in range(args.reps):
+                for name in ("before", "after") if rep % 2 == 0 else ("after", "before"):
+                    got[name].append(asyncio.run(closed_loop(urls[name], bodies)))
+            rps = {name: statistics.median(g["rps"] for g in runs) for name, runs in got.items()}
+            errors = "/".join(str(sum(len(g["errors"]) for g in got[name])) for name in ("before", "after"))
+            print(
+                f"| {clients} | {clients * each} x {args.reps} | {rps['before']:.1f} | {rps['after']:.1f} | "
+                f"{rps['after'] / rps['before']:.2f}x | {errors} |"
+            )
+
+
+def git_head(path: Path) -> str:
+    import subprocess
+
+    return subprocess.run(
+        ["git", "-C", str(path), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="row", required=True)
+    one = sub.add_parser("outside")
+    one.add_argument("--reps", type=int, default=60)
+    one.add_argument("--warmup", type=int, default=10)
+    one.add_argument("--trees", nargs="*", default=[], help="other checkouts served beside this one, alternating")
+    two = sub.add_parser("throughput")
+    two.add_argument("--before", required=True, help="a checkout of the tree to compare against")
+    two.add_argument("--reps", type=int, default=2)
+    args = parser.parse_args()
+    print(f"uptime: {os.popen('uptime').read().strip()}")
+    outside(args) if args.row == "outside" else throughput(args)
+    print(f"uptime: {os.popen('uptime').read().strip()}")
+
+
+if __name__ == "__main__":
+    main()
