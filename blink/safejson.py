@@ -212,4 +212,8 @@ class TokenCap:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def fits(self, text: str, max_tokens: int) -> bool:
+        # every byte-level BPE token stands for at least one byte: a text of no more bytes than the limit fits
+        # untokenized (the common case, so a pre-check before a full render costs no second tokenize)
+        if len(text) <= max_tokens and len(text.encode("utf-8")) <= max_tokens:
+            return True
         return capped_tokens(self.encode, text, max_tokens, self.longest) is not None

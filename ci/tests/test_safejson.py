@@ -10,6 +10,8 @@ import zlib
 
 import pytest
 import zstandard
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from blink import safejson
 from blink.errors import BlinkError, InvalidRequest, PayloadTooLarge
@@ -164,3 +166,12 @@ def test_capped_tokens_refuses_a_huge_text_without_tokenizing_it_whole(tokenizer
     calls.clear()
     assert safejson.capped_tokens(encode, "x" * (4096 * longest + 1), 4096, longest) is None
     assert calls == []  # past the character bound: refused untokenized
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(text=st.text(max_size=200), limit=st.integers(min_value=1, max_value=120))
+def test_token_cap_fits_exactly_when_the_full_count_fits(tokenizer, text, limit):
+    """The byte shortcut (no tokenize at all for a text of no more bytes than the limit) never lets through a
+    text the full count refuses, nor refuses one it allows."""
+    cap = safejson.TokenCap(tokenizer)
+    assert cap.fits(text, limit) == (len(cap.encode(text)) <= limit)
