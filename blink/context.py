@@ -59,7 +59,10 @@ class Context:
             "api_key_required": self.auth.required,
         }
         for extra in self.live_health:
-            out.update(extra())
+            part = extra()
+            out.update(part)
+            # a part that says it is not ok (every vLLM replica down) makes the whole server not ok
+            out["ok"] = out["ok"] and all(v.get("ok", True) for v in part.values() if isinstance(v, dict))
         return out
 
     def chat_slots(self) -> dict:

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from blink.settings import Integer, Listen, Number, Settings, SpaceSettings, knobs, resolve_space
-from conftest import ROOT
+from conftest import ROOT, blink_serve, free_port, running
 from fleet import ConfigError
 from fleet.docs import with_tables
 from fleet.schema import KNOBS_AT, parse_space
@@ -232,3 +232,14 @@ def test_serve_refuses_the_vllm_engine_without_replicas():
         env={"PATH": "/usr/bin:/bin"},
     )
     assert done.returncode != 0 and "--engine-url: engine vllm needs the replicas' URLs" in done.stderr, done.stderr
+
+
+def test_healthz_is_not_ok_while_every_vllm_replica_is_down(demo_root):
+    """A server whose every replica is down says so at the top of /healthz, where load balancers look."""
+    import httpx
+
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    with running(blink_serve("--engine", "vllm", "--engine-url", dead), demo_root, name="vllm-down") as url:
+        health = httpx.get(url + "/healthz", timeout=30).json()
+    assert health["vllm"]["replicas_up"] == 0 and health["vllm"]["replicas"][0]["state"] == "down"
+    assert health["ok"] is False
