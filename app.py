@@ -16,6 +16,9 @@ Order matters on ZeroGPU, and this file follows it:
    Gradio's MCP server (the same `decide` as a tool at /gradio_api/mcp/) and, with `gradio_ui_needs_key`,
    Gradio's login page (the API key as password) in front of the UI, its queue and its API.
 
+With `BLINK_ENGINE=vllm` the replicas at `BLINK_ENGINE_URL` answer decisions and chat: no weights are loaded here
+and no GPU function is called (blink/server.py's `vllm_backend`).
+
 Only plain data crosses into the GPU worker: token ids and read plans in, floats or text out. Decisions
 (API and UI alike) go through blink's batcher, one caller's requests per GPU call, run as that caller.
 """
@@ -60,6 +63,9 @@ keep_secrets_out_of_logs(SETTINGS.api_key)  # the key, and callers' ZeroGPU toke
 ESTIMATOR = durations.configured(SPACE)
 
 # --- the model, at module scope ----------------------------------------------------------------------------
+# BLINK_ENGINE=vllm: the replicas at BLINK_ENGINE_URL answer decisions and chat (a CPU Space in front of a vLLM
+# cluster); this process reads the model's tokenizer and templates only and makes no GPU call
+REMOTE = SETTINGS.engine == "vllm"
 LOADED = load(
     SETTINGS.model,
     SETTINGS.revision,
@@ -68,6 +74,7 @@ LOADED = load(
     vision=SETTINGS.vision,
     vision_tower=SETTINGS.vision_tower,
     max_image_pixels=SETTINGS.max_image_pixels,
+    weights=not REMOTE,
 )
 # No prefix-state cache on ZeroGPU: a state would live only in the forked worker that computed it, and the next
 # call may run in a fresh fork (always after a failed call) that never saw it; off, every call is the same
@@ -120,11 +127,11 @@ def chat(ids, params, caller=None):
 # --- the context every route and the UI serve from ---------------------------------------------------------
 CTX = build_context(
     SETTINGS,
-    decide=score_batch,
-    chat=chat,
+    decide=None if REMOTE else score_batch,  # None: build_context routes them to the replicas
+    chat=None if REMOTE else chat,
     engine=ENGINE,
     chat_engine=CHAT_ENGINE,
-    warmup=not ZERO_GPU,
+    warmup=not ZERO_GPU and not REMOTE,
     caller_of=lambda request: caller_from_headers(request.headers),
     description=DESCRIPTION or None,
     live_health=[
@@ -157,7 +164,7 @@ def main() -> None:
         "serving %s (%s) [%s; ZeroGPU=%s; api key %s]",
         CTX.served_name,
         SETTINGS.model,
-        LOADED.info["device"],
+        f"vllm at {', '.join(SETTINGS.engine_url)}" if REMOTE else LOADED.info["device"],
         ZERO_GPU,
         "required" if CTX.auth.required else "not required",
     )

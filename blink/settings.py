@@ -318,12 +318,6 @@ def resolve_space(config, env: dict | None = None) -> tuple[Settings, SpaceSetti
         for name in ("revision", "adapter", "adapter_revision"):  # they belong to the configured model
             values.pop(name, None)
     settings = resolve(Settings, values, env, space=True)
-    if settings.engine != "local":
-        # the Space is built around its own weights: loaded at import, decided in @spaces.GPU calls
-        raise SystemExit(
-            "BLINK_ENGINE=vllm: the Space serves its own weights (ZeroGPU); put blink in front of vLLM replicas with "
-            "`python -m blink serve --engine vllm --engine-url URL[,URL...]` instead"
-        )
     space = resolve(SpaceSettings, values, env, space=True)
     for name in ("gradio_api_needs_key", "gradio_ui_needs_key"):
         if getattr(space, name) and not settings.api_key:  # what it asks for does not exist: it would leave all open

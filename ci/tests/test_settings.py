@@ -218,8 +218,8 @@ def test_the_vllm_engine_needs_its_replicas_and_refuses_what_it_cannot_send():
     ]:
         with pytest.raises(SystemExit, match=refusal):
             Settings.from_values({}, env=env)
-    with pytest.raises(SystemExit, match="the Space serves its own weights"):
-        resolve_space({}, env={"BLINK_ENGINE": "vllm", "BLINK_ENGINE_URL": "http://a"})
+    settings, _ = resolve_space({}, env={"BLINK_ENGINE": "vllm", "BLINK_ENGINE_URL": "http://a"})
+    assert settings.engine == "vllm" and settings.engine_url == ("http://a",)  # the Space in front of replicas
 
 
 def test_serve_refuses_the_vllm_engine_without_replicas():

@@ -373,6 +373,40 @@ def test_openai_chat_streams_through_vllm(blink_on_vllm):
     assert text and chunks[-1].usage.completion_tokens == 12
 
 
+def close_answers(a: dict, b: dict, bound: float = 1e-5) -> bool:
+    """The same answers, each probability within `bound` (two requests may be batched differently by vLLM)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(close_answers(a[k], b[k], bound) for k in a)
+    if isinstance(a, float) or isinstance(b, float):
+        return abs(a - b) <= bound
+    return a == b
+
+
+def test_the_space_in_front_of_vllm(vllm_replicas, qwen3_dir, blink_on_vllm):
+    """app.py with BLINK_ENGINE=vllm (a CPU Space in front of a cluster): no weights here and no GPU call, the
+    replicas answer its API and its UI's documented endpoint, as they answer `serve --engine vllm`."""
+    from gradio_client import Client
+
+    env = {
+        "BLINK_MODEL": str(qwen3_dir),
+        "BLINK_SERVED_MODEL_NAME": "blink-qwen3-demo",
+        "BLINK_ENGINE": "vllm",
+        "BLINK_ENGINE_URL": ",".join(url for url, _ in vllm_replicas),
+    }
+    with running([sys.executable, str(ROOT / "app.py")], qwen3_dir.parent, env=env, name="space-vllm") as url:
+        health = httpx.get(url + "/healthz", timeout=30).json()
+        assert health["engine"] == "vllm" and health["vllm"]["replicas_up"] == 2, health
+        assert health["device"] == "none (no weights loaded)" and "decide" not in health["gpu_seconds"]
+        body = DECISIONS[0]
+        want = httpx.post(blink_on_vllm + "/v1/systemone", json=body, timeout=120).json()["answers"]
+        got = httpx.post(url + "/v1/systemone", json=body, timeout=120)
+        assert got.status_code == 200, got.text
+        assert close_answers(got.json()["answers"], want), (got.json(), want)
+        ui = Client(url, verbose=False).predict(state=body["state"], questions=body["questions"], api_name="/decide")
+        assert close_answers(ui["answers"], want), (ui, want)
+        assert "decide" not in httpx.get(url + "/healthz", timeout=30).json()["gpu_seconds"]  # no GPU call made
+
+
 def test_failover_when_a_replica_dies(vllm_replicas, qwen3_engine, blink_on_vllm):
     """Last: kills one of the session's replicas."""
     from blink.vllm import Replicas, VllmScorer
