@@ -22,7 +22,6 @@ import os
 import re
 import statistics
 import sys
-import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -33,6 +32,7 @@ for var, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("TOK
 
 import httpx  # noqa: E402
 import workload  # noqa: E402
+from servers import closed_loop  # noqa: E402
 
 from conftest import running  # noqa: E402
 
@@ -100,26 +100,6 @@ def serve_tree(tree: Path, root: Path, name: str, *flags: str):
     return running(argv, root, env={"PYTHONPATH": str(tree)}, cwd=tree, name=name)
 
 
-async def closed_loop(url: str, bodies: list[list[dict]]) -> dict:
-    """len(bodies) concurrent clients, each sending its own requests one after another."""
-    n = len(bodies)
-    limits = httpx.Limits(max_connections=n + 4, max_keepalive_connections=n + 4)
-    errors = []
-    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
-
-        async def one(mine: list[dict]) -> None:
-            for b in mine:
-                r = await client.post("/v1/systemone", json=b)
-                if r.status_code != 200:
-                    errors.append(r.status_code)
-
-        t = time.perf_counter()
-        await asyncio.gather(*(one(mine) for mine in bodies))
-        wall = time.perf_counter() - t
-    total = sum(len(mine) for mine in bodies)
-    return {"rps": (total - len(errors)) / wall, "errors": errors}
-
-
 def throughput(args) -> None:
     from transformers import AutoTokenizer
 
@@ -139,7 +119,9 @@ def throughput(args) -> None:
         print("\n| clients | requests | before (req/s) | after (req/s) | after / before | errors b/a |")
         print("|---|---|---|---|---|---|")
         for url in urls.values():  # warm-up: every state and question set seen once by both servers
-            asyncio.run(closed_loop(url, [[{"state": s, "questions": q}] for s in states for q in questions]))
+            asyncio.run(
+                closed_loop(url, [[{"state": s, "questions": q}] for s in states for q in questions], timeout=600)
+            )
         for clients, each in CLIENTS.items():
             # a fixed workload: client c's k-th request asks question set (c + k) about state (c * 5 + k)
             bodies = [
@@ -152,7 +134,7 @@ def throughput(args) -> None:
             got = {"before": [], "after": []}
             for rep in range(args.reps):
                 for name in ("before", "after") if rep % 2 == 0 else ("after", "before"):
-                    got[name].append(asyncio.run(closed_loop(urls[name], bodies)))
+                    got[name].append(asyncio.run(closed_loop(urls[name], bodies, timeout=600)))
             rps = {name: statistics.median(g["rps"] for g in runs) for name, runs in got.items()}
             errors = "/".join(str(sum(len(g["errors"]) for g in got[name])) for name in ("before", "after"))
             print(

@@ -46,7 +46,7 @@ import httpx  # noqa: E402
 import psutil  # noqa: E402
 import workload  # noqa: E402
 from honesty import duration_honesty  # noqa: E402
-from servers import Server, blink_serve  # noqa: E402
+from servers import Server, blink_serve, closed_loop  # noqa: E402
 
 # (state tokens, questions): the performance issue's grid, plus the engine issue's 1,000-token state at 1/4/16
 FULL_GRID = [
@@ -255,30 +255,6 @@ def measure_cell(
 
 
 # throughput -----------------------------------------------------------------------------------------------
-async def closed_loop(url: str, bodies: list[list[dict]]) -> dict:
-    """len(bodies) concurrent clients, each sending its own requests one after another."""
-    n = len(bodies)
-    limits = httpx.Limits(max_connections=n + 4, max_keepalive_connections=n + 4)
-    errors = []
-    async with httpx.AsyncClient(base_url=url, timeout=900, limits=limits) as client:
-
-        async def one(mine: list[dict]) -> None:
-            for b in mine:
-                try:
-                    r = await client.post("/v1/systemone", json=b)
-                except httpx.TransportError as exc:
-                    errors.append(type(exc).__name__)
-                    continue
-                if r.status_code != 200:
-                    errors.append(r.status_code)
-
-        t = time.perf_counter()
-        await asyncio.gather(*(one(mine) for mine in bodies))
-        wall = time.perf_counter() - t
-    total = sum(len(mine) for mine in bodies)
-    return {"rps": (total - len(errors)) / wall, "wall_s": wall, "requests": total, "errors": errors}
-
-
 def measure_throughput(
     unbatched: Server, batched: Server, tokenizer, model_name: str, clients: int, per_client: int, reps: int = 2
 ) -> dict:

@@ -4,11 +4,14 @@ with no BLINK_* variable of the caller's leaking in."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 
+import httpx
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,7 +22,7 @@ from conftest import blink_serve, free_port, launch, server_env, stop_group, wai
 # where `--model demo` finds (or builds) its model, as blink.demo.demo_model_dir looks for it in this process
 DEMO_ROOT = Path(os.environ.get("BLINK_DEMO_DIR") or Path.home() / ".cache" / "blink")
 
-__all__ = ["DEMO_ROOT", "Server", "blink_serve"]
+__all__ = ["DEMO_ROOT", "Server", "blink_serve", "closed_loop"]
 
 
 class Server:
@@ -73,3 +76,28 @@ class Server:
     def stop(self) -> None:
         self._stop.set()
         stop_group(self.proc)
+
+
+async def closed_loop(url: str, bodies: list[list[dict]], timeout: float = 900) -> dict:
+    """len(bodies) concurrent clients, each sending its own System One requests one after another: req/s of
+    the answered ones, and what each failure was (a status, or a transport error's name)."""
+    n = len(bodies)
+    limits = httpx.Limits(max_connections=n + 4, max_keepalive_connections=n + 4)
+    errors = []
+    async with httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits) as client:
+
+        async def one(mine: list[dict]) -> None:
+            for b in mine:
+                try:
+                    r = await client.post("/v1/systemone", json=b)
+                except httpx.TransportError as exc:
+                    errors.append(type(exc).__name__)
+                    continue
+                if r.status_code != 200:
+                    errors.append(r.status_code)
+
+        t = time.perf_counter()
+        await asyncio.gather(*(one(mine) for mine in bodies))
+        wall = time.perf_counter() - t
+    total = sum(len(mine) for mine in bodies)
+    return {"rps": (total - len(errors)) / wall, "wall_s": wall, "requests": total, "errors": errors}
