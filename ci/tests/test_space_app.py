@@ -311,6 +311,12 @@ def mcp_call(url: str, work, headers: dict | None = None):
     return asyncio.run(session())
 
 
+def mcp_decide(url: str, key: str | None = None):
+    """The `decide` tool called over MCP with STATE and QUESTIONS, with `key` as the bearer key (None: no key)."""
+    headers = {"Authorization": f"Bearer {key}"} if key else None
+    return mcp_call(url, lambda mcp: mcp.call_tool("decide", {"state": STATE, "questions": QUESTIONS}), headers)
+
+
 def tool_body(result) -> dict:
     """Gradio's MCP server sends the endpoint's return value as text (Python's repr of the dict)."""
     import ast
@@ -382,7 +388,7 @@ def test_mcp_on_the_space_lists_and_calls_decide(space):
     assert schema["required"] == ["state", "questions"]
     assert "JSON value" in schema["properties"]["state"]["description"]
     assert "noul" in schema["properties"]["questions"]["description"]
-    result = mcp_call(space, lambda mcp: mcp.call_tool("decide", {"state": STATE, "questions": QUESTIONS}))
+    result = mcp_decide(space)
     assert uncached(tool_body(result)) == systemone(space)
     refused = mcp_call(space, lambda mcp: mcp.call_tool("decide", {"state": "x", "questions": BAD}))
     assert refused.isError and "question 'pick'" in refused.content[0].text
@@ -401,19 +407,11 @@ def test_with_gradio_api_needs_key_decide_and_mcp_ask_for_the_key(keyed_space):
     keyed = Client(url, verbose=False, headers={"Authorization": f"Bearer {KEY}"})
     assert uncached(keyed.predict(state=STATE, questions=QUESTIONS, api_name="/decide")) == systemone(url, KEY)
 
-    refused = mcp_call(url, lambda mcp: mcp.call_tool("decide", {"state": STATE, "questions": QUESTIONS}))
+    refused = mcp_decide(url)
     assert refused.isError and "API key" in refused.content[0].text
-    wrong = mcp_call(
-        url,
-        lambda mcp: mcp.call_tool("decide", {"state": STATE, "questions": QUESTIONS}),
-        headers={"Authorization": "Bearer wrong"},
-    )
+    wrong = mcp_decide(url, "wrong")
     assert wrong.isError
-    result = mcp_call(
-        url,
-        lambda mcp: mcp.call_tool("decide", {"state": STATE, "questions": QUESTIONS}),
-        headers={"Authorization": f"Bearer {KEY}"},
-    )
+    result = mcp_decide(url, KEY)
     assert uncached(tool_body(result)) == systemone(url, KEY)
 
     assert "API key" in js_decide(url)["error"]
@@ -460,13 +458,9 @@ def test_with_gradio_ui_needs_key_the_ui_and_its_api_ask_for_a_login_with_the_ke
     assert uncached(client.predict(state=STATE, questions=QUESTIONS, api_name="/decide")) == systemone(url, KEY)
 
     # MCP: the tool asks for the bearer key
-    refused = mcp_call(url, lambda mcp: mcp.call_tool("decide", {"state": STATE, "questions": QUESTIONS}))
+    refused = mcp_decide(url)
     assert refused.isError and "API key" in refused.content[0].text
-    result = mcp_call(
-        url,
-        lambda mcp: mcp.call_tool("decide", {"state": STATE, "questions": QUESTIONS}),
-        headers={"Authorization": f"Bearer {KEY}"},
-    )
+    result = mcp_decide(url, KEY)
     assert uncached(tool_body(result)) == systemone(url, KEY)
 
     # /v1/* answer to the bearer key only (a logged-in page's cookie is not a key); /healthz stays open
