@@ -187,10 +187,10 @@ def load(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     root = resolve(model, revision)  # whole, weights too: the calibration check fingerprints them (unread on the Hub)
+    tokenizer = AutoTokenizer.from_pretrained(root)
+    if tokenizer.pad_token_id is None:  # left padding needs one; the end-of-sequence token serves
+        tokenizer.pad_token = tokenizer.eos_token
     if not weights:
-        tokenizer = AutoTokenizer.from_pretrained(root)
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
         info = {"model": model, "revision": revision, "adapter": None, "weights_verified": None}
         info |= {"hub_offline": hub_offline(), "device": "none (no weights loaded)", "dtype": None, "kernels": None}
         return Loaded(without_weights(root), tokenizer, root, {**info, "accepts_images": False, "vision_tower": None})
@@ -198,7 +198,6 @@ def load(
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    tokenizer = AutoTokenizer.from_pretrained(root)
     processor = None
     if vision or vision_tower:
         from .vision import load_processor, load_vision_model
@@ -214,8 +213,6 @@ def load(
     if adapter:
         lm = merge_adapter_on_cpu(lm, adapter, adapter_revision)
     lm = lm.to(device).eval()
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
     try:
         import fla  # noqa: F401
 
