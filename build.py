@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from blink.errors import StartupError
 from blink.settings import resolve_space
 from fleet import ConfigError
 from fleet.docs import with_tables
@@ -102,7 +103,7 @@ def verify_space(space: Space, fleet: Fleet, folder: Path) -> None:
     exec(compile((folder / "space_config.py").read_text(encoding="utf-8"), "space_config.py", "exec"), namespace)
     try:
         resolved = resolve_space(namespace, env={})
-    except SystemExit as exc:
+    except StartupError as exc:
         raise ConfigError(f"[spaces.{space.name}]", None, f"the app would refuse this config: {exc}") from None
     if resolved != (space.settings, space.space):
         raise ConfigError(f"dist/{space.name}", "space_config.py", "the app would not run with what was meant")

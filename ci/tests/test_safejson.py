@@ -13,7 +13,7 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blink import safejson
+from blink import safejson, tokens
 from blink.errors import BlinkError, InvalidRequest, PayloadTooLarge
 
 MB = 2**20
@@ -140,13 +140,13 @@ def tokenizer(demo_dir):
 
 def test_capped_tokens_is_exact_within_the_limit(tokenizer):
     encode = lambda s: tokenizer(s, add_special_tokens=False)["input_ids"]  # noqa: E731
-    longest = safejson.longest_token_chars(tokenizer)
+    longest = tokens.longest_token_chars(tokenizer)
     for text in ["hi", "The quick brown fox " * 50, "数字和文字 " * 40, " " * 900]:
         exact = len(encode(text))
-        assert safejson.capped_tokens(encode, text, exact, longest) == exact
-        assert safejson.capped_tokens(encode, text, exact + 10, longest) == exact
+        assert tokens.capped_tokens(encode, text, exact, longest) == exact
+        assert tokens.capped_tokens(encode, text, exact + 10, longest) == exact
         if exact > 2:
-            assert safejson.capped_tokens(encode, text, exact - 2, longest) is None
+            assert tokens.capped_tokens(encode, text, exact - 2, longest) is None
 
 
 def test_capped_tokens_refuses_a_huge_text_without_tokenizing_it_whole(tokenizer):
@@ -156,15 +156,15 @@ def test_capped_tokens_refuses_a_huge_text_without_tokenizing_it_whole(tokenizer
         calls.append(len(s))
         return tokenizer(s, add_special_tokens=False)["input_ids"]
 
-    longest = safejson.longest_token_chars(tokenizer)
+    longest = tokens.longest_token_chars(tokenizer)
     text = "The quick brown fox jumps over the lazy dog. " * 200_000  # 9 MB, ~2M tokens
     t = time.perf_counter()
-    assert safejson.capped_tokens(encode, text, 4096, longest) is None
+    assert tokens.capped_tokens(encode, text, 4096, longest) is None
     took = time.perf_counter() - t
     assert sum(calls) <= 4096 * 4 * 2, calls  # only a prefix proportional to the limit was tokenized
     assert took < 2.0
     calls.clear()
-    assert safejson.capped_tokens(encode, "x" * (4096 * longest + 1), 4096, longest) is None
+    assert tokens.capped_tokens(encode, "x" * (4096 * longest + 1), 4096, longest) is None
     assert calls == []  # past the character bound: refused untokenized
 
 
@@ -173,5 +173,5 @@ def test_capped_tokens_refuses_a_huge_text_without_tokenizing_it_whole(tokenizer
 def test_token_cap_fits_exactly_when_the_full_count_fits(tokenizer, text, limit):
     """The byte shortcut (no tokenize at all for a text of no more bytes than the limit) never lets through a
     text the full count refuses, nor refuses one it allows."""
-    cap = safejson.TokenCap(tokenizer)
+    cap = tokens.TokenCap(tokenizer)
     assert cap.fits(text, limit) == (len(cap.encode(text)) <= limit)
