@@ -1,8 +1,8 @@
 """The settings schema (blink/settings.py): one declaration per knob, and everything that reads it agrees.
 
-The README's tables are what the schema says; `serve --help` names every variable; a bad variable stops
+docs/configuration.md's tables are what the schema says; `serve --help` names every variable; a bad variable stops
 start-up naming it; spaces.toml and the `BLINK_*` variables take exactly the same values (every bound of every
-knob, both ways); the Space refuses a constant no knob owns; the chat defaults the README states are the engine's.
+knob, both ways); the Space refuses a constant no knob owns; the chat defaults the docs state are the engine's.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from blink.errors import StartupError
 from blink.settings import Integer, Listen, Number, Settings, SpaceSettings, knobs, resolve_space
 from conftest import ROOT, blink_serve, free_port, running
 from fleet import ConfigError
-from fleet.docs import with_tables
+from fleet.docs import PAGE, with_tables
 from fleet.schema import KNOBS_AT, parse_space
 
 BASE = {"model": "org/alpha-model", "revision": "v2.1", "short_description": "alpha", "description": "The alpha Space."}
@@ -32,9 +32,9 @@ def table_with(location: str, value) -> dict:
     return table
 
 
-def test_readme_tables_match_the_schema():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert with_tables(readme) == readme, "README.md's knob tables drifted: run `python build.py --readme`"
+def test_docs_tables_match_the_schema():
+    page = (ROOT / PAGE).read_text(encoding="utf-8")
+    assert with_tables(page, PAGE) == page, f"{PAGE}'s knob tables drifted: run `python build.py --docs`"
 
 
 def test_serve_help_names_every_flag_and_its_variable():
@@ -179,7 +179,7 @@ def test_every_space_knob_has_a_fleet_key_and_every_default_parses():
 
 @pytest.mark.parametrize("do_sample", [True, False])
 def test_chat_sampling_defaults_come_from_generation_config_only_when_it_samples(demo_dir, do_sample):
-    """The README's claim: generation_config.json's temperature/top_p/top_k are the defaults only with
+    """docs/api-openai.md's claim: generation_config.json's temperature/top_p/top_k are the defaults only with
     do_sample = true; a greedy config leaves OpenAI's 1 / 1 / off."""
     from blink.chat import ChatEngine
     from blink.loading import load
