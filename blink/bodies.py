@@ -15,6 +15,7 @@ are grafted onto Gradio's app, where our exception handlers and middleware don't
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -25,7 +26,8 @@ from .errors import BlinkError, InvalidRequest, Overloaded, PayloadTooLarge
 from .limits import Limits
 
 BODIES_IN_FLIGHT_BYTES = 256 * 2**20
-BODIES_PARSING = 4
+BODIES_PARSING = 4  # bodies decoded at once when they may grow (compressed, or large)
+SMALL_BODY_BYTES = 2**20
 
 
 class BodyBudget:
@@ -169,17 +171,25 @@ def parse_multipart(data: bytes, content_type: str) -> tuple[dict, dict[str, tup
     return body, parts
 
 
-async def read_request(request: Request, limits: Limits, budget: BodyBudget | None = None) -> tuple[object, dict]:
-    """The decoded request body (JSON, or multipart with its extra parts), decoded and parsed in a worker thread
-    so that no body, however built, holds up the event loop (/healthz and every other request keep answering)."""
+async def read_request(
+    request: Request, limits: Limits, budget: BodyBudget | None = None, then: Callable | None = None
+) -> tuple[object, dict, object]:
+    """The body read, then decoded and parsed (JSON, or multipart with its extra parts) in a worker thread, so that
+    no body, however built, holds up the event loop (/healthz and every other request keep answering); `then(body,
+    parts)` runs in the same thread hop (a route's check). Returns (body, parts, what `then` returned)."""
     held = Held(budget)
     try:
         raw = await read_body(request, limits, held)
         encoding, content_type = request.headers.get("content-encoding"), request.headers.get("content-type", "")
-        if budget is None:
-            return await run_in_threadpool(parse_request, raw, encoding, content_type, limits)
+
+        def parse():
+            body, parts = parse_request(raw, encoding, content_type, limits)
+            return body, parts, (then(body, parts) if then is not None else None)
+
+        if budget is None or (not encoding and len(raw) <= SMALL_BODY_BYTES):  # small: decoded size is its own
+            return await run_in_threadpool(parse)
         async with budget.parsing.hold_async():
-            return await run_in_threadpool(parse_request, raw, encoding, content_type, limits)
+            return await run_in_threadpool(parse)
     finally:
         held.give_back()
 

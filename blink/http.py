@@ -154,14 +154,19 @@ class Endpoint:
         ctx, request = self.ctx, call.request
         if self.auth and not ctx.auth.allows(request.headers.get("authorization")):
             raise Unauthorized(UNAUTHORIZED)
-        if self.body is not None:
-            call.body, call.parts = await read_request(request, ctx.limits, ctx.body_budget)
-            self.body.refuse_parts(call.parts)
-        if self.admit:  # API callers passed the key (or none is set): keyed
-            admitted = ctx.admission.admit(self.admit, KEYED, self.check, call)
-            call.checked, call.ticket = await call.held.enter_async_context(admitted)
+        if self.body is not None:  # read, parsed and checked in one thread hop
+            call.body, call.parts, call.checked = await read_request(
+                request, ctx.limits, ctx.body_budget, then=lambda body, parts: self._check(call, body, parts)
+            )
         elif self.check is not None:
             call.checked = await run_in_threadpool(self.check, call)
+        if self.admit:  # API callers passed the key (or none is set): keyed
+            _, call.ticket = await call.held.enter_async_context(ctx.admission.admit(self.admit, KEYED))
+
+    def _check(self, call: Call, body, parts: dict):
+        call.body, call.parts = body, parts
+        self.body.refuse_parts(parts)
+        return self.check(call) if self.check is not None else None
 
     async def __call__(self, scope, receive, send) -> None:
         ctx, wire = self.ctx, self.wire
