@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from contextlib import asynccontextmanager
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -171,27 +172,41 @@ def parse_multipart(data: bytes, content_type: str) -> tuple[dict, dict[str, tup
     return body, parts
 
 
-async def read_request(
-    request: Request, limits: Limits, budget: BodyBudget | None = None, then: Callable | None = None
-) -> tuple[object, dict, object]:
-    """The body read, then decoded and parsed (JSON, or multipart with its extra parts) in a worker thread, so that
-    no body, however built, holds up the event loop (/healthz and every other request keep answering); `then(body,
-    parts)` runs in the same thread hop (a route's check). Returns (body, parts, what `then` returned)."""
+@asynccontextmanager
+async def received(request: Request, limits: Limits, budget: BodyBudget | None = None):
+    """The raw body, its bytes held in the bodies' budget until the block ends (once it is parsed)."""
     held = Held(budget)
     try:
-        raw = await read_body(request, limits, held)
-        encoding, content_type = request.headers.get("content-encoding"), request.headers.get("content-type", "")
-
-        def parse():
-            body, parts = parse_request(raw, encoding, content_type, limits)
-            return body, parts, (then(body, parts) if then is not None else None)
-
-        if budget is None or (not encoding and len(raw) <= SMALL_BODY_BYTES):  # small: decoded size is its own
-            return await run_in_threadpool(parse)
-        async with budget.parsing.hold_async():
-            return await run_in_threadpool(parse)
+        yield await read_body(request, limits, held)
     finally:
         held.give_back()
+
+
+async def parse_body(
+    raw: bytes,
+    headers,
+    limits: Limits,
+    budget: BodyBudget | None = None,
+    then: Callable | None = None,
+    inline_below: int = 0,
+) -> tuple[object, dict, object]:
+    """The body decoded and parsed (JSON, or multipart with its extra parts) in a worker thread, so that no body,
+    however built, holds up the event loop (/healthz and every other request keep answering); `then(body, parts)`
+    runs in the same thread hop (a route's check). A plain body under `inline_below` bytes, whose parse and check
+    cost microseconds, is handled on the loop: a thread hop would cost more than the work. Returns (body, parts,
+    what `then` returned)."""
+    encoding, content_type = headers.get("content-encoding"), headers.get("content-type", "")
+
+    def parse():
+        body, parts = parse_request(raw, encoding, content_type, limits)
+        return body, parts, (then(body, parts) if then is not None else None)
+
+    if not encoding and len(raw) < inline_below:
+        return parse()
+    if budget is None or (not encoding and len(raw) <= SMALL_BODY_BYTES):  # small: decoded size is its own
+        return await run_in_threadpool(parse)
+    async with budget.parsing.hold_async():
+        return await run_in_threadpool(parse)
 
 
 def parse_request(raw: bytes, encoding: str | None, content_type: str, limits: Limits) -> tuple[object, dict]:

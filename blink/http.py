@@ -42,12 +42,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Match, Route
 
 from .admission import KEYED
-from .bodies import read_request
+from .bodies import parse_body, received
 from .errors import BlinkError, EngineFailure, InvalidRequest, NoRoute, Unauthorized
 
 log = logging.getLogger("blink")
 
 UNAUTHORIZED = "missing or invalid API key: send Authorization: Bearer <key>"
+# a decision body this small is parsed and checked in microseconds: on the event loop, not in a thread
+CHEAP_CHECK_BYTES = 16 * 1024
 
 
 def new_request_id() -> str:
@@ -142,22 +144,33 @@ class Endpoint:
         check: Callable[[Call], Any] | None = None,
         admit: str | None = None,
         cancel_on_disconnect: bool = False,
+        inline_below: int = 0,
     ):
         """`body`: None for routes that read none; `check(call)`: the route's validation, before admission;
-        `admit`: the kind of work it does (blink.admission), None for routes that spend no model time."""
+        `admit`: the kind of work it does (blink.admission), None for routes that spend no model time;
+        `inline_below`: a plain body under these bytes is parsed and checked on the event loop (a check that costs
+        microseconds for such a body: a thread hop would cost more)."""
         self.ctx, self.wire, self.handler = ctx, wire, handler
         self.auth, self.body, self.check, self.admit = auth, body, check, admit
-        self.cancel_on_disconnect = cancel_on_disconnect
+        self.cancel_on_disconnect, self.inline_below = cancel_on_disconnect, inline_below
 
     async def _through(self, call: Call) -> None:
         """Steps 1-4 of the pipeline."""
         ctx, request = self.ctx, call.request
         if self.auth and not ctx.auth.allows(request.headers.get("authorization")):
             raise Unauthorized(UNAUTHORIZED)
-        if self.body is not None:  # read, parsed and checked in one thread hop
-            call.body, call.parts, call.checked = await read_request(
-                request, ctx.limits, ctx.body_budget, then=lambda body, parts: self._check(call, body, parts)
-            )
+        if self.body is not None:
+            started = time.perf_counter()
+            async with received(request, ctx.limits, ctx.body_budget) as raw:
+                call.timing.add("body", time.perf_counter() - started)  # the client's bytes arriving
+                call.body, call.parts, call.checked = await parse_body(  # parsed and checked in one thread hop
+                    raw,
+                    request.headers,
+                    ctx.limits,
+                    ctx.body_budget,
+                    then=lambda body, parts: self._check(call, body, parts),
+                    inline_below=self.inline_below,
+                )
         elif self.check is not None:
             call.checked = await run_in_threadpool(self.check, call)
         if self.admit:  # API callers passed the key (or none is set): keyed

@@ -13,7 +13,7 @@ from starlette.routing import Route
 from .admission import KEYED
 from .context import Context
 from .errors import BlinkError, InvalidRequest
-from .http import Body, Call, Endpoint, Timing, Wire
+from .http import CHEAP_CHECK_BYTES, Body, Call, Endpoint, Timing, Wire
 
 
 def error_body(error: BlinkError) -> dict:
@@ -54,5 +54,6 @@ def routes(ctx: Context) -> list[Route]:
         body=Body(multipart=True),
         check=lambda call: ctx.service.check(call.body, call.parts),
         admit="decide",
+        inline_below=CHEAP_CHECK_BYTES,
     )
     return [Route("/v1/systemone", endpoint, methods=["POST"])]

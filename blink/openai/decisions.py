@@ -14,7 +14,7 @@ from starlette.routing import Route
 
 from ..context import Context
 from ..errors import InvalidRequest
-from ..http import Body, Call, Endpoint
+from ..http import CHEAP_CHECK_BYTES, Body, Call, Endpoint
 from .protocol import IMAGE_PARTS, WIRE, bad, data_url
 
 
@@ -292,5 +292,13 @@ def routes(ctx: Context) -> list[Route]:
             "calibration": decisions_calibration(decided.calibration),
         }
 
-    endpoint = Endpoint(ctx, WIRE, decisions, body=Body("decision requests"), check=check, admit="decide")
+    endpoint = Endpoint(
+        ctx,
+        WIRE,
+        decisions,
+        body=Body("decision requests"),
+        check=check,
+        admit="decide",
+        inline_below=CHEAP_CHECK_BYTES,
+    )
     return [Route("/v1/decisions", endpoint, methods=["POST"])]
