@@ -53,11 +53,19 @@ import theme  # noqa: E402
 import ui  # noqa: E402
 from blink import durations, guard  # noqa: E402
 from blink.server import api_routes, build_context, load_served  # noqa: E402
-from zerogpu import GpuCall, ZeroGpuBackend, caller_from_headers, keep_secrets_out_of_logs  # noqa: E402
+from zerogpu import (  # noqa: E402
+    GpuCall,
+    ZeroGpuBackend,
+    caller_from_headers,
+    decorator_size,
+    keep_secrets_out_of_logs,
+    platform_charge,
+)
 
 keep_secrets_out_of_logs(SETTINGS.api_key)  # the key, and callers' ZeroGPU tokens in the scheduler's URLs
 
-ESTIMATOR = durations.configured(SPACE)
+# what the platform makes of each call's seconds (the card's factor, the size: with `auto`, known after launch)
+ESTIMATOR = durations.configured(SPACE, charge=lambda: platform_charge(GPU_SIZE, ZERO_GPU))
 
 # --- the model, at module scope ----------------------------------------------------------------------------
 # BLINK_ENGINE=vllm: the replicas at BLINK_ENGINE_URL answer decisions and chat (a CPU Space in front of a vLLM
@@ -69,13 +77,13 @@ ENGINE, CHAT_ENGINE = SERVED.planner, SERVED.chat_engine
 
 
 # --- the GPU functions (module scope, plain def / plain generator) -------------------------------------------
-@spaces.GPU(duration=GpuCall.duration, size=GPU_SIZE)
+@spaces.GPU(duration=GpuCall.duration, size=decorator_size(GPU_SIZE))
 def gpu_score(plans, seconds: int):
     """A batch of decisions in the GPU worker (`seconds`: what its GpuCall asked for)."""
     return ENGINE.score(plans)
 
 
-@spaces.GPU(duration=GpuCall.duration, size=GPU_SIZE)
+@spaces.GPU(duration=GpuCall.duration, size=decorator_size(GPU_SIZE))
 def gpu_generate(ids, params, seconds: int):
     """ChatEngine.generate in the GPU worker; its final ChatEnd carries the compute seconds measured there."""
     yield from CHAT_ENGINE.generate(ids, params)

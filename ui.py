@@ -175,13 +175,24 @@ def key_note_md(key: ApiKey) -> str:
     return "This Space's API is open: no key needed (any `Authorization` header is ignored)."
 
 
-def snippets_md(url: str, name: str, key: ApiKey) -> str:
-    """The API tab: copy-paste snippets with this Space's own URL, served name and key note."""
+def charge_md(health: dict) -> str:
+    """What a GPU call is charged here (/healthz `gpu_charge`), or nothing off the Space's backend."""
+    charge = health.get("gpu_charge")
+    if not charge:
+        return ""
+    return f"**GPU:** {charge} (`/healthz` → `gpu_seconds`: requested, charged and used seconds per kind)."
+
+
+def snippets_md(url: str, name: str, key: ApiKey, health: dict | None = None) -> str:
+    """The API tab: copy-paste snippets with this Space's own URL, served name and key note, and what a GPU call
+    is charged (`health`: the /healthz figures)."""
     key_note = key_note_md(key)
     required = key.required
     key = "$BLINK_API_KEY" if required else "none"
     return f"""
 **Base URL:** `{url}` · OpenAI base URL: `{url}/v1` · {key_note}
+
+{charge_md(health or {})}
 
 **TypeSafe SDK** (`pip install typesafe-sdk`)
 ```python
@@ -440,11 +451,12 @@ def api_tab(ctx: Context, demo: gr.Blocks) -> None:
         return ctx.current_health()
 
     def ui_load(request: gr.Request):
-        return snippets_md(base_url(request), ctx.served_name, ctx.auth), health_json()
+        health = health_json()
+        return snippets_md(base_url(request), ctx.served_name, ctx.auth, health), health
 
     snippets = gr.Markdown(elem_classes=["blink-snippet"])
     with gr.Row():
-        gr.Markdown("**Live health** (`GET /healthz`): requested vs used GPU seconds under `gpu_seconds`.")
+        gr.Markdown("**Live health** (`GET /healthz`): requested, charged and used GPU seconds under `gpu_seconds`.")
         refresh = gr.Button("Refresh", size="sm")
     health = gr.JSON(label="/healthz")
     refresh.click(health_json, None, health, api_name="health", api_visibility=PRIVATE)
