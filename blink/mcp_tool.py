@@ -4,8 +4,8 @@ The `mcp` SDK's FastMCP describes the tool from its signature and docstring and 
 transport; blink adds only what a public server needs around it: the API key (checked before the MCP
 session sees the request, answered 401 with `WWW-Authenticate: Bearer` as MCP clients expect), the
 caller's identity, and the decision itself, which goes through the same `decide` the HTTP routes use (the
-same limits, batcher and admission). The Space serves the same tool through Gradio's own MCP server,
-from its `decide` Gradio endpoint, with the same description (`DECIDE_DOC`).
+same limits, batcher and admission). The Space serves this /mcp too, and the same tool through Gradio's own MCP
+server, from its `decide` Gradio endpoint, with the same description (`DECIDE_DOC`) and schemas (`decide_schemas`).
 
 No `from __future__ import annotations` here: FastMCP reads the tool's annotations at run time.
 
@@ -86,6 +86,21 @@ def build_mcp(decide: Decide, caller_of: Callable[[Any], Any], name: str):
             raise ToolError(f"{error.status}: {error.message}") from None
 
     return server
+
+
+def decide_schemas() -> tuple[dict, dict | None]:
+    """The `decide` tool's input and output schemas exactly as FastMCP publishes them at /mcp (the Space's Gradio
+    MCP server publishes the same ones)."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    async def noop(body, caller):  # never called: only the description is read
+        return body
+
+    server = build_mcp(noop, lambda request: None, "blink")
+    with ThreadPoolExecutor(1) as pool:  # its own event loop, whether or not the caller runs one
+        (tool,) = pool.submit(asyncio.run, server.list_tools()).result()
+    return tool.inputSchema, tool.outputSchema
 
 
 class McpEndpoint:
