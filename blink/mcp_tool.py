@@ -15,7 +15,7 @@ requests and any replica can serve any call.
 
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
@@ -34,6 +34,10 @@ One forward pass of a decision model reads every question at once; nothing is ge
 Returns the System One response: `answers` maps each question id to its answer (noul: P(true); choice: the
 chosen option, its confidence and every option's probability; score: the expected level, 0 = lowest, with
 its confidence and each level's probability), and `usage` counts the tokens read."""
+
+
+STATE_DOC = "the text the questions are about, or a JSON value (object or array) describing it"
+QUESTIONS_DOC = 'the questions by id, each {"type": "noul"|"choice"|"score", "instructions": "...", "criteria": ...}'
 
 
 class DecisionQuestion(BaseModel):
@@ -77,7 +81,9 @@ def build_mcp(decide: Decide, caller_of: Callable[[Any], Any], name: str):
 
     @server.tool(name="decide", description=DECIDE_DOC, structured_output=True)
     async def decide_tool(
-        state: str | dict[str, Any] | list[Any], questions: dict[str, DecisionQuestion], ctx: Context
+        state: Annotated[str | dict[str, Any] | list[Any], Field(description=STATE_DOC)],
+        questions: Annotated[dict[str, DecisionQuestion], Field(description=QUESTIONS_DOC)],
+        ctx: Context,
     ) -> dict[str, Any]:
         request = ctx.request_context.request
         try:
