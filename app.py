@@ -13,8 +13,9 @@ Order matters on ZeroGPU, and this file follows it:
    GpuCall: the seconds each call asks for, the caller it runs as, its errors, requested vs used seconds);
 5. the context every route and the UI serve from, over that backend, complete when built;
 6. the UI (ui.py) with the `decide` endpoint (space_tool.py), the queue with explicit limits, `launch()` with
-   Gradio's MCP server (the same `decide` as a tool at /gradio_api/mcp/) and, with `gradio_ui_needs_key`,
-   Gradio's login page (the API key as password) in front of the UI, its queue and its API.
+   Gradio's MCP server (the same `decide` as a tool at /gradio_api/mcp/, typed and answering JSON as blink's own
+   /mcp, which is served too) and, with `gradio_ui_needs_key`, Gradio's login page (the API key as password) in
+   front of the UI, its queue and its API.
 
 With `BLINK_ENGINE=vllm` the replicas at `BLINK_ENGINE_URL` answer decisions and chat: no weights are loaded here
 and no GPU function is called (blink.vllm's `VllmBackend`).
@@ -47,17 +48,29 @@ TITLE, DESCRIPTION, CAVEAT, GPU_SIZE = SPACE.title, SPACE.description, SPACE.cav
 MAX_OUTPUT_TOKENS, UI_CHAT_MAX_TOKENS = SETTINGS.max_output_tokens, SPACE.ui_chat_max_tokens
 DURATION_MAX_S, CHAT_DURATION_MAX_S = SPACE.duration_max_s, SPACE.chat_duration_max_s
 
-from starlette.middleware import Middleware  # noqa: E402
+import contextlib  # noqa: E402
 
+from starlette.middleware import Middleware  # noqa: E402
+from starlette.routing import Route  # noqa: E402
+
+import space_tool  # noqa: E402
 import theme  # noqa: E402
 import ui  # noqa: E402
 from blink import durations, guard  # noqa: E402
-from blink.server import api_routes, build_context, load_served  # noqa: E402
-from zerogpu import GpuCall, ZeroGpuBackend, caller_from_headers, keep_secrets_out_of_logs  # noqa: E402
+from blink.server import api_routes, build_context, load_served, mcp_endpoint  # noqa: E402
+from zerogpu import (  # noqa: E402
+    GpuCall,
+    ZeroGpuBackend,
+    caller_from_headers,
+    decorator_size,
+    keep_secrets_out_of_logs,
+    platform_charge,
+)
 
 keep_secrets_out_of_logs(SETTINGS.api_key)  # the key, and callers' ZeroGPU tokens in the scheduler's URLs
 
-ESTIMATOR = durations.configured(SPACE)
+# what the platform makes of each call's seconds (the card's factor, the size: with `auto`, known after launch)
+ESTIMATOR = durations.configured(SPACE, charge=lambda: platform_charge(GPU_SIZE, ZERO_GPU))
 
 # --- the model, at module scope ----------------------------------------------------------------------------
 # BLINK_ENGINE=vllm: the replicas at BLINK_ENGINE_URL answer decisions and chat (a CPU Space in front of a vLLM
@@ -69,13 +82,13 @@ ENGINE, CHAT_ENGINE = SERVED.planner, SERVED.chat_engine
 
 
 # --- the GPU functions (module scope, plain def / plain generator) -------------------------------------------
-@spaces.GPU(duration=GpuCall.duration, size=GPU_SIZE)
+@spaces.GPU(duration=GpuCall.duration, size=decorator_size(GPU_SIZE))
 def gpu_score(plans, seconds: int):
     """A batch of decisions in the GPU worker (`seconds`: what its GpuCall asked for)."""
     return ENGINE.score(plans)
 
 
-@spaces.GPU(duration=GpuCall.duration, size=GPU_SIZE)
+@spaces.GPU(duration=GpuCall.duration, size=decorator_size(GPU_SIZE))
 def gpu_generate(ids, params, seconds: int):
     """ChatEngine.generate in the GPU worker; its final ChatEnd carries the compute seconds measured there."""
     yield from CHAT_ENGINE.generate(ids, params)
@@ -115,6 +128,27 @@ demo = ui.build(
     demo_model=(Path(SERVED.loaded.root) / "blink_demo.json").is_file(),  # make-demo-model's marker
     api_needs_key=SPACE.gradio_api_needs_key or SPACE.gradio_ui_needs_key,  # resolve_space: only with a key set
 )
+# blink's own MCP endpoint, as the standalone server serves it (typed schemas, structured content, the /v1 key);
+# its session manager runs in Gradio's app lifespan (launch(app_kwargs={"lifespan": ...}), which Gradio enters
+# together with its own MCP server's)
+MCP = mcp_endpoint(CTX)
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app):
+    async with MCP.running():
+        yield
+
+
+def middleware() -> list:
+    """Every body (API, uploads, queue) must keep arriving (408); with `gradio_api_needs_key` (and no login in
+    front), Gradio's direct REST call of `decide` without the key is refused with 401 (Gradio would answer 500)."""
+    stack = [Middleware(guard.BodyDeadline)]
+    if SPACE.gradio_api_needs_key and not SPACE.gradio_ui_needs_key:
+        stack.append(Middleware(space_tool.KeyFirst, allows=CTX.auth.allows))
+    return stack
+
+
 LOGIN_MESSAGE = "This Space asks for its API key: log in with any user name and the key as the password."
 
 
@@ -140,8 +174,12 @@ def main() -> None:
         theme=theme.THEME,
         css=theme.CSS,
         footer_links=["api", "gradio", "settings"],
-        # the API grafted ahead of Gradio's routes; every body (API, uploads, queue) must keep arriving (408)
-        app_kwargs={"routes": api_routes(CTX), "middleware": [Middleware(guard.BodyDeadline)]},
+        # the API and blink's /mcp grafted ahead of Gradio's routes
+        app_kwargs={
+            "routes": [Route("/mcp", MCP, methods=["GET", "POST", "DELETE"]), *api_routes(CTX)],
+            "middleware": middleware(),
+            "lifespan": lifespan,
+        },
         show_error=True,
         mcp_server=True,  # Gradio's MCP server at /gradio_api/mcp/: the `decide` endpoint as a tool (space_tool.py)
         max_file_size=SETTINGS.image_limits.max_image_bytes,  # an upload bigger than one image is refused
@@ -153,6 +191,8 @@ def main() -> None:
     # server (the request head's deadline stays with Hugging Face's proxy: blink/guard.py) and keep keys out of
     # the access log
     guard.tune(demo.server.config)
+    if demo.mcp_server_obj is not None:  # Gradio's MCP server: decide typed as at /mcp, answered in JSON
+        space_tool.typed_mcp(demo.mcp_server_obj)
     logging.getLogger("uvicorn.access").addFilter(guard.ScrubQuery())
     demo.block_thread()
 

@@ -17,6 +17,6 @@ DESCRIPTION = (
     "and get a probability for every option. Also speaks the OpenAI API (chat and decisions)."
 )
 CAVEAT = (
-    "blink-4b is a small model: its probabilities are calibrated guesses, not facts. "
+    "blink-4b is a small model: its probabilities are estimates, not facts. "
     "Check important answers before acting on them."
 )

@@ -13,11 +13,21 @@ so every caller (gradio_client, MCP, the UI) spends their own quota. On a GPU bo
 stays open to people. `gradio_ui_needs_key` closes the UI too (Gradio's login, the key as password): a logged-in
 caller has shown the key, so gradio_client logs in (`Client(url, auth=(name, key))`) or sends the header.
 
+What MCP clients read (`typed_mcp`, once Gradio has launched its MCP server). Gradio describes `questions` from its
+type hint as a free-form object and sends a dict result as its Python repr; programs need the tool's schemas and
+JSON. So Gradio's MCP server publishes `decide` with the schemas the standalone /mcp publishes
+(blink.mcp_tool.decide_schemas: every question typed), sends the answer as JSON text, and also as structured
+content. The Space serves the standalone /mcp as well (app.py), with the same key rules as /v1/*.
+
+REST. Gradio answers any error of `POST /gradio_api/run/decide` (and `/gradio_api/api/decide`) with HTTP 500;
+`KeyFirst` refuses a call without the key (`gradio_api_needs_key`) there before Gradio sees it, with 401.
+
 The endpoint runs outside Gradio's queue: blink's admission gate bounds it as it bounds /v1/systemone, and
 Gradio's MCP server then calls it in-process with the MCP request itself (its headers: the caller's key and
 ZeroGPU identity); a queued tool would be called through a loopback gradio_client that cannot pass the login.
 """
 
+import json
 from typing import Any
 
 import gradio as gr
@@ -26,7 +36,7 @@ from blink.admission import ANONYMOUS, KEYED
 from blink.auth import ApiKey
 from blink.context import Context
 from blink.errors import BlinkError, Unauthorized
-from blink.mcp_tool import DECIDE_DOC
+from blink.mcp_tool import DECIDE_DOC, decide_schemas
 from blink.systemone import decide_body
 
 ARGS_DOC = """
@@ -85,3 +95,75 @@ def register(ctx: Context, *, needs_key: bool = False) -> None:
     """Inside the Blocks: the `decide` endpoint (and, with `mcp_server=True`, the MCP tool of the same name), outside
     Gradio's queue (the module's docstring says why)."""
     gr.api(decide_endpoint(ctx, needs_key=needs_key), api_name="decide", queue=False)
+
+
+# --- what MCP clients read ---------------------------------------------------------------------------------
+def typed_mcp(mcp_server) -> None:
+    """Gradio's MCP server (`demo.mcp_server_obj`, after launch): `decide` published with the standalone /mcp's
+    input and output schemas, answered as JSON text and as structured content."""
+    from mcp import types
+
+    input_schema, output_schema = decide_schemas()
+    server = mcp_server.mcp_server
+    list_tools, call_tool = (
+        server.request_handlers[types.ListToolsRequest],
+        server.request_handlers[types.CallToolRequest],
+    )
+
+    def is_decide(name: str) -> bool:
+        return mcp_server.tool_to_endpoint.get(name) == "/decide"
+
+    async def typed_list_tools(request):
+        result = await list_tools(request)
+        for tool in result.root.tools:  # the same objects the SDK keeps to validate calls by
+            if is_decide(tool.name):
+                tool.inputSchema, tool.outputSchema = input_schema, output_schema
+        return result
+
+    async def json_call_tool(request):
+        result = await call_tool(request)
+        answer = result.root
+        if is_decide(request.params.name) and not answer.isError and len(answer.content) == 1:
+            try:
+                answer.structuredContent = json.loads(answer.content[0].text)
+            except (AttributeError, ValueError):
+                pass
+        return result
+
+    postprocess = mcp_server.postprocess_output_data
+
+    def json_output(data, root_url):
+        if isinstance(data, list) and data and all(isinstance(value, dict) for value in data):
+            return [types.TextContent(type="text", text=json.dumps(value, ensure_ascii=False)) for value in data]
+        return postprocess(data, root_url)
+
+    server.request_handlers[types.ListToolsRequest] = typed_list_tools
+    server.request_handlers[types.CallToolRequest] = json_call_tool
+    mcp_server.postprocess_output_data = json_output
+
+
+# --- the REST path's refusal -------------------------------------------------------------------------------
+REST_PATHS = frozenset(
+    f"/gradio_api/{kind}/decide{slash}" for kind in ("run", "api") for slash in ("", "/")
+)  # Gradio's direct-call routes, which answer every error with 500
+
+
+class KeyFirst:
+    """ASGI middleware (`gradio_api_needs_key`, without the UI's login): a direct `POST /gradio_api/run/decide`
+    without the API key is refused with 401 (Gradio's error shape, `{"error": ...}`) before Gradio answers it 500."""
+
+    MESSAGE = "missing or invalid API key: send Authorization: Bearer <key>"
+
+    def __init__(self, app, allows):
+        self.app, self.allows = app, allows
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope.get("path") in REST_PATHS:
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+            if not self.allows(headers.get("authorization")):
+                from starlette.responses import JSONResponse
+
+                response = JSONResponse({"error": self.MESSAGE}, 401, {"WWW-Authenticate": "Bearer"})
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

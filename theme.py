@@ -45,5 +45,8 @@ CSS = (
 .blink-note { border-left: 4px solid #0284c7; background: rgba(2, 132, 199, .10); padding: .4rem .7rem;
               border-radius: 6px; font-size: .9rem; margin-bottom: .5rem; }
 .blink-snippet pre { font-size: .82rem; }
+.blink-bar .blink-desc { display: block; font-size: .75rem; opacity: .7; }
+.blink-legend { font-size: .78rem; opacity: .75; }
+.blink-confidence { text-decoration: underline dotted; cursor: help; }
 """
 )

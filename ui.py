@@ -13,6 +13,7 @@ import html
 import json
 import logging
 import os
+import re
 from typing import Any
 
 import gradio as gr
@@ -28,6 +29,7 @@ from ui_form import (
     active_slots,
     box_name,
     build_question,
+    chat_error_message,
     form_problems,
     question_id,
     state_value,
@@ -114,8 +116,19 @@ def error_html(message: str) -> str:
     return f'<div class="blink-error">{html.escape(message)}</div>'
 
 
+def confidence_html(confidence: float) -> str:
+    return f'<span class="blink-confidence" title="{html.escape(CONFIDENCE_NOTE)}">confidence {confidence:.3f}</span>'
+
+
+def descriptions_of(question: dict) -> dict:
+    """Each option's description, as the question gave it (choice: `criteria` {name: description})."""
+    criteria = question.get("criteria")
+    return {str(k): v for k, v in criteria.items() if v} if isinstance(criteria, dict) else {}
+
+
 def bars_html(answers: dict, questions: dict) -> str:
-    """One block per question: a bar per option with its probability (the top option highlighted)."""
+    """One block per question: a bar per option with its probability (the top option highlighted) and its
+    description when the question gave one; the confidence explained under the answers."""
     parts = ['<div class="blink-results">']
     for qid, ans in answers.items():
         kind = ans.get("type")
@@ -124,16 +137,17 @@ def bars_html(answers: dict, questions: dict) -> str:
             summary = f"<b>{'yes' if ans['noul'] >= 0.5 else 'no'}</b> · P(yes) = {ans['noul']:.3f}"
         elif kind == "choice":
             probs = dict(ans["probabilities"])
-            summary = f"choice: <b>{html.escape(str(ans['choice']))}</b> · confidence {ans['confidence']:.3f}"
+            summary = f"choice: <b>{html.escape(str(ans['choice']))}</b> · {confidence_html(ans['confidence'])}"
         else:
             legend = ans.get("legend") or {}
             probs = {str(legend.get(k, k)): p for k, p in ans["probabilities"].items()}
             levels = list(probs)
             top_level = max(probs, key=probs.get)
+            # levels counted from 1, as people count them (the API's `score` counts from 0)
             summary = (
                 f"level: <b>{html.escape(top_level)}</b> ({levels.index(top_level) + 1} of {len(levels)}) · "
-                f"expected level {ans['score']:.2f} on 0 ({html.escape(levels[0])}) to {len(levels) - 1} "
-                f"({html.escape(levels[-1])}) · confidence {ans['confidence']:.3f}"
+                f"expected level {ans['score'] + 1:.2f} of 1 ({html.escape(levels[0])}) to {len(levels)} "
+                f"({html.escape(levels[-1])}) · {confidence_html(ans['confidence'])}"
             )
         top = max(probs, key=probs.get) if probs else None
         title = html.escape(str(questions.get(qid, {}).get("instructions") or qid))
@@ -141,22 +155,44 @@ def bars_html(answers: dict, questions: dict) -> str:
             f'<div class="blink-question" data-question="{html.escape(qid)}">'
             f'<h4>{html.escape(qid)} — {title}</h4><div class="blink-summary">{summary}</div>'
         )
+        described = descriptions_of(questions.get(qid, {}))
         for option, p in probs.items():
             pct = max(0.0, min(100.0, 100.0 * float(p)))
             cls = "blink-bar blink-top" if option == top else "blink-bar"
+            desc = described.get(option)
+            label = html.escape(option) + (f'<small class="blink-desc">{html.escape(desc)}</small>' if desc else "")
             parts.append(
                 f'<div class="{cls}" data-option="{html.escape(option)}" data-p="{p:.6f}">'
-                f'<span class="blink-option">{html.escape(option)}</span>'
+                f'<span class="blink-option">{label}</span>'
                 f'<span class="blink-track"><span class="blink-fill" style="width:{pct:.1f}%;display:block">'
                 f'</span></span><span class="blink-p">{p:.3f}</span></div>'
             )
         parts.append("</div>")
+    if any(ans.get("type") in ("choice", "score") for ans in answers.values()):
+        parts.append(f'<div class="blink-legend">{html.escape(CONFIDENCE_NOTE)}</div>')
     parts.append("</div>")
     return "".join(parts)
 
 
 def caveat_html(caveat: str) -> str:
     return f'<div class="blink-caveat">{html.escape(caveat)}</div>' if caveat else ""
+
+
+CONFIDENCE_NOTE = (
+    "Confidence: how far the answer is from a coin toss over its options (1 − normalised entropy): 1 when all the "
+    "probability is on one option, 0 when it is spread evenly."
+)
+
+
+def decide_caveat(caveat: str, calibrated: bool) -> str:
+    """The caveat beside answers, true to this server: "calibrated" only where a calibration is applied
+    (/healthz `calibration.loaded`; every answer's `x_calibration.applied`)."""
+    if calibrated:
+        note = "The probabilities are calibrated for these weights (temperature scaling)."
+    else:
+        caveat = re.sub(r"\bcalibrated\s+", "", caveat)
+        note = "The probabilities are the model's own: no calibration is applied on this server."
+    return " ".join(part for part in (caveat.strip(), note) if part)
 
 
 def base_url(request: gr.Request | None) -> str:
@@ -175,13 +211,24 @@ def key_note_md(key: ApiKey) -> str:
     return "This Space's API is open: no key needed (any `Authorization` header is ignored)."
 
 
-def snippets_md(url: str, name: str, key: ApiKey) -> str:
-    """The API tab: copy-paste snippets with this Space's own URL, served name and key note."""
+def charge_md(health: dict) -> str:
+    """What a GPU call is charged here (/healthz `gpu_charge`), or nothing off the Space's backend."""
+    charge = health.get("gpu_charge")
+    if not charge:
+        return ""
+    return f"**GPU:** {charge} (`/healthz` → `gpu_seconds`: requested, charged and used seconds per kind)."
+
+
+def snippets_md(url: str, name: str, key: ApiKey, health: dict | None = None) -> str:
+    """The API tab: copy-paste snippets with this Space's own URL, served name and key note, and what a GPU call
+    is charged (`health`: the /healthz figures)."""
     key_note = key_note_md(key)
     required = key.required
     key = "$BLINK_API_KEY" if required else "none"
     return f"""
 **Base URL:** `{url}` · OpenAI base URL: `{url}/v1` · {key_note}
+
+{charge_md(health or {})}
 
 **TypeSafe SDK** (`pip install typesafe-sdk`)
 ```python
@@ -281,8 +328,7 @@ async def decide(ctx: Context, request: gr.Request | None, state: str, count: fl
     except Exception as exc:  # noqa: BLE001 - shown to the user, logged, the UI keeps working
         log.exception("UI decision failed")
         return error_html(f"Internal error: {type(exc).__name__}"), None
-    if note:
-        gr.Warning(note)
+    # the note sits above the answers (a toast would cover the bars, and outlive them)
     notice = f'<div class="blink-note">{html.escape(note)}</div>' if note else ""
     return notice + bars_html(response["answers"], questions), response
 
@@ -296,11 +342,7 @@ def ui_class(ctx: Context, request: gr.Request | None) -> str:
 def chat_reply(ctx: Context, max_tokens: int, message, history, request: gr.Request | None):
     """The Chat tab: the same model, the same chat function (GPU generator) and the same chat slots as
     /v1/chat/completions."""
-    messages = [
-        {"role": m["role"], "content": text_of(m.get("content"))}
-        for m in (history or [])
-        if isinstance(m, dict) and m.get("role") in ("user", "assistant", "system")
-    ]
+    messages = conversation(history)
     messages.append({"role": "user", "content": text_of(message)})
     caller = ctx.caller_of(request) if request is not None else None
     text = ""
@@ -313,9 +355,36 @@ def chat_reply(ctx: Context, max_tokens: int, message, history, request: gr.Requ
                     text += item
                     yield text
     except BlinkError as error:
-        raise gr.Error(error.message, title=f"Error {error.status}") from None
+        # answered as a reply, not raised: the turn ends as any other (the input comes back, the next message is
+        # answered), and `conversation` leaves the refused turn out of what the model reads next
+        log.info("UI chat turn refused: %s (%s)", error.kind, error.status)
+        yield NOT_ANSWERED + chat_error_message(error)
+        return
     if not text:
         yield "(no text)"
+
+
+NOT_ANSWERED = "⚠️ Not answered: "  # a refused turn's reply starts with this
+
+
+def conversation(history) -> list[dict]:
+    """The Chat tab's history as the model reads it: refused turns (the user's message and its refusal) left out."""
+    messages: list[dict] = []
+    for m in history or []:
+        if not (isinstance(m, dict) and m.get("role") in ("user", "assistant", "system")):
+            continue
+        content = text_of(m.get("content"))
+        if m["role"] == "assistant" and content.startswith(NOT_ANSWERED):
+            if messages and messages[-1]["role"] == "user":
+                messages.pop()
+            continue
+        messages.append({"role": m["role"], "content": content})
+    return messages
+
+
+def chat_message_check(message) -> gr.validate:
+    """Before a Chat-tab turn is sent: an empty message is not."""
+    return gr.validate(bool(text_of(message).strip()), "Write a message first.")
 
 
 def build(
@@ -398,22 +467,24 @@ def decide_tab(ctx: Context, caveat: str) -> None:
                 remove = gr.Button("− question", size="sm")
             decide_button = gr.Button("Decide", variant="primary", elem_id="blink-decide")
         with gr.Column(scale=1):
-            gr.HTML(caveat_html(caveat))
+            calibrated = bool(ctx.health.get("calibration", {}).get("loaded"))
+            gr.HTML(caveat_html(decide_caveat(caveat, calibrated)), elem_id="blink-caveat")
             results = gr.HTML(elem_id="blink-results", value="")
             raw = gr.JSON(label="Raw response (what POST /v1/systemone returns)", elem_id="blink-raw")
 
     slot_outputs = [c for slot, group in zip(slots, groups, strict=True) for c in (group, *slot)]
     for name, button in example_buttons.items():
-        button.click(
-            lambda n=name: load_example(n),
+        button.click(  # a new form: the previous answers go
+            lambda n=name: [*load_example(n), "", None],
             None,
-            [state, count, *slot_outputs],
+            [state, count, *slot_outputs, results, raw],
             api_name="example_" + name.split()[0].lower(),
             api_visibility=PRIVATE,
         )
     add.click(lambda c: set_count(c, +1), count, [count, *groups], api_visibility=PRIVATE)
     remove.click(lambda c: set_count(c, -1), count, [count, *groups], api_visibility=PRIVATE)
-    decide_button.click(
+    # the previous answers go first, whatever follows: new answers, a refusal next to its box, or an error
+    decide_button.click(lambda: ("", None), None, [results, raw], queue=False, api_visibility=PRIVATE).then(
         ui_decide,
         [state, count, *[c for slot in slots for c in slot]],
         [results, raw],
@@ -430,7 +501,14 @@ def chat_tab(ctx: Context, max_tokens: int) -> None:
 
     gr.HTML(caveat_html(CHAT_CAVEAT))
     # private: /v1/chat/completions is the chat API (OpenAI's shape); this one is the page's (message, history)
-    gr.ChatInterface(fn=ui_chat, api_name="chat", examples=CHAT_EXAMPLES, cache_examples=False, api_visibility=PRIVATE)
+    gr.ChatInterface(
+        fn=ui_chat,
+        api_name="chat",
+        examples=CHAT_EXAMPLES,
+        cache_examples=False,
+        api_visibility=PRIVATE,
+        validator=chat_message_check,  # an empty message is not sent
+    )
 
 
 def api_tab(ctx: Context, demo: gr.Blocks) -> None:
@@ -440,11 +518,12 @@ def api_tab(ctx: Context, demo: gr.Blocks) -> None:
         return ctx.current_health()
 
     def ui_load(request: gr.Request):
-        return snippets_md(base_url(request), ctx.served_name, ctx.auth), health_json()
+        health = health_json()
+        return snippets_md(base_url(request), ctx.served_name, ctx.auth, health), health
 
     snippets = gr.Markdown(elem_classes=["blink-snippet"])
     with gr.Row():
-        gr.Markdown("**Live health** (`GET /healthz`): requested vs used GPU seconds under `gpu_seconds`.")
+        gr.Markdown("**Live health** (`GET /healthz`): requested, charged and used GPU seconds under `gpu_seconds`.")
         refresh = gr.Button("Refresh", size="sm")
     health = gr.JSON(label="/healthz")
     refresh.click(health_json, None, health, api_name="health", api_visibility=PRIVATE)

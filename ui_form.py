@@ -108,6 +108,10 @@ def wire_error_message(error: BlinkError, qids: list[str]) -> str:
     message = error.message
     if loc[:2] == ["body", "state"]:
         return f"State: {message}"
+    if getattr(error, "kind", None) == "context_length_exceeded" and message.startswith("the state alone"):
+        limit = re.search(r"(\d[\d,]*) tokens", message)
+        most = f" ({limit.group(1)} tokens with a question)" if limit else ""
+        return f"State: too long for this model{most}. Nothing was cut: shorten the text."
     if loc[:2] == ["body", "questions"] and len(loc) > 2 and loc[2] in qids:
         qid = loc[2]
         message = re.sub(
@@ -115,3 +119,15 @@ def wire_error_message(error: BlinkError, qids: list[str]) -> str:
         )
         return f"Question {qids.index(qid) + 1} ({qid}): {message}"
     return f"Error {error.status}: {message}"
+
+
+def chat_error_message(error: BlinkError) -> str:
+    """A refusal of a chat turn in the Chat tab's words (the API's names a message by its index)."""
+    if getattr(error, "kind", None) == "context_length_exceeded":
+        window = re.search(r"context window (?:is |of )?(\d[\d,]*) tokens", error.message)
+        size = f" of {window.group(1)} tokens" if window else ""
+        return (
+            f"This message (with the conversation before it) is too long for the model's context window{size}. "
+            "Nothing was cut: shorten it, or clear the conversation and start again."
+        )
+    return error.message

@@ -17,7 +17,12 @@ wire renders in its own body shape: quota (and illegal duration, pending credits
 (the worker's traceback is already in the log; we log the summary).
 
 Calls. `GpuCall` wraps one call of a `@spaces.GPU` function: the seconds it asks for, the caller it runs as,
-its errors, and its requested-vs-used accounting (blink/durations.py), the same for decisions and chat.
+its errors, and its requested-vs-charged-vs-used accounting (blink/durations.py), the same for decisions and chat.
+
+Charge. `platform_charge` reads what the platform will make of a call from `spaces`' own configuration for the card
+it found (`spaces/zero/configs.json`: `duration_factor`, `xlarge_threshold`) and the size a call gets: the one
+configured, or with `auto` the platform's default (`xlarge` once the packed weights pass the threshold), known
+after launch.
 
 Logs. One log record factory scrubs the API key and any credential-like query value (`token=`, `api_key=`...)
 from every record of the process.
@@ -36,6 +41,7 @@ from gradio.context import LocalContext
 from starlette.requests import Request
 
 from blink.chat import ChatEnd
+from blink.durations import Charge
 from blink.errors import BlinkError, EngineFailure, GPUUnavailable, QuotaExceeded
 from blink.plan import processed_tokens
 
@@ -75,6 +81,34 @@ def as_caller(caller: tuple | None):
         yield
     finally:
         LocalContext.request.reset(token)
+
+
+# --- what a call is charged --------------------------------------------------------------------------------
+def decorator_size(setting: str) -> str | None:
+    """The `size=` of every `@spaces.GPU` here: the one configured, or None (`auto`: the platform decides)."""
+    return None if setting == "auto" else setting
+
+
+def platform_charge(setting: str, zero_gpu: bool) -> Charge:
+    """What the platform makes of a call's seconds, as `spaces` itself will compute it (client.py's
+    get_duration_seconds: the factor of the card it runs on, for every call that is not `xlarge`)."""
+    if not zero_gpu:
+        return Charge(size="large" if setting == "auto" else setting, setting=setting, source="assumed")
+    try:
+        import spaces.zero as zero
+        from spaces.zero import config
+    except Exception:  # noqa: BLE001 - a `spaces` without that module: assume the pinned one's Blackwell card
+        return Charge(size="large" if setting == "auto" else setting, factor=1.5, setting=setting, source="assumed")
+    card = config.get_config()
+    size = (zero.default_gpu_size() or "large") if setting == "auto" else setting
+    return Charge(
+        size=size,
+        factor=float(card["duration_factor"]),
+        setting=setting,
+        card=card["model"],
+        threshold_bytes=card.get("xlarge_threshold"),
+        source="platform",
+    )
 
 
 # --- errors ------------------------------------------------------------------------------------------------
@@ -147,8 +181,9 @@ class GpuCall:
     ):
         self.kind, self.estimator, self.zero_gpu, self.caller = kind, estimator, zero_gpu, caller
         self.prefill_tokens, self.decode_tokens = prefill_tokens, decode_tokens
-        self.seconds = estimator.seconds(prefill_tokens, decode_tokens, max_s)
-        estimator.requested(kind, self.seconds)
+        self.charge = estimator.charge()
+        self.seconds = estimator.seconds(prefill_tokens, decode_tokens, max_s, self.charge)
+        estimator.requested(kind, self.seconds, self.charge)
         self.started = time.perf_counter()
         self.scheduled = False  # ZeroGPU schedules the GPU at the call's first step
         self.accounted = False
@@ -274,10 +309,13 @@ class ZeroGpuBackend:
             yield from call.stream(self.gpu_generate(list(ids), dict(params), seconds=call.seconds))
 
     def health(self) -> dict:
+        charge = self.estimator.charge()
         return {
             "gpu_seconds": self.estimator.health(),
             "zero_gpu": self.zero_gpu,
-            "gpu_size": self.gpu_size if self.zero_gpu else None,
+            "gpu_size": charge.size if self.zero_gpu else None,  # with `auto`, the size the platform chose
+            "gpu_size_setting": self.gpu_size,
+            "gpu_charge": charge.describe() if self.zero_gpu else "not on ZeroGPU: no GPU quota is charged",
         }
 
 

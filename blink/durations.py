@@ -8,6 +8,13 @@ may be aborted. So each call asks for what its work plausibly needs, and no more
 
 clamped to [min_s, max_s], a whole number >= 1 (`spaces` floors floats and wraps negatives).
 
+What the platform then does with those seconds (`Charge`, read from `spaces`' own configuration on ZeroGPU):
+a `large` call is scheduled for `round(requested x duration_factor)` seconds (1.5 on the RTX PRO 6000 Blackwell
+cards ZeroGPU runs on since 2026-05, 1.0 on the H200), an `xlarge` call for its requested seconds, charged twice.
+The estimate is calibrated in seconds used on the card itself, so a call asks for the seconds that make what is
+*scheduled* cover its need (`need / factor` on `large`), and the caps (`min_s`, `max_s`, a call's `max_s`) bound
+what is scheduled and charged, after the factor: a call never asks for more than the platform's maximum.
+
 - `prefill(tokens) = fixed + per_token * tokens`, a least-squares line through the recent calls (weights
   fading by `1 - alpha` per call). A line, not a mean of seconds-per-token: on a GPU a small call is mostly
   fixed cost (kernel launches), and a per-token mean learned from many small calls would ask a rare large
@@ -104,25 +111,98 @@ class CostLine:
         self.fixed, self.per_token = fixed, per_token
 
 
+@dataclass(frozen=True)
+class Charge:
+    """What the platform makes of a call's requested seconds: `size` is the size the call gets (`large`, half a
+    card, or `xlarge`, the whole card), `factor` the card's `duration_factor` (applied to `large` calls only),
+    `setting` what the Space asked for (`large`, `xlarge` or `auto`: the platform's own rule, `xlarge` past
+    `threshold_bytes` of packed weights), `source` where the figures come from (`platform`: `spaces`' own
+    configuration for this card; `assumed`: not on ZeroGPU, nothing is charged)."""
+
+    size: str = "large"
+    factor: float = 1.0
+    setting: str = "large"
+    card: str | None = None
+    threshold_bytes: int | None = None
+    source: str = "assumed"
+
+    @property
+    def multiplier(self) -> float:
+        """Quota seconds charged per requested second."""
+        return 2.0 if self.size == "xlarge" else self.factor
+
+    def scheduled_s(self, requested: int) -> int:
+        """The seconds the scheduler is sent, which the call may run (`spaces`' get_duration_seconds, rounded)."""
+        return int(round(int(requested) * (1.0 if self.size == "xlarge" else self.factor)))
+
+    def charged_s(self, requested: int) -> int:
+        """The quota seconds the call is admitted against: what is scheduled, twice on `xlarge`."""
+        return self.scheduled_s(requested) * (2 if self.size == "xlarge" else 1)
+
+    def request_for(self, need_s: int) -> int:
+        """The fewest whole seconds (>= 1) whose scheduled seconds cover `need_s`."""
+        per = 1.0 if self.size == "xlarge" else self.factor
+        requested = max(1, math.floor(int(need_s) / per)) if per > 0 else max(1, int(need_s))
+        while self.scheduled_s(requested) < need_s:  # the platform rounds: start below, walk up
+            requested += 1
+        return requested
+
+    def most_for(self, cap_s: int) -> int:
+        """The most whole seconds (>= 1) whose charge stays within `cap_s`."""
+        requested = max(1, math.floor(int(cap_s) / self.multiplier)) if self.multiplier > 0 else max(1, int(cap_s))
+        while self.charged_s(requested + 1) <= cap_s:  # the platform rounds half to even: walk both ways
+            requested += 1
+        while requested > 1 and self.charged_s(requested) > cap_s:
+            requested -= 1
+        return requested
+
+    def as_dict(self) -> dict:
+        return {
+            "size": self.size,
+            "setting": self.setting,
+            "duration_factor": self.factor,
+            "charged_per_requested_s": self.multiplier,
+            "card": self.card,
+            "xlarge_threshold_bytes": self.threshold_bytes,
+            "source": self.source,
+        }
+
+    def describe(self) -> str:
+        """One line for people: the size, the card, how a call is charged."""
+        card = f" on {self.card}" if self.card else ""
+        how = f"(`{self.setting}`: the platform's rule)" if self.setting == "auto" else ""
+        if self.size == "xlarge":
+            rule = "a call that asks N s is scheduled for N s and charged 2 x N s of quota"
+        else:
+            rule = f"a call that asks N s is scheduled and charged {self.factor:g} x N s"
+        return f"ZeroGPU `{self.size}` {how}{card}: {rule}".replace("  ", " ")
+
+
 @dataclass
 class Ledger:
-    """Requested vs used GPU seconds for one kind of call (for /healthz)."""
+    """Requested vs charged vs used GPU seconds for one kind of call (for /healthz)."""
 
     calls: int = 0
     requested_s: float = 0.0
+    charged_s: float = 0.0
     used_s: float = 0.0
     wall_s: float = 0.0
     last_requested_s: int | None = None
+    last_scheduled_s: int | None = None
+    last_charged_s: int | None = None
     last_used_s: float | None = None
-    over_requested: int = 0  # calls whose compute ran past what they asked for
+    over_requested: int = 0  # calls whose compute ran past what was scheduled for them
 
     def as_dict(self) -> dict:
         return {
             "calls": self.calls,
             "requested_s": round(self.requested_s, 3),
+            "charged_s": round(self.charged_s, 3),
             "used_s": round(self.used_s, 3),
             "wall_s": round(self.wall_s, 3),
             "last_requested_s": self.last_requested_s,
+            "last_scheduled_s": self.last_scheduled_s,
+            "last_charged_s": self.last_charged_s,
             "last_used_s": None if self.last_used_s is None else round(self.last_used_s, 3),
             "over_requested": self.over_requested,
         }
@@ -141,8 +221,11 @@ class DurationEstimator:
         cold_s: float = 0.0,
         prior_weight: float = 2.0,
         alpha: float = 0.1,
+        charge=Charge,
     ):
-        """`cold_s` is 0 here (a bare estimator starts warm); a Space passes its own (`configured`)."""
+        """`cold_s` is 0 here (a bare estimator starts warm); a Space passes its own (`configured`). `charge`:
+        a callable giving the platform's `Charge` for the next call (the size `auto` resolves to is only known
+        once the platform has packed the weights, at launch)."""
         if not (1 <= int(min_s) <= int(max_s)):
             raise ValueError(f"duration bounds must satisfy 1 <= min_s <= max_s, got {min_s}, {max_s}")
         if headroom < 1.0 or overhead_s < 0 or cold_s < 0 or prefill_s_per_token <= 0 or decode_s_per_token <= 0:
@@ -154,6 +237,7 @@ class DurationEstimator:
         self.decode = Rate(float(decode_s_per_token), prior_weight, alpha)
         self.warm = False  # a call has succeeded since start-up or the last failure
         self.ledgers: dict[str, Ledger] = {}
+        self.charge = charge
         self._lock = threading.Lock()
 
     # the estimate ----------------------------------------------------------------------------------------
@@ -167,13 +251,18 @@ class DurationEstimator:
         cold = 0.0 if self.warm else self.cold_s
         return cold + self.overhead_s + self.headroom * self.work_s(prefill_tokens, decode_tokens)
 
-    def seconds(self, prefill_tokens: int, decode_tokens: int = 0, max_s: int | None = None) -> int:
-        """The whole seconds to request: ceil, clamped to [min_s, max_s], an int >= 1."""
+    def seconds(
+        self, prefill_tokens: int, decode_tokens: int = 0, max_s: int | None = None, charge: Charge | None = None
+    ) -> int:
+        """The whole seconds to request (an int >= 1): the need, ceil, clamped to [min_s, max_s] in seconds
+        scheduled and charged; with a `charge`, converted to what the call asks so that the platform schedules
+        the need and charges no more than the cap."""
         cap = self.max_s if max_s is None else max(self.min_s, min(int(max_s), self.max_s))
         need = self.need_s(prefill_tokens, decode_tokens)
-        if not math.isfinite(need):
-            return cap
-        return int(min(cap, max(self.min_s, math.ceil(need - 1e-9))))
+        scheduled = cap if not math.isfinite(need) else int(min(cap, max(self.min_s, math.ceil(need - 1e-9))))
+        if charge is None:
+            return scheduled
+        return max(1, min(charge.request_for(scheduled), charge.most_for(cap)))
 
     # calibration -----------------------------------------------------------------------------------------
     def observe(self, prefill_tokens: int, decode_tokens: int, compute_s: float) -> None:
@@ -202,12 +291,18 @@ class DurationEstimator:
         with self._lock:
             return self.ledgers.setdefault(kind, Ledger())
 
-    def requested(self, kind: str, seconds: int) -> None:
+    def requested(self, kind: str, seconds: int, charge: Charge | None = None) -> None:
+        """A call asked for `seconds`; with `charge`, what the platform schedules and charges for them."""
         ledger = self.ledger(kind)
+        scheduled = seconds if charge is None else charge.scheduled_s(seconds)
+        charged = seconds if charge is None else charge.charged_s(seconds)
         with self._lock:
             ledger.calls += 1
             ledger.requested_s += seconds
+            ledger.charged_s += charged
             ledger.last_requested_s = int(seconds)
+            ledger.last_scheduled_s = int(scheduled)
+            ledger.last_charged_s = int(charged)
 
     def used(self, kind: str, compute_s: float, wall_s: float | None = None) -> None:
         ledger = self.ledger(kind)
@@ -216,12 +311,14 @@ class DurationEstimator:
             ledger.last_used_s = compute_s
             if wall_s is not None:
                 ledger.wall_s += wall_s
-            if ledger.last_requested_s is not None and compute_s > ledger.last_requested_s:
+            if ledger.last_scheduled_s is not None and compute_s > ledger.last_scheduled_s:
                 ledger.over_requested += 1
 
     def health(self) -> dict:
+        charge = self.charge()
         with self._lock:
             return {
+                "charge": charge.as_dict(),
                 "bounds_s": [self.min_s, self.max_s],
                 "overhead_s": self.overhead_s,
                 "headroom": self.headroom,
@@ -235,10 +332,11 @@ class DurationEstimator:
             }
 
 
-def configured(space: SpaceSettings) -> DurationEstimator:
+def configured(space: SpaceSettings, charge=Charge) -> DurationEstimator:
     """The estimator as a Space configures it. Its cap is the larger of the decision and chat caps (each call
-    passes its own)."""
+    passes its own); `charge` gives the platform's charge for the next call."""
     return DurationEstimator(
+        charge=charge,
         prefill_s_per_token=space.prefill_s_per_token,
         decode_s_per_token=space.decode_s_per_token,
         overhead_s=space.duration_overhead_s,

@@ -4,8 +4,8 @@ The `mcp` SDK's FastMCP describes the tool from its signature and docstring and 
 transport; blink adds only what a public server needs around it: the API key (checked before the MCP
 session sees the request, answered 401 with `WWW-Authenticate: Bearer` as MCP clients expect), the
 caller's identity, and the decision itself, which goes through the same `decide` the HTTP routes use (the
-same limits, batcher and admission). The Space serves the same tool through Gradio's own MCP server,
-from its `decide` Gradio endpoint, with the same description (`DECIDE_DOC`).
+same limits, batcher and admission). The Space serves this /mcp too, and the same tool through Gradio's own MCP
+server, from its `decide` Gradio endpoint, with the same description (`DECIDE_DOC`) and schemas (`decide_schemas`).
 
 No `from __future__ import annotations` here: FastMCP reads the tool's annotations at run time.
 
@@ -15,7 +15,7 @@ requests and any replica can serve any call.
 
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
@@ -34,6 +34,10 @@ One forward pass of a decision model reads every question at once; nothing is ge
 Returns the System One response: `answers` maps each question id to its answer (noul: P(true); choice: the
 chosen option, its confidence and every option's probability; score: the expected level, 0 = lowest, with
 its confidence and each level's probability), and `usage` counts the tokens read."""
+
+
+STATE_DOC = "the text the questions are about, or a JSON value (object or array) describing it"
+QUESTIONS_DOC = 'the questions by id, each {"type": "noul"|"choice"|"score", "instructions": "...", "criteria": ...}'
 
 
 class DecisionQuestion(BaseModel):
@@ -77,7 +81,9 @@ def build_mcp(decide: Decide, caller_of: Callable[[Any], Any], name: str):
 
     @server.tool(name="decide", description=DECIDE_DOC, structured_output=True)
     async def decide_tool(
-        state: str | dict[str, Any] | list[Any], questions: dict[str, DecisionQuestion], ctx: Context
+        state: Annotated[str | dict[str, Any] | list[Any], Field(description=STATE_DOC)],
+        questions: Annotated[dict[str, DecisionQuestion], Field(description=QUESTIONS_DOC)],
+        ctx: Context,
     ) -> dict[str, Any]:
         request = ctx.request_context.request
         try:
@@ -86,6 +92,21 @@ def build_mcp(decide: Decide, caller_of: Callable[[Any], Any], name: str):
             raise ToolError(f"{error.status}: {error.message}") from None
 
     return server
+
+
+def decide_schemas() -> tuple[dict, dict | None]:
+    """The `decide` tool's input and output schemas exactly as FastMCP publishes them at /mcp (the Space's Gradio
+    MCP server publishes the same ones)."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    async def noop(body, caller):  # never called: only the description is read
+        return body
+
+    server = build_mcp(noop, lambda request: None, "blink")
+    with ThreadPoolExecutor(1) as pool:  # its own event loop, whether or not the caller runs one
+        (tool,) = pool.submit(asyncio.run, server.list_tools()).result()
+    return tool.inputSchema, tool.outputSchema
 
 
 class McpEndpoint:

@@ -226,9 +226,21 @@ def api_routes(ctx: Context) -> list:
     ]
 
 
+def mcp_endpoint(ctx: Context):
+    """The `decide` tool over MCP (blink.mcp_tool), answered from `ctx` as /v1/systemone is, behind the API key: the
+    standalone server's /mcp and the Space's. Its lifespan (`.running()`) must run for as long as it serves."""
+    from .mcp_tool import McpEndpoint, build_mcp
+    from .systemone import decide_body
+
+    return McpEndpoint(
+        build_mcp(lambda body, caller: decide_body(ctx, body, caller=caller), ctx.caller_of, ctx.served_name),
+        ctx.auth.allows,
+    )
+
+
 def create_app(ctx: Context, cors_origins: Iterable[str] = ()):
-    """The standalone app: the API routes, and the `decide` tool over MCP at /mcp (the Space serves it through
-    Gradio's MCP server instead).
+    """The standalone app: the API routes, and the `decide` tool over MCP at /mcp (the Space serves the same /mcp,
+    and Gradio's MCP server too).
 
     Large non-streamed bodies are compressed when the client accepts it (zstd, else gzip; starlette-compress);
     server-sent events never are, so each event reaches the client as it is sent. CORS is opt-in: with
@@ -239,13 +251,7 @@ def create_app(ctx: Context, cors_origins: Iterable[str] = ()):
     from starlette.routing import Route
     from starlette_compress import CompressMiddleware, remove_compress_type
 
-    from .mcp_tool import McpEndpoint, build_mcp
-    from .systemone import decide_body
-
-    mcp = McpEndpoint(
-        build_mcp(lambda body, caller: decide_body(ctx, body, caller=caller), ctx.caller_of, ctx.served_name),
-        ctx.auth.allows,
-    )
+    mcp = mcp_endpoint(ctx)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):

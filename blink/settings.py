@@ -246,13 +246,17 @@ class SpaceSettings:
                                      "MCP tool; for a GPU box, where the UI spends the API's GPU (off, on "
                                      "ZeroGPU each caller pays their own quota); needs an API key",
                                      fleet="limits.gradio_ui_needs_key")
-    gpu_size: str = knob("large", Choice(("large", "xlarge")), "ZeroGPU size: large (half a GPU) or xlarge (a "
-                         "whole GPU, 2x quota)", fleet="hardware.size")
+    gpu_size: str = knob("large", Choice(("large", "xlarge", "auto")), "ZeroGPU size: large (half a GPU, each "
+                         "second charged x the card's duration factor, 1.5 on the RTX PRO 6000), xlarge (a whole GPU, "
+                         "2x quota) or auto (the platform's rule: xlarge past its threshold of packed weights)",
+                         fleet="hardware.size")
     duration_min_s: int = knob(2, Integer(1, 600), "fewest GPU seconds a call requests",
                                fleet="hardware.duration_min_s")
-    duration_max_s: int = knob(60, Integer(1, 600), "most GPU seconds a decision batch requests",
+    duration_max_s: int = knob(60, Integer(1, 600), "most GPU seconds a decision batch is scheduled "
+                               "and charged (after the card's factor)",
                                fleet="hardware.duration_max_s")
-    chat_duration_max_s: int = knob(120, Integer(1, 600), "most GPU seconds a chat turn requests",
+    chat_duration_max_s: int = knob(120, Integer(1, 600), "most GPU seconds a chat turn is scheduled and "
+                                    "charged (after the card's factor)",
                                     fleet="hardware.chat_duration_max_s")
     duration_cold_s: float = knob(30.0, Number(0, 600), "added to the first call and the one after a failed call "
                                   "(a fresh worker moves the weights and compiles kernels first)",

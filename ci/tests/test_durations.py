@@ -129,9 +129,12 @@ def test_health_shows_requested_vs_used():
     assert health["decide"] == {
         "calls": 2,
         "requested_s": 16,
+        "charged_s": 16,  # no charge given: what is asked is what is charged
         "used_s": 12.5,
         "wall_s": 1.25,
         "last_requested_s": 9,
+        "last_scheduled_s": 9,
+        "last_charged_s": 9,
         "last_used_s": 12.0,
         "over_requested": 1,
     }

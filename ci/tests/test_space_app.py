@@ -318,11 +318,11 @@ def mcp_decide(url: str, key: str | None = None):
 
 
 def tool_body(result) -> dict:
-    """Gradio's MCP server sends the endpoint's return value as text (Python's repr of the dict)."""
-    import ast
+    """Gradio's MCP server sends the endpoint's return value as JSON text (space_tool.typed_mcp)."""
+    import json
 
     assert not result.isError, result.content
-    return ast.literal_eval(result.content[0].text)
+    return json.loads(result.content[0].text)
 
 
 def js_decide(url: str, key: str | None = None) -> dict:

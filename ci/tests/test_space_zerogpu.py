@@ -171,8 +171,8 @@ def test_ui_decision_through_the_scheduler(zspace):
 
 
 def test_mcp_and_gradio_api_callers_spend_their_own_quota(zspace):
-    """Gradio's MCP server passes the caller's headers on to the `decide` endpoint: the scheduler sees the MCP
-    caller's x-ip-token, as it sees a gradio_client caller's."""
+    """Gradio's MCP server passes the caller's headers on to the `decide` endpoint, and blink's /mcp reads them
+    itself: the scheduler sees the MCP caller's x-ip-token, as it sees a gradio_client caller's."""
     import asyncio
 
     from gradio_client import Client
@@ -181,17 +181,20 @@ def test_mcp_and_gradio_api_callers_spend_their_own_quota(zspace):
 
     url, fake = zspace
 
-    async def mcp_decide():
-        async with streamablehttp_client(url + "/gradio_api/mcp/", headers={"x-ip-token": "tok-dave"}) as (r, w, _):
+    async def mcp_decide(path: str, token: str):
+        async with streamablehttp_client(url + path, headers={"x-ip-token": token}) as (r, w, _):
             async with ClientSession(r, w) as session:
                 await session.initialize()
                 return await session.call_tool("decide", DECISION)
 
-    mark = fake.mark()
-    result = asyncio.run(mcp_decide())
-    assert not result.isError, result.content
-    schedules = fake.since(mark, "/schedule")
-    assert [s["params"]["token"] for s in schedules] == ["tok-dave"]
+    # Gradio's MCP server, and blink's own /mcp (served by the Space too): each caller's own token
+    for path, token in (("/gradio_api/mcp/", "tok-dave"), ("/mcp", "tok-frank")):
+        mark = fake.mark()
+        result = asyncio.run(mcp_decide(path, token))
+        assert not result.isError, result.content
+        assert set(json.loads(result.content[0].text)["answers"]) == set(DECISION["questions"])
+        schedules = fake.since(mark, "/schedule")
+        assert [s["params"]["token"] for s in schedules] == [token], path
 
     mark = fake.mark()
     body = Client(url, verbose=False, headers={"x-ip-token": "tok-erin"}).predict(**DECISION, api_name="/decide")

@@ -7,6 +7,11 @@ Everything of `spaces` is real (torch emulation in the main process, packing hoo
 fork, pickling, worker reuse, error mapping, duration conversion) except the worker's three device steps,
 replaced by a CPU stand-in (research/space-platform.md §8): `init` (CUDA init) is a no-op, `pack` packs
 nothing, and `move` points every emulated CUDA tensor at its CPU original instead of copying it to a GPU.
+
+Two test knobs stand in for the card the Space would find: `ZEROGPU_TEST_CARD` is the model name `spaces` reads
+from the NVIDIA driver (`/proc/driver/nvidia/gpus/*/information`) to pick its entry of `spaces/zero/configs.json`
+(its `duration_factor` and `xlarge_threshold`), and `ZEROGPU_TEST_PACKED_BYTES` is the size `pack` reports
+(what the platform compares with the threshold to make `xlarge` its default size).
 """
 
 import os
@@ -27,7 +32,7 @@ def init(nvidia_uuid: str) -> None:
 
 
 def pack() -> int:
-    return 0
+    return int(os.environ.get("ZEROGPU_TEST_PACKED_BYTES", "0"))
 
 
 def move(callback=None) -> None:
@@ -38,6 +43,14 @@ def move(callback=None) -> None:
 
 for module in (zero_torch, patching):
     module.init, module.pack, module.move = init, pack, move
+
+if os.environ.get("ZEROGPU_TEST_CARD"):
+    from spaces.zero import config as zero_config
+
+    card = os.environ["ZEROGPU_TEST_CARD"]
+    zero_config._read_gpu_information = lambda: f"Model: \t {card}\nIRQ: 0\n"
+    zero_config.get_config.cache_clear()
+    assert zero_config.get_config()["model"] == card, f"no entry for {card} in spaces' configs.json"
 
 app = Path(__file__).resolve().parents[2] / "app.py"
 sys.argv = [str(app)]

@@ -1,0 +1,165 @@
+"""The Space's two MCP endpoints, with a real `mcp` client and with the MCP Inspector's CLI (npm,
+`@modelcontextprotocol/inspector --cli`, pinned by ci/js/inspector/package-lock.json): Gradio's `/gradio_api/mcp/`
+and blink's own `/mcp` (the standalone server's FastMCP app, served by the Space too). Both publish `decide` with
+the same typed input schema (every question's `type`, `instructions`, `criteria`) and an output schema, and answer
+with JSON text and structured content equal to the `/v1/systemone` body. The key rules: `/mcp` asks for the /v1 key
+when one is set; Gradio's tool and REST path only with `BLINK_GRADIO_API_NEEDS_KEY`, and the REST path refuses
+with 401, not 500."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from conftest import ROOT, running, uncached
+
+KEY = "sk-space-mcp-Kq72-unusual"
+APP = [sys.executable, str(ROOT / "app.py")]
+SPACE_ENV = {"BLINK_MODEL": "demo", "BLINK_MAX_OUTPUT_TOKENS": "64"}
+ENDPOINTS = ["/mcp", "/gradio_api/mcp/"]
+STATE = {"ticket": "My parcel never arrived and I was charged twice. Please help today."}
+QUESTIONS = {
+    "spam": {"type": "noul", "instructions": "Is this message spam?"},
+    "topic": {
+        "type": "choice",
+        "instructions": "What is it about?",
+        "criteria": {"billing": "money, invoices", "shipping": None, "other": None},
+    },
+    "urgency": {"type": "score", "instructions": "How urgent is it?", "criteria": ["low", "medium", "high"]},
+}
+
+
+@pytest.fixture(scope="module")
+def space(demo_root):
+    with running(APP, demo_root, env=SPACE_ENV, name="space-mcp") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def keyed_space(demo_root):
+    env = {**SPACE_ENV, "BLINK_API_KEY": KEY, "BLINK_GRADIO_API_NEEDS_KEY": "true"}
+    with running(APP, demo_root, env=env, name="space-mcp-keyed") as url:
+        yield url
+
+
+def session(url: str, work, headers: dict | None = None):
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamablehttp_client
+
+    async def run():
+        async with streamablehttp_client(url, headers=headers) as (read, write, _):
+            async with ClientSession(read, write) as mcp:
+                await mcp.initialize()
+                return await work(mcp)
+
+    return asyncio.run(run())
+
+
+def systemone(url: str, key: str | None = None) -> dict:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    reply = httpx.post(
+        url + "/v1/systemone", json={"state": STATE, "questions": QUESTIONS}, headers=headers, timeout=180
+    )
+    assert reply.status_code == 200, reply.text
+    return uncached(reply.json())
+
+
+async def list_and_call(mcp):
+    tools = (await mcp.list_tools()).tools
+    result = await mcp.call_tool("decide", {"state": STATE, "questions": QUESTIONS})
+    bad = await mcp.call_tool("decide", {"state": "x", "questions": {"q": {"type": "maybe", "instructions": "?"}}})
+    return tools, result, bad
+
+
+def test_both_endpoints_publish_a_typed_tool_and_answer_json(space):
+    expected = systemone(space)
+    schemas = {}
+    for path in ENDPOINTS:
+        tools, result, bad = session(space + path, list_and_call)
+        (tool,) = [t for t in tools if t.name == "decide"]
+        question = tool.inputSchema["$defs"]["DecisionQuestion"]
+        assert tool.inputSchema["properties"]["questions"]["additionalProperties"] == {
+            "$ref": "#/$defs/DecisionQuestion"
+        }
+        assert question["properties"]["type"]["enum"] == ["noul", "choice", "score"]
+        assert set(question["properties"]) == {"type", "instructions", "criteria"}
+        assert question["required"] == ["type", "instructions"] and question["additionalProperties"] is False
+        assert tool.outputSchema and tool.outputSchema["type"] == "object"
+        schemas[path] = (tool.inputSchema, tool.outputSchema)
+        assert not result.isError, result.content
+        body = json.loads(result.content[0].text)  # JSON text a program can parse
+        assert result.structuredContent == body
+        assert uncached(body) == expected, path
+        assert bad.isError  # a question of an unknown type is refused by the schema, as a tool error
+    assert schemas["/mcp"] == schemas["/gradio_api/mcp/"]  # one tool, typed once
+
+
+def test_the_key_rules_on_both_endpoints_and_the_rest_path(keyed_space):
+    url = keyed_space
+    # blink's /mcp: the /v1 key, 401 with WWW-Authenticate before any MCP session
+    r = httpx.post(url + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, timeout=30)
+    assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+    keyed = {"Authorization": f"Bearer {KEY}"}
+    expected = systemone(url, KEY)
+    for path in ENDPOINTS:
+        _, result, _ = session(url + path, list_and_call, keyed)
+        assert uncached(json.loads(result.content[0].text)) == expected
+    # Gradio's MCP tool without the key: a tool error naming the key
+    refused = session(
+        url + "/gradio_api/mcp/", lambda mcp: mcp.call_tool("decide", {"state": "x", "questions": QUESTIONS})
+    )
+    assert refused.isError and "API key" in refused.content[0].text
+    # Gradio's REST path: a refusal is a 4xx, not a 500
+    payload = {"data": [STATE, QUESTIONS]}
+    for path in ("/gradio_api/run/decide", "/gradio_api/api/decide/"):
+        r = httpx.post(url + path, json=payload, timeout=30)
+        assert r.status_code == 401 and "API key" in r.json()["error"], (path, r.status_code, r.text)
+    r = httpx.post(url + "/gradio_api/run/decide", json=payload, headers=keyed, timeout=120)
+    assert r.status_code == 200 and uncached(r.json()["data"][0]) == expected
+
+
+def inspector(*args: str) -> dict:
+    folder = ROOT / "ci" / "js" / "inspector"
+    if not (folder / "node_modules" / "@modelcontextprotocol" / "inspector").is_dir():
+        subprocess.run(
+            [shutil.which("npm") or "npm", "ci", "--no-audit", "--no-fund"], cwd=folder, check=True, timeout=600
+        )
+    cli = folder / "node_modules" / ".bin" / "mcp-inspector"
+    done = subprocess.run([str(cli), "--cli", *args], cwd=folder, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr + done.stdout
+    return json.loads(done.stdout)
+
+
+def test_the_mcp_inspector_cli_on_both_endpoints(space):
+    expected = systemone(space)
+    for path in ENDPOINTS:
+        listed = inspector(space + path, "--transport", "http", "--method", "tools/list")
+        (tool,) = [t for t in listed["tools"] if t["name"] == "decide"]
+        assert tool["inputSchema"]["$defs"]["DecisionQuestion"]["properties"]["type"]["enum"] == [
+            "noul",
+            "choice",
+            "score",
+        ]
+        assert "outputSchema" in tool
+        called = inspector(
+            space + path,
+            "--transport",
+            "http",
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "decide",
+            "--tool-arg",
+            f"state={json.dumps(STATE)}",
+            "--tool-arg",
+            f"questions={json.dumps(QUESTIONS)}",
+        )
+        assert not called.get("isError"), called
+        assert uncached(json.loads(called["content"][0]["text"])) == expected
+        assert uncached(called["structuredContent"]) == expected
