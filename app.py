@@ -57,6 +57,7 @@ import space_tool  # noqa: E402
 import theme  # noqa: E402
 import ui  # noqa: E402
 from blink import durations, guard  # noqa: E402
+from blink.backend import LocalBackend  # noqa: E402
 from blink.server import api_routes, build_context, load_served, mcp_endpoint  # noqa: E402
 from zerogpu import (  # noqa: E402
     GpuCall,
@@ -107,6 +108,7 @@ BACKEND = (
         score_max_s=DURATION_MAX_S,
         generate_max_s=CHAT_DURATION_MAX_S,
         max_output_tokens=MAX_OUTPUT_TOKENS,
+        runs=LocalBackend(ENGINE, CHAT_ENGINE),
     )
 )
 CTX = build_context(

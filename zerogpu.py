@@ -270,8 +270,12 @@ class ZeroGpuBackend:
         score_max_s: int,
         generate_max_s: int,
         max_output_tokens: int,
+        runs=None,
     ):
+        """`runs`: the in-process backend the GPU functions run (blink.backend.LocalBackend over the same engines),
+        whose figures (passes, prefix-state cache) /healthz shows."""
         self.gpu_score, self.gpu_generate, self.estimator = gpu_score, gpu_generate, estimator
+        self.runs = runs
         self.zero_gpu, self.gpu_size = zero_gpu, gpu_size
         self.score_max_s, self.generate_max_s = score_max_s, generate_max_s
         self.max_output_tokens = max_output_tokens
@@ -311,6 +315,7 @@ class ZeroGpuBackend:
     def health(self) -> dict:
         charge = self.estimator.charge()
         return {
+            **(self.runs.health() if self.runs is not None else {}),
             "gpu_seconds": self.estimator.health(),
             "zero_gpu": self.zero_gpu,
             "gpu_size": charge.size if self.zero_gpu else None,  # with `auto`, the size the platform chose
