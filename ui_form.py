@@ -42,7 +42,7 @@ def active_slots(count) -> int:
 
 
 def build_question(kind: str, instructions: str, options: str) -> dict:
-    question: dict[str, Any] = {"type": kind, "instructions": (instructions or "").strip()}
+    question: dict[str, Any] = {"type": kind, "instructions": (instructions or "").strip() or None}
     lines = option_lines(options)
     if kind == "choice":
         criteria = {}
@@ -77,9 +77,9 @@ def options_problem(kind: str, options: str, limits: Limits) -> str | None:
 def form_problems(state: str, count, slots, limits: Limits) -> dict[int, str]:
     """What is wrong with the Decide form, keyed by the position of the box at fault among the Decide event's
     inputs (0: the state; 2 + 4 * i + k: question i's id, type, instructions, options)."""
+    # an empty state and empty instructions are not problems: the wire accepts both (a question can stand alone,
+    # and a question's criteria can say what is asked), and the form asks nothing the API would not
     problems: dict[int, str] = {}
-    if not (state or "").strip():
-        problems[0] = "Write the text (or JSON) the questions are about."
     first_with: dict[str, int] = {}
     for i in range(active_slots(count)):
         name, kind, instructions, options = slots[4 * i : 4 * i + 4]
@@ -88,8 +88,6 @@ def form_problems(state: str, count, slots, limits: Limits) -> dict[int, str]:
         if qid in first_with:
             problems[box] = f"Question {first_with[qid] + 1} already has the id {qid!r}: give each question its own."
         first_with.setdefault(qid, i)
-        if not (instructions or "").strip():
-            problems[box + 2] = "Say what the model should decide."
         if problem := options_problem(kind or "noul", options, limits):
             problems[box + 3] = problem
     return problems

@@ -233,8 +233,6 @@ def slots(*questions):
             "Question 2 id",
             "already has the id",
         ),
-        ("   ", [("urgent", "noul", "Urgent?", "")], "State", "Write the text"),
-        ("A ticket.", [("urgent", "noul", "  ", "")], "Question 1 instructions", "Say what the model should decide"),
         ("A ticket.", [("mood", "score", "How upset?", "calm\ncalm")], "Question 1 options", "listed more than once"),
         ("A ticket.", [("urgent", "noul", "Urgent?", "yes\nno")], "Question 1 options", "takes no options"),
     ],
@@ -247,6 +245,29 @@ def test_ui_refuses_a_bad_form_naming_the_box(space, state, questions, box, word
         page_call(space, "decide_form", state, len(questions), *slots(*questions))
     assert f"{box}: " in str(info.value) and words in str(info.value), str(info.value)
     assert httpx.get(space + "/healthz").json()["batching"]["requests"] == before
+
+
+def test_ui_and_api_agree_on_an_empty_state_and_empty_instructions(space):
+    """Both are accepted, as the wire accepts them (a question can stand alone; criteria can say what is asked):
+    the form sends what /v1/systemone answers, and the answers are the API's own."""
+    _, raw = page_call(space, "decide_form", "   ", 1, *slots(("urgent", "noul", "Is 2 + 2 = 4?", "")))
+    api = httpx.post(
+        space + "/v1/systemone",
+        json={"state": "", "questions": {"urgent": {"type": "noul", "instructions": "Is 2 + 2 = 4?"}}},
+        timeout=60,
+    )
+    assert api.status_code == 200 and set(raw["answers"]) == set(api.json()["answers"]) == {"urgent"}
+    _, raw = page_call(space, "decide_form", "A ticket.", 1, *slots(("team", "choice", "  ", "billing\nshipping")))
+    api = httpx.post(
+        space + "/v1/systemone",
+        json={
+            "state": "A ticket.",
+            "questions": {"team": {"type": "choice", "criteria": {"billing": None, "shipping": None}}},
+        },
+        timeout=60,
+    )
+    assert api.status_code == 200, api.text[:300]
+    assert set(raw["answers"]["team"]["probabilities"]) == set(api.json()["answers"]["team"]["probabilities"])
 
 
 def test_ui_answers_name_the_level_and_warn_about_broken_json(space):
