@@ -55,8 +55,8 @@ def main() -> int:
     args = parser.parse_args()
 
     import torch
-
     from biased_demo import QUESTION, TEAMS, biased_copy
+
     from blink.calibrate import examples_of
     from blink.calibration import metrics
     from blink.demo import demo_model_dir
