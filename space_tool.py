@@ -36,7 +36,7 @@ from blink.admission import ANONYMOUS, KEYED
 from blink.auth import ApiKey
 from blink.context import Context
 from blink.errors import BlinkError, Unauthorized
-from blink.mcp_tool import DECIDE_DOC, decide_schemas
+from blink.mcp_tool import DECIDE_DOC, decide_schemas, decision_body
 from blink.systemone import decide_body
 
 ARGS_DOC = """
@@ -44,6 +44,9 @@ ARGS_DOC = """
 Args:
     state: the text the questions are about, or a JSON value (object or array) describing it.
     questions: the questions by id, each {"type": "noul"|"choice"|"score", "instructions": "...", "criteria": ...}.
+    x_calibration: optional: "prior" (answers divided by the question's answer on content-free states), "fitted"
+        (the server's fitted temperatures), "fitted+prior", "raw" (the model's own probabilities); default: the
+        server's choice.
 
 Returns:
     The /v1/systemone response body: {"model", "answers": {id: answer}, "usage": {"input_tokens", "output_tokens"}}.
@@ -59,7 +62,10 @@ def decide_endpoint(ctx: Context, *, needs_key: bool = False):
     """The `decide` function Gradio serves: typed, documented, answering as /v1/systemone does."""
 
     async def decide(
-        state: str | dict[str, Any] | list[Any], questions: dict[str, Any], request: gr.Request
+        state: str | dict[str, Any] | list[Any],
+        questions: dict[str, Any],
+        x_calibration: str | None = None,
+        request: gr.Request = None,
     ) -> dict[str, Any]:
         caller = ctx.caller_of(request) if request is not None else None
         keyed = presented_key(ctx.auth, request)
@@ -70,7 +76,7 @@ def decide_endpoint(ctx: Context, *, needs_key: bool = False):
             # decide_body; without the key (when one is set) a caller never takes the places kept for keyed traffic
             return await decide_body(
                 ctx,
-                {"state": state, "questions": questions},
+                decision_body(state, questions, x_calibration),
                 caller=caller,
                 caller_class=KEYED if keyed else ANONYMOUS,
             )

@@ -13,6 +13,8 @@ from transformers.decision import Question
 
 from .errors import EngineFailure
 
+FLOOR = 1e-300  # a probability below this is taken as this in the prior's division (no log of 0, no division by 0)
+
 # the live API's key order per answer type
 KEY_ORDER = {
     "noul": ("type", "noul"),
@@ -38,6 +40,15 @@ def probabilities(rows: list[list[float]], temperature: float = 1.0) -> list[flo
     return [math.fsum(column) / len(dists) for column in zip(*dists)]
 
 
+def normalized(p: list[float], prior: list[float]) -> list[float]:
+    """`p` divided by `prior`, renormalized (in log space, so no option's tiny prior overflows the sum)."""
+    logs = [math.log(max(a, FLOOR)) - math.log(max(c, FLOOR)) for a, c in zip(p, prior, strict=True)]
+    top = max(logs)
+    weights = [math.exp(x - top) for x in logs]
+    total = math.fsum(weights)
+    return [w / total for w in weights]
+
+
 def answer(question: Question, logits: list[float]) -> dict:
     """The System One answer to `question` from its label logits (temperature already applied)."""
     return answer_from_probabilities(question, softmax(logits))
@@ -55,15 +66,27 @@ def aligned(question: Question, reading: Question, row: list[float]) -> list[flo
     return [row[where[option]] for option in question.options]
 
 
-def read_answers(
-    questions: list[Question], readings: list[Question], logits: list[list[float]], temperatures: dict
-) -> dict:
-    """Answers keyed by question id, in request order, from every reading's label logits."""
+def rows_by_question(questions: list[Question], readings: list[Question], logits: list[list[float]]) -> dict:
+    """Every reading's label logits, grouped by question id, each row in its question's option order."""
     rows: dict[str, list[list[float]]] = {q.name: [] for q in questions}
     by_name = {q.name: q for q in questions}
     for reading, row in zip(readings, logits, strict=True):
         rows[reading.name].append(aligned(by_name[reading.name], reading, row))
-    return {
-        q.name: answer_from_probabilities(q, probabilities(rows[q.name], temperatures.get(q.type, 1.0)))
-        for q in questions
-    }
+    return rows
+
+
+def read_answers(
+    questions: list[Question],
+    readings: list[Question],
+    logits: list[list[float]],
+    temperatures: dict,
+    prior: dict | None = None,
+) -> dict:
+    """Answers keyed by question id, in request order, from every reading's label logits; with `prior` (question id
+    -> its content-free prior, blink.prior), each question's probabilities divided by its prior, renormalized."""
+    rows = rows_by_question(questions, readings, logits)
+    out = {}
+    for q in questions:
+        p = probabilities(rows[q.name], temperatures.get(q.type, 1.0))
+        out[q.name] = answer_from_probabilities(q, p if prior is None else normalized(p, prior[q.name]))
+    return out

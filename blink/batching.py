@@ -28,6 +28,10 @@ class Job:
     # who asked, as an opaque value (the Space: the caller's ZeroGPU identity headers); a batch holds one caller's jobs
     caller: Any = None
     future: Future = field(default_factory=Future)
+    # more plans scored in the same call on this request's behalf (its content-free prompts, blink.prior); their
+    # outcomes are in `extra_scored` by the time `future` is done
+    extra: list = field(default_factory=list)
+    extra_scored: list = field(default_factory=list)
     queued_at: float = field(default_factory=time.perf_counter)
     started_at: float = 0.0
 
@@ -50,8 +54,8 @@ class Batcher:
         self.thread = threading.Thread(target=self._loop, name="blink-batcher", daemon=True)
         self.thread.start()
 
-    def submit(self, plan, caller=None) -> Job:
-        job = Job(plan, caller)
+    def submit(self, plan, caller=None, extra: list = ()) -> Job:
+        job = Job(plan, caller, extra=list(extra))
         if self.held and self.queue.qsize() + len(self.held) >= self.max_queued:
             raise Overloaded()
         try:
@@ -97,16 +101,20 @@ class Batcher:
             started = time.perf_counter()
             for job in jobs:
                 job.started_at = started
+            plans = [plan for job in jobs for plan in (job.plan, *job.extra)]
             try:
-                out = self.score([job.plan for job in jobs], jobs[0].caller)
+                out = self.score(plans, jobs[0].caller)
             except BaseException as exc:  # noqa: BLE001 - every waiting request learns why; the thread lives on
                 for job in jobs:
                     job.future.set_exception(exc)
                 continue
             self.batches += 1
             self.requests += len(jobs)
-            for job, result in zip(jobs, out):
-                job.future.set_result(result)
+            at = 0
+            for job in jobs:
+                job.extra_scored = out[at + 1 : at + 1 + len(job.extra)]
+                job.future.set_result(out[at])
+                at += 1 + len(job.extra)
 
     def stats(self) -> dict:
         return {

@@ -5,7 +5,9 @@ Each line of DATA.jsonl is a System One request plus `labels`, the true answer o
 line is refused with its line number and reason, and nothing is fitted); then the model reads every question
 exactly as the server would (a line's `x_order`, else `--x-order`), and each type's temperature is fitted to the
 labels by minimising the negative log-likelihood. The report gives per type n, NLL, ECE and Brier before
-(raw: T = 1) and after (the fitted T), and the file records it with the weights' fingerprint.
+(raw: T = 1) and after (the fitted T), and the file records it with the weights' fingerprint. A second table gives
+accuracy, NLL and ECE with and without content-free prior normalization (`x_calibration` "prior" and
+"fitted+prior", blink.prior, from `--prior-states`), so a deployer can choose from their own data.
 
 Only the standard library is imported here at module level: `python -m blink` reads its arguments before any Hub
 library is imported (serving a local folder switches them offline first).
@@ -35,6 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="how choices are read on lines without their own x_order: fit it the way you serve it",
     )
     parser.add_argument("--batch", type=int, default=8, help="requests per model call")
+    parser.add_argument(
+        "--prior-states",
+        default=None,
+        help='content-free states of the prior report, a JSON array (default ["N/A", "", "[MASK]"], as the server)',
+    )
 
 
 class BadLine(ValueError):
@@ -107,17 +114,20 @@ def read_data(engine, path: Path, progress) -> tuple[list, list[str]]:
     return lines, errors
 
 
-def examples_of(prepared, labels: dict, scores) -> list:
-    """(type, Example) per question of one scored line."""
-    from .answers import aligned
+def examples_of(prepared, labels: dict, scores, prior_logits: list | None = None) -> list:
+    """(type, Example) per question of one scored line; `prior_logits`: per content-free state, the label logits
+    of its reads (blink.prior.PriorPlan.logits), kept in each Example for the prior report."""
+    from .answers import rows_by_question
     from .calibration import Example
 
+    questions = prepared.decision.questions
     logits = [row for prompt_scores in scores for row in prompt_scores]
-    rows = {q.name: [] for q in prepared.decision.questions}
-    by_name = {q.name: q for q in prepared.decision.questions}
-    for reading, row in zip(prepared.readings, logits, strict=True):
-        rows[reading.name].append(aligned(by_name[reading.name], reading, row))
-    return [(q.type, Example(rows[q.name], labels[q.name])) for q in prepared.decision.questions]
+    rows = rows_by_question(questions, prepared.readings, logits)
+    per_state = [rows_by_question(questions, prepared.readings, state) for state in prior_logits or []]
+    return [
+        (q.type, Example(rows[q.name], labels[q.name], [s[q.name] for s in per_state] if per_state else None))
+        for q in questions
+    ]
 
 
 def fit(by_type: dict) -> tuple[dict, dict]:
@@ -138,6 +148,9 @@ def fit(by_type: dict) -> tuple[dict, dict]:
             "before": metrics(examples, 1.0),
             "after": metrics(examples, temperatures[kind]),
         }
+        if all(e.prior_rows for e in examples):
+            report[kind]["prior"] = metrics(examples, 1.0, prior=True)
+            report[kind]["fitted+prior"] = metrics(examples, temperatures[kind], prior=True)
     return temperatures, report
 
 
@@ -153,6 +166,18 @@ def report_table(report: dict) -> str:
             f"{b['nll']:.4f} -> {a['nll']:.4f}      {b['ece']:.4f} -> {a['ece']:.4f}      "
             f"{b['brier']:.4f} -> {a['brier']:.4f}" + ("   (T at the search bound)" if r["at_bound"] else "")
         )
+    return "\n".join(rows)
+
+
+def prior_table(report: dict) -> str:
+    """Accuracy, NLL and ECE of the four ways to serve (x_calibration raw, prior, fitted, fitted+prior)."""
+    ways = (("raw", "before"), ("prior", "prior"), ("fitted", "after"), ("fitted+prior", "fitted+prior"))
+    rows = [f"{'type':<7}{'x_calibration':<15}{'accuracy':>10}{'NLL':>10}{'ECE':>10}"]
+    for kind, r in report.items():
+        for name, key in ways:
+            if key in r:
+                m = r[key]
+                rows.append(f"{kind:<7}{name:<15}{m['accuracy']:>10.4f}{m['nll']:>10.4f}{m['ece']:>10.4f}")
     return "\n".join(rows)
 
 
@@ -173,8 +198,16 @@ def run(args: argparse.Namespace) -> int:
     if args.batch < 1:
         print("error: --batch must be at least 1", file=sys.stderr)
         return 2
+    from .knob_parsers import TextList
+    from .prior import DEFAULT_STATES
+
+    try:
+        states = DEFAULT_STATES if args.prior_states is None else TextList()(args.prior_states)
+    except ValueError as error:
+        print(f"error: --prior-states {error}", file=sys.stderr)
+        return 2
     loaded = load(args.model, args.revision, args.adapter, args.adapter_revision)
-    engine = Engine(loaded, order=args.x_order)
+    engine = Engine(loaded, order=args.x_order, prior_states=states)
 
     def progress(items=None, **kwargs):
         return tqdm(items, file=sys.stderr, mininterval=1.0, **kwargs)
@@ -194,12 +227,21 @@ def run(args: argparse.Namespace) -> int:
     with progress(total=len(lines), desc="scoring", unit=" requests") as bar:
         for start in range(0, len(lines), args.batch):
             chunk = lines[start : start + args.batch]
-            results = engine.score([prepared.prompts for _, prepared, _ in chunk])
-            for (number, prepared, labels), scored in zip(chunk, results):
-                if scored.error is not None:
-                    print(f"error: {path.name} line {number}: the model failed: {scored.error}", file=sys.stderr)
+            for _, prepared, _ in chunk:  # every line's content-free prompts too (kept: a question repeated is free)
+                rotate = (prepared.decision.order or engine.order) == "rotate"
+                prepared.prior = engine.plan_prior(prepared.decision, rotate)
+            plans = [plan for _, prepared, _ in chunk for plan in (prepared.prompts, *prepared.prior_plans)]
+            results = iter(engine.score(plans))
+            for number, prepared, labels in chunk:
+                scored = next(results)
+                prior_scored = [next(results) for _ in prepared.prior_plans]
+                try:
+                    scores = scored.result()
+                    prepared.prior.fill(prior_scored, engine.priors)
+                except Exception as error:  # noqa: BLE001 - the line's failure, said with its number
+                    print(f"error: {path.name} line {number}: the model failed: {error}", file=sys.stderr)
                     return 1
-                for kind, example in examples_of(prepared, labels, scored.scores):
+                for kind, example in examples_of(prepared, labels, scores, prepared.prior.logits()):
                     by_type.setdefault(kind, []).append(example)
             bar.update(len(chunk))
 
@@ -212,11 +254,14 @@ def run(args: argparse.Namespace) -> int:
         "revision": args.revision,
         "adapter": args.adapter,
         "x_order": args.x_order,
+        "prior_states": list(states),
         "bounds": list(BOUNDS),
         "report": report,
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(to_file(temperatures, fingerprint, fit_info), indent=2) + "\n", encoding="utf-8")
     print(report_table(report))
+    print("\nwith and without content-free prior normalization (states " + json.dumps(list(states)) + "):")
+    print(prior_table(report))
     print(f"wrote {out} (temperatures {json.dumps(temperatures)}; weights {fingerprint})")
     return 0

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .answers import probabilities
+from .answers import normalized, probabilities
 from .errors import StartupError
 
 FORMAT, VERSION = "blink-calibration", 1
@@ -196,6 +196,18 @@ class Example:
 
     rows: list[list[float]]
     label: int
+    # per content-free state (blink.prior), the same question's readings there (label logits, its option order)
+    prior_rows: list[list[list[float]]] | None = None
+
+
+def distribution(e: Example, temperature: float = 1.0, prior: bool = False) -> list[float]:
+    """The option probabilities served for `e` at `temperature`, divided by its content-free prior with `prior`
+    (the prior read at the same temperature, averaged over the states, as the server does)."""
+    p = probabilities(e.rows, temperature)
+    if not prior:
+        return p
+    dists = [probabilities(rows, temperature) for rows in e.prior_rows]
+    return normalized(p, [math.fsum(column) / len(dists) for column in zip(*dists)])
 
 
 def nll(examples: list[Example], temperature: float) -> float:
@@ -204,14 +216,15 @@ def nll(examples: list[Example], temperature: float) -> float:
     )
 
 
-def metrics(examples: list[Example], temperature: float = 1.0, bins: int = 10) -> dict:
-    """n, NLL (nats), ECE (top-label, `bins` equal-width bins) and Brier (sum over the options of (p - y)^2)."""
+def metrics(examples: list[Example], temperature: float = 1.0, bins: int = 10, prior: bool = False) -> dict:
+    """n, NLL (nats), ECE (top-label, `bins` equal-width bins), Brier (sum over the options of (p - y)^2) and
+    accuracy (the top option is the label); with `prior`, of the prior-normalized probabilities."""
     total = [0.0] * bins
     hits = [0.0] * bins
     counts = [0] * bins
     losses, briers = [], []
     for e in examples:
-        p = probabilities(e.rows, temperature)
+        p = distribution(e, temperature, prior)
         top = max(range(len(p)), key=p.__getitem__)
         b = min(int(p[top] * bins), bins - 1)
         counts[b] += 1
@@ -221,7 +234,8 @@ def metrics(examples: list[Example], temperature: float = 1.0, bins: int = 10) -
         briers.append(math.fsum((q - (i == e.label)) ** 2 for i, q in enumerate(p)))
     n = len(examples)
     ece = math.fsum(abs(hits[b] - total[b]) for b in range(bins)) / n
-    return {"n": n, "nll": math.fsum(losses) / n, "ece": ece, "brier": math.fsum(briers) / n}
+    accuracy = math.fsum(hits) / n
+    return {"n": n, "nll": math.fsum(losses) / n, "ece": ece, "brier": math.fsum(briers) / n, "accuracy": accuracy}
 
 
 def fit_temperature(examples: list[Example], bounds: tuple[float, float] = BOUNDS, tol: float = 1e-7) -> float:

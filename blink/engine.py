@@ -14,15 +14,17 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from .answers import read_answers
+from .answers import answer_from_probabilities, read_answers
 from .calibration import UNCALIBRATED, Calibration
 from .errors import BlinkError, EngineFailure, InvalidRequest, StartupError
 from .executor import Executor
+from .extensions import MODES, uses_prior, uses_temperatures
 from .images import ImageLimits, has_images, load_images, place_images
 from .limits import Limits
 from .loading import Loaded
 from .memory import give_back_memory
 from .plan import Prompt, Scored, image_usage, processed_tokens
+from .prior import DEFAULT_STATES, PriorCache, PriorPlan, check_states, plan_prior, priors
 from .prompts import PromptBuilder, decision_config_for
 from .questions import Decision, QuestionMemo, parse_decision
 from .rotation import one_prompt_per_question, rotations
@@ -75,6 +77,13 @@ class Prepared:
     input_tokens: int
     image_usage: dict | None = None  # image_pixels, visual_tokens (image requests only)
     readings: list = field(default_factory=list)  # per read of `prompts`, its question (rotations included)
+    mode: str = "fitted"  # what calibration the answers get (blink.extensions.MODES), the server's default resolved
+    prior: PriorPlan | None = None  # the content-free prompts, when the mode divides by the prior (blink.prior)
+
+    @property
+    def prior_plans(self) -> list[list[Prompt]]:
+        """The content-free plans still to score with this request (none without a prior, or when all are kept)."""
+        return self.prior.plans if self.prior is not None else []
 
 
 def failure(exc: Exception) -> BlinkError:
@@ -97,6 +106,8 @@ class DecisionPlanner:
         image_layout: str = "inline",
         calibration: Calibration = UNCALIBRATED,
         order: str = "fixed",
+        x_calibration: str = "fitted",
+        prior_states: tuple[str, ...] = DEFAULT_STATES,
     ):
         self.loaded = loaded
         self.limits = limits or Limits()
@@ -111,6 +122,14 @@ class DecisionPlanner:
         if order == "rotate" and not one_prompt_per_question(self.config):
             raise StartupError("x_order rotate needs a model whose template renders one question per prompt")
         self.questions = QuestionMemo()  # questions seen before, parsed and validated once
+        if x_calibration not in MODES:
+            raise StartupError(f"x_calibration must be one of {', '.join(MODES)}, got {x_calibration!r}")
+        self.x_calibration = x_calibration  # the server's default `x_calibration`
+        try:
+            self.prior_states = check_states(prior_states)
+        except ValueError as error:
+            raise StartupError(f"prior_states: {error}") from None
+        self.priors = PriorCache()  # content-free label logits, by their prompts' exact tokens
 
     @property
     def accepts_images(self) -> bool:
@@ -140,27 +159,56 @@ class DecisionPlanner:
             decision = parse_decision(body, self.config, self.limits, self.questions)
         prompts = self.prompts.build(decision, images)
         readings = list(decision.questions)  # one read per question, unless each choice is read once per rotation
-        if (decision.order or self.order) == "rotate":
+        rotate = (decision.order or self.order) == "rotate"
+        if rotate:
             prompts, readings = rotations(self.prompts, decision, images, prompts)
         usage = image_usage(prompts, self.processor) if images else None
         if images:  # the decoded pictures are dropped now (the prompts hold the processed pixels)
             images = None
             give_back_memory()
-        return Prepared(decision, prompts, processed_tokens(prompts), usage, readings)
+        mode = decision.calibration or self.x_calibration
+        prior = self.plan_prior(decision, rotate) if uses_prior(mode) else None
+        return Prepared(decision, prompts, processed_tokens(prompts), usage, readings, mode, prior)
+
+    def plan_prior(self, decision: Decision, rotate: bool) -> PriorPlan:
+        """The decision's questions asked about each content-free state, rendered (and rotated) exactly as the
+        request's own; the prompts whose label logits are kept need no scoring."""
+
+        def build(content_free: Decision) -> list[Prompt]:
+            prompts = self.prompts.build(content_free)
+            return rotations(self.prompts, content_free, None, prompts)[0] if rotate else prompts
+
+        return plan_prior(build, decision, self.prior_states, self.priors)
 
     def prepare(self, body, parts: dict | None = None) -> Prepared:
         """`check` then `plan`, in this thread (tests, tools, warm-up)."""
         return self.plan(self.check(body, parts))
 
-    def answer(self, prepared: Prepared, scores: list[list[list[float]]]) -> dict:
-        """Answers keyed by question id, in request order."""
+    def answer(self, prepared: Prepared, scores: list[list[list[float]]], prior_scored: list[Scored] = ()) -> dict:
+        """Answers keyed by question id, in request order; `prior_scored`: the outcomes of `prepared.prior_plans`
+        (scored with the request), when it has any."""
+        if prepared.prior_plans:
+            prepared.prior.fill(list(prior_scored), self.priors)
         logits = [row for prompt_scores in scores for row in prompt_scores]
-        temperatures = self.calibration.applied(prepared.decision.raw_probabilities)
-        return read_answers(prepared.decision.questions, prepared.readings, logits, temperatures)
+        temperatures = self.calibration.applied(not uses_temperatures(prepared.mode))
+        questions, prior = prepared.decision.questions, None
+        if prepared.prior is not None:
+            prior = priors(questions, prepared.readings, prepared.prior.logits(), temperatures)
+            prepared.prior.answers = {q.name: answer_from_probabilities(q, prior[q.name]) for q in questions}
+        return read_answers(questions, prepared.readings, logits, temperatures, prior)
 
     def calibration_fact(self, prepared: Prepared) -> dict:
-        """`{"applied", "temperatures"}`: what calibration this request's answers got."""
-        return self.calibration.fact(prepared.decision.raw_probabilities)
+        """`{"applied", "temperatures"}`: what calibration this request's answers got, and `prior` (the states, the
+        prior of every question in its answer's shape, the tokens run for it) when they were divided by it."""
+        fact = self.calibration.fact(not uses_temperatures(prepared.mode))
+        if prepared.prior is not None:
+            fact["applied"] = True
+            fact["prior"] = {
+                "states": list(prepared.prior.states),
+                "answers": prepared.prior.answers,
+                "tokens": prepared.prior.tokens,
+            }
+        return fact
 
 
 class Engine(DecisionPlanner):
@@ -178,8 +226,10 @@ class Engine(DecisionPlanner):
         prefix_cache_bytes: int | None = None,
         calibration: Calibration = UNCALIBRATED,
         order: str = "fixed",
+        x_calibration: str = "fitted",
+        prior_states: tuple[str, ...] = DEFAULT_STATES,
     ):
-        super().__init__(loaded, limits, image_limits, image_layout, calibration, order)
+        super().__init__(loaded, limits, image_limits, image_layout, calibration, order, x_calibration, prior_states)
         self.executor = Executor(
             loaded.model,
             pass_cost_tokens=pass_cost_tokens,
@@ -211,8 +261,8 @@ class Engine(DecisionPlanner):
     def decide(self, body) -> dict:
         """Prepare, score and answer one request in this thread (warm-up, tests, tools)."""
         prepared = self.prepare(body)
-        (scored,) = self.score([prepared.prompts])
-        return self.answer(prepared, scored.result())
+        scored, *prior_scored = self.score([prepared.prompts, *prepared.prior_plans])
+        return self.answer(prepared, scored.result(), prior_scored)
 
     def warmup(self) -> bool:
         """Run a fixed request twice; True when both answers are identical (determinism check)."""

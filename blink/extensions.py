@@ -10,7 +10,10 @@ import json
 
 from .errors import InvalidRequest
 
-CALIBRATION_VALUES = ("calibrated", "raw")
+CALIBRATION_VALUES = ("calibrated", "raw", "fitted", "prior", "fitted+prior")
+# what a request's answers get: the fitted temperatures (the calibration file's), the content-free prior, both, or
+# neither ("raw": exactly the model's probabilities); "calibrated" (or no field) is the server's default
+MODES = ("fitted", "prior", "fitted+prior", "raw")
 ORDERS = ("fixed", "rotate")
 
 
@@ -25,6 +28,20 @@ def _pick(body: dict, name: str, allowed: tuple, default: str | None) -> str | N
 def requested_raw(body: dict) -> bool:
     """`x_calibration`: "raw" (the model's own probabilities) or "calibrated" (the default: the server's file)."""
     return _pick(body, "x_calibration", CALIBRATION_VALUES, "calibrated") == "raw"
+
+
+def requested_calibration(body: dict) -> str | None:
+    """`x_calibration` as one of `MODES`; None when absent or "calibrated" (the server's default applies)."""
+    value = _pick(body, "x_calibration", CALIBRATION_VALUES, None)
+    return None if value == "calibrated" else value
+
+
+def uses_temperatures(mode: str) -> bool:
+    return mode in ("fitted", "fitted+prior")
+
+
+def uses_prior(mode: str) -> bool:
+    return mode in ("prior", "fitted+prior")
 
 
 def requested_order(body: dict) -> str | None:

@@ -115,6 +115,25 @@ def names(value) -> tuple[str, ...]:
     return tuple(n.strip() for n in value.split(",") if n.strip())
 
 
+class TextList:
+    """A non-empty list of strings, an empty string among them allowed: a list, or its JSON text (`["N/A", ""]`)."""
+
+    def __call__(self, value) -> tuple[str, ...]:
+        if isinstance(value, str):
+            import json
+
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                raise ValueError(f'must be a JSON array of strings, e.g. ["N/A", ""], got {value!r}') from None
+        if not isinstance(value, (list, tuple)) or not value or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"must be a non-empty array of strings, got {value!r}")
+        return tuple(value)
+
+    def __str__(self) -> str:
+        return "JSON array of strings"
+
+
 def urls(value) -> tuple[str, ...]:
     """Comma-separated (or listed) http(s) base URLs, each named once."""
     from urllib.parse import urlsplit

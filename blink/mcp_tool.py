@@ -35,6 +35,13 @@ Returns the System One response: `answers` maps each question id to its answer (
 chosen option, its confidence and every option's probability; score: the expected level, 0 = lowest, with
 its confidence and each level's probability), and `usage` counts the tokens read."""
 
+# the standalone tool's own argument (the Space's Gradio tool takes state and questions only)
+CALIBRATION_DOC = """
+
+`x_calibration` (optional): "prior" divides each answer by the question's answer on content-free states (a bias
+towards some options whatever the text says is removed), "fitted" applies the server's fitted temperatures,
+"fitted+prior" both, "raw" neither; by default the server's own choice."""
+
 
 STATE_DOC = "the text the questions are about, or a JSON value (object or array) describing it"
 QUESTIONS_DOC = 'the questions by id, each {"type": "noul"|"choice"|"score", "instructions": "...", "criteria": ...}'
@@ -59,13 +66,19 @@ class DecisionQuestion(BaseModel):
 Decide = Callable[[dict, Any], Awaitable[dict]]
 
 
-def decision_body(state: Any, questions: dict[str, Any]) -> dict:
+Calibration = Literal["calibrated", "raw", "fitted", "prior", "fitted+prior"]
+
+
+def decision_body(state: Any, questions: dict[str, Any], x_calibration: str | None = None) -> dict:
     """The System One request body for a tool call (questions as models or plain dicts)."""
 
     def plain(question):
         return question.model_dump(exclude_none=True) if isinstance(question, BaseModel) else question
 
-    return {"state": state, "questions": {qid: plain(q) for qid, q in questions.items()}}
+    body = {"state": state, "questions": {qid: plain(q) for qid, q in questions.items()}}
+    if x_calibration is not None:
+        body["x_calibration"] = x_calibration
+    return body
 
 
 def build_mcp(decide: Decide, caller_of: Callable[[Any], Any], name: str):
@@ -79,15 +92,17 @@ def build_mcp(decide: Decide, caller_of: Callable[[Any], Any], name: str):
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
 
-    @server.tool(name="decide", description=DECIDE_DOC, structured_output=True)
+    @server.tool(name="decide", description=DECIDE_DOC + CALIBRATION_DOC, structured_output=True)
     async def decide_tool(
         state: Annotated[str | dict[str, Any] | list[Any], Field(description=STATE_DOC)],
         questions: Annotated[dict[str, DecisionQuestion], Field(description=QUESTIONS_DOC)],
         ctx: Context,
+        x_calibration: Calibration | None = None,
     ) -> dict[str, Any]:
         request = ctx.request_context.request
         try:
-            return await decide(decision_body(state, questions), caller_of(request) if request else None)
+            body = decision_body(state, questions, x_calibration)
+            return await decide(body, caller_of(request) if request else None)
         except BlinkError as error:  # the same message the HTTP wire gives, as a tool error the agent can read
             raise ToolError(f"{error.status}: {error.message}") from None
 

@@ -21,7 +21,7 @@ from typing import Any
 from transformers.decision import DecisionConfig, Question
 
 from .errors import InvalidRequest
-from .extensions import requested_order, requested_raw
+from .extensions import requested_calibration, requested_order, requested_raw
 from .limits import Limits
 
 QUESTION_FIELDS = {"type", "instructions", "criteria"}
@@ -36,6 +36,7 @@ class Decision:
     raw_questions: dict  # the questions as rendered: unknown fields dropped, request order kept
     raw_probabilities: bool = False  # `x_calibration: "raw"`: no calibration temperature
     order: str | None = None  # `x_order`; None: the server's default
+    calibration: str | None = None  # `x_calibration` (fitted, prior, fitted+prior, raw); None: the server's default
 
 
 def _question_error(qid: str, message: str, kind: str = "value_error") -> InvalidRequest:
@@ -166,4 +167,5 @@ def parse_decision(body: Any, config: DecisionConfig, limits: Limits, memo: Ques
         {qid: raw for qid, (_, raw) in parsed.items()},
         raw_probabilities=requested_raw(body),
         order=requested_order(body),
+        calibration=requested_calibration(body),
     )

@@ -68,6 +68,8 @@ def build_planner(settings: Settings, loaded):
         settings.image_layout,
         calibration=calibration_for(settings, loaded),
         order=settings.x_order,
+        x_calibration=settings.x_calibration,
+        prior_states=settings.prior_states,
     )
 
 
@@ -88,6 +90,8 @@ def build_engine(settings: Settings, loaded):
         prefix_cache_bytes=mib(settings.prefix_cache_mib),
         calibration=calibration_for(settings, loaded),
         order=settings.x_order,
+        x_calibration=settings.x_calibration,
+        prior_states=settings.prior_states,
     )
 
 
@@ -164,6 +168,8 @@ def build_context(
         "limits": vars(settings.limits),
         "calibration": planner.calibration.health(),
         "x_order": planner.order,
+        "x_calibration": planner.x_calibration,
+        "prior_states": list(planner.prior_states),
     }
     if planner.accepts_images:
         health.update(

@@ -25,7 +25,7 @@ class Decided:
     answers: dict
     prepared: Prepared
     cached_tokens: int = 0  # prompt tokens taken from the prefix-state cache
-    calibration: dict | None = None  # {"applied", "temperatures"}: what the answers got
+    calibration: dict | None = None  # {"applied", "temperatures"[, "prior"]}: what the answers got
 
     @property
     def input_tokens(self) -> int:
@@ -66,13 +66,13 @@ class DecisionService:
             async with ticket.preparing():
                 prepared = await run_in_threadpool(self.planner.plan, checked)
             timing.add("prepare", time.perf_counter() - t)
-            job = self.batcher.submit(prepared.prompts, caller)
+            job = self.batcher.submit(prepared.prompts, caller, prepared.prior_plans)
         finally:
             self.batcher.expect(-1)
         scored = await asyncio.wrap_future(job.future)
         timing.add("queue", job.started_at - job.queued_at)
         timing.add("model", scored.compute_s)
         t = time.perf_counter()
-        answers = self.planner.answer(prepared, scored.result())
+        answers = self.planner.answer(prepared, scored.result(), job.extra_scored)
         timing.add("answer", time.perf_counter() - t)
         return Decided(answers, prepared, scored.cached_tokens, self.planner.calibration_fact(prepared))

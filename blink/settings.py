@@ -21,7 +21,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
 from .errors import StartupError
-from .knob_parsers import Choice, Integer, Number, api_key, flag, names, optional_text, plain_text, urls
+from .knob_parsers import Choice, Integer, Number, TextList, api_key, flag, names, optional_text, plain_text, urls
 from .limits import ImageLimits, Limits
 
 
@@ -172,6 +172,13 @@ class Settings:
     x_order: str = knob("fixed", Choice(("fixed", "rotate")), "default `x_order` of a decision: fixed (options read "
                         "as given) or rotate (each choice read once per rotation of its options, probabilities "
                         "averaged); a request's own `x_order` wins", fleet="limits.x_order")
+    x_calibration: str = knob("fitted", Choice(("fitted", "prior", "fitted+prior", "raw")), "what a decision's "
+                              "answers get when it asks for no `x_calibration` (or `calibrated`): fitted (the "
+                              "calibration file's temperatures), prior (divided by the content-free prior), "
+                              "fitted+prior (both) or raw; a request's own `x_calibration` wins")
+    prior_states: tuple[str, ...] = knob(("N/A", "", "[MASK]"), TextList(), "the content-free states a question's "
+                                         "prior is read from (averaged) for `x_calibration` prior",
+                                         shown='["N/A", "", "[MASK]"]')
     engine: str = knob("local", Choice(("local", "vllm")), "who runs the model: local (blink's own engine, the "
                        "weights in this process) or vllm (the replicas at `engine_url`; this process loads only the "
                        "model's tokenizer, templates and config, no weights)")

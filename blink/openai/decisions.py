@@ -260,7 +260,10 @@ def to_systemone(body: Any) -> Mapped:
 def decisions_calibration(fact: dict) -> dict:
     """System One's `x_calibration` in this wire's words (noul questions are `predicate` here)."""
     names = {"noul": "predicate", "choice": "choice", "score": "score"}
-    return {"applied": fact["applied"], "temperatures": {names[k]: t for k, t in fact["temperatures"].items()}}
+    out = {"applied": fact["applied"], "temperatures": {names[k]: t for k, t in fact["temperatures"].items()}}
+    if "prior" in fact:  # divided by the content-free prior: which states, the tokens run for it in this request
+        out["prior"] = {"states": fact["prior"]["states"], "tokens": fact["prior"]["tokens"]}
+    return out
 
 
 def routes(ctx: Context) -> list[Route]:
