@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from conftest import blink_serve, running
+from helpers import blink_serve, running
 
 
 def request(i: int) -> dict:

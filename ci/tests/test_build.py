@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from build import SHARED_FILES as SHARED  # the fleet's shared files, as build.py copies them
-from conftest import ROOT, running
+from helpers import ROOT, running
 
 MISSING = [name for name in SHARED if not (ROOT / name).is_file()]
 

@@ -7,10 +7,9 @@ from __future__ import annotations
 import random
 
 import pytest
-from test_executor import random_request
-from test_prefix_cache import worst
 
 from blink.engine import WARMUP
+from helpers import random_request, worst
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import socket
-import threading
 import time
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import httpx
 import pytest
 import zstandard
 
-from conftest import blink_serve, running
+from helpers import ARTIFACTS, Watch, blink_serve, rss, running
 
 MB = 2**20
 QUESTION = {"type": "noul", "instructions": "Is this about the weather?"}
@@ -44,16 +43,6 @@ def pid_on_port(port: int) -> int:
     raise RuntimeError(f"no server process on port {port}")
 
 
-def rss(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:  # the server is gone: the test that needed it fails on its own terms
-        pass
-    return 0
-
-
 class Server:
     def __init__(self, url: str):
         self.url = url
@@ -61,8 +50,6 @@ class Server:
         self.pid = pid_on_port(self.port)
 
     def log_text(self) -> str:
-        from conftest import ARTIFACTS
-
         return "\n".join(p.read_text(errors="replace") for p in ARTIFACTS.glob(f"*-{self.port}.log"))
 
 
@@ -77,42 +64,9 @@ def hostile(demo_root, demo_dir):
         yield Server(url)
 
 
-class Watch:
+def watching(server: Server) -> Watch:
     """/healthz latency (worst) and the server's RSS (peak) while a hostile request runs."""
-
-    def __init__(self, server: Server):
-        self.server, self.base = server, rss(server.pid)
-        self.peak, self.health_max = self.base, 0.0
-        self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._rss, daemon=True),
-            threading.Thread(target=self._health, daemon=True),
-        ]
-        for t in self._threads:
-            t.start()
-
-    def _rss(self):
-        while not self._stop.is_set():
-            self.peak = max(self.peak, rss(self.server.pid))
-            self._stop.wait(0.02)
-
-    def _health(self):
-        with httpx.Client(timeout=30) as client:
-            while not self._stop.is_set():
-                t = time.perf_counter()
-                try:
-                    client.get(self.server.url + "/healthz")
-                except httpx.HTTPError:
-                    pass
-                self.health_max = max(self.health_max, time.perf_counter() - t)
-                self._stop.wait(0.05)
-
-    def done(self) -> tuple[float, int, int]:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=35)
-        time.sleep(1.0)
-        return self.health_max, self.peak - self.base, rss(self.server.pid) - self.base
+    return Watch(server.url, lambda: rss(server.pid))
 
 
 def systemone(url: str, content: bytes, headers: dict | None = None, timeout: float = 60) -> httpx.Response:
@@ -332,7 +286,7 @@ def test_a_zstd_bomb_is_refused_fast_in_bounded_memory_and_healthz_stays_live(ho
     body = json.dumps({"state": text_of(8 * MB), "questions": {"q": QUESTION}}).encode()
     packed = zstandard.ZstdCompressor(level=10).compress(body)
     assert len(packed) < 64 * 1024
-    watch = Watch(hostile)
+    watch = watching(hostile)
     t = time.perf_counter()
     try:
         r = systemone(hostile.url, packed, {"content-encoding": "zstd"}, timeout=12)
@@ -346,7 +300,7 @@ def test_a_zstd_bomb_is_refused_fast_in_bounded_memory_and_healthz_stays_live(ho
 
 
 def test_a_huge_chat_message_is_refused_in_bounded_memory(hostile):
-    watch = Watch(hostile)
+    watch = watching(hostile)
     try:
         r = httpx.post(
             hostile.url + "/v1/chat/completions",

@@ -9,7 +9,7 @@ import sys
 import httpx
 import pytest
 
-from conftest import ROOT, blink_serve, running, server_env
+from helpers import ROOT, blink_serve, running, server_env
 
 
 def test_weights_manifest_verified(tmp_path, demo_dir, demo_root):

@@ -3,12 +3,10 @@ without a key; the answers are the ones `/v1/systemone` gives for the same body.
 
 from __future__ import annotations
 
-import asyncio
-
 import httpx
 import pytest
 
-from conftest import uncached
+from helpers import bearer, mcp_call, uncached
 
 QUESTIONS = {
     "spam": {"type": "noul", "instructions": "Is this message spam?"},
@@ -22,19 +20,8 @@ QUESTIONS = {
 STATE = "My parcel never arrived and I was charged twice. Please help today."
 
 
-async def _session(url: str, key: str | None, work):
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamablehttp_client
-
-    headers = {"Authorization": f"Bearer {key}"} if key else None
-    async with streamablehttp_client(url + "/mcp", headers=headers) as (read, write, _):
-        async with ClientSession(read, write) as session:
-            await session.initialize()
-            return await work(session)
-
-
 def call(url: str, work, key: str | None = None):
-    return asyncio.run(_session(url, key, work))
+    return mcp_call(url + "/mcp", work, bearer(key))
 
 
 def test_decide_tool_is_listed_with_a_schema(server):

@@ -14,7 +14,7 @@ import openai
 import pytest
 import zstandard
 
-from conftest import blink_serve, running
+from helpers import blink_serve, running
 
 ORIGIN = "https://app.example"
 

@@ -9,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from test_executor import random_request
 
 from blink.plan import Prompt
 from blink.questions import parse_decision
+from helpers import random_request, worst
 
 
 @pytest.fixture(scope="module")
@@ -23,21 +23,6 @@ def engines(engine):
 
     engine.executor.prefix_cache = PrefixCache(64 << 20)
     return engine, Engine(engine.loaded, prefix_cache_bytes=0)
-
-
-def probabilities(value) -> list[float]:
-    """Every number in the answers (probabilities, confidences), in order."""
-    if isinstance(value, dict):
-        return [x for v in value.values() for x in probabilities(v)]
-    if isinstance(value, list):
-        return [x for v in value for x in probabilities(v)]
-    return [float(value)] if isinstance(value, (int, float)) and not isinstance(value, bool) else []
-
-
-def worst(a: dict, b: dict) -> float:
-    pa, pb = probabilities(a), probabilities(b)
-    assert len(pa) == len(pb) and pa
-    return max(abs(x - y) for x, y in zip(pa, pb))
 
 
 def test_rendering_once_equals_the_library(engine):
@@ -329,11 +314,10 @@ def test_an_image_prefix_is_saved_keyed_by_its_pixels(demo_root):
     text before the image."""
     import base64
 
-    from test_images import png
-
     from blink.demo import demo_model_dir
     from blink.engine import Engine
     from blink.loading import load
+    from helpers import png
 
     loaded = load(str(demo_model_dir(vision=True)), vision=True)
     on, off = Engine(loaded, prefix_cache_bytes=64 << 20), Engine(loaded, prefix_cache_bytes=0)

@@ -13,10 +13,10 @@ import sys
 import pytest
 
 from blink.settings import Integer, Listen, Number, Settings, SpaceSettings, knobs, resolve_space
-from conftest import ROOT, blink_serve, free_port, running
 from fleet import ConfigError
 from fleet.docs import with_tables
 from fleet.schema import KNOBS_AT, parse_space
+from helpers import ROOT, blink_serve, free_port, running
 
 BASE = {"model": "org/alpha-model", "revision": "v2.1", "short_description": "alpha", "description": "The alpha Space."}
 

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import ARTIFACTS, ROOT, running
+from helpers import ARTIFACTS, ROOT, running
 
 CHROMEDRIVER = "/usr/bin/chromedriver"
 

@@ -10,7 +10,7 @@ import gradio as gr
 import pytest
 
 import zerogpu
-from conftest import uncached
+from helpers import uncached
 
 
 @pytest.fixture(scope="module")

@@ -314,7 +314,7 @@ def test_app_reads_top_to_bottom_and_builds_its_context_complete():
     import ast
     import builtins
 
-    from conftest import ROOT
+    from helpers import ROOT
 
     tree = ast.parse((ROOT / "app.py").read_text())
     bound: set[str] = set(dir(builtins))

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from fake_zerogpu import FakeScheduler
 
-from conftest import ROOT, running
+from helpers import ROOT, mcp_call, running
 
 VENV = ROOT / ".venv-zerogpu"
 PYTHON = VENV / "bin" / "python"
@@ -173,22 +173,11 @@ def test_ui_decision_through_the_scheduler(zspace):
 def test_mcp_and_gradio_api_callers_spend_their_own_quota(zspace):
     """Gradio's MCP server passes the caller's headers on to the `decide` endpoint: the scheduler sees the MCP
     caller's x-ip-token, as it sees a gradio_client caller's."""
-    import asyncio
-
     from gradio_client import Client
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamablehttp_client
 
     url, fake = zspace
-
-    async def mcp_decide():
-        async with streamablehttp_client(url + "/gradio_api/mcp/", headers={"x-ip-token": "tok-dave"}) as (r, w, _):
-            async with ClientSession(r, w) as session:
-                await session.initialize()
-                return await session.call_tool("decide", DECISION)
-
     mark = fake.mark()
-    result = asyncio.run(mcp_decide())
+    result = mcp_call(url + "/gradio_api/mcp/", lambda s: s.call_tool("decide", DECISION), {"x-ip-token": "tok-dave"})
     assert not result.isError, result.content
     schedules = fake.since(mark, "/schedule")
     assert [s["params"]["token"] for s in schedules] == ["tok-dave"]
@@ -279,7 +268,7 @@ def test_streamed_chat_disconnect_releases_the_gpu(zspace):
 
 
 def test_caller_tokens_never_reach_the_log(zspace):
-    from conftest import ARTIFACTS
+    from helpers import ARTIFACTS
 
     url, fake = zspace
     assert fake.seen("/schedule")

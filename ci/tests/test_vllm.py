@@ -26,7 +26,7 @@ import httpx
 import pytest
 
 from blink.errors import Overloaded
-from conftest import ARTIFACTS, ROOT, free_port, running, stop_group
+from helpers import ARTIFACTS, ROOT, assert_all_pass, free_port, run_jevcompat, running, stop_group
 
 START_TIMEOUT_S = 900  # two replicas side by side on two shared cores
 # the first test pays for the session's set-up: building .venv-vllm on a clean machine (~6 min) and the replicas
@@ -339,8 +339,6 @@ def blink_on_vllm(vllm_replicas, qwen3_dir):
 
 
 def test_jevcompat_through_blink_to_vllm(blink_on_vllm):
-    from test_jevcompat import assert_all_pass, run_jevcompat
-
     started = time.perf_counter()
     report = run_jevcompat(blink_on_vllm)
     TIMING["jevcompat_s"] = round(time.perf_counter() - started, 1)
