@@ -52,9 +52,12 @@ def test_a_bad_question_is_a_tool_error_naming_it(server):
 
 
 def test_the_key_guards_mcp(keyed_server):
-    # the client wraps httpx's 401 in an exception group; the raw request below checks the status itself
-    with pytest.raises(Exception):  # noqa: B017
-        call(keyed_server, lambda s: s.list_tools())
+    # the client raises httpx's 401 inside an exception group (its task group's); the raw request below checks the
+    # status and the challenge header themselves
+    for key in (None, "wrong"):
+        with pytest.raises(ExceptionGroup) as info:
+            call(keyed_server, lambda s: s.list_tools(), key=key)
+        assert info.group_contains(httpx.HTTPStatusError, match="401 Unauthorized"), info.value.exceptions
     reply = httpx.post(
         keyed_server + "/mcp",
         json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
