@@ -14,6 +14,8 @@ import zstandard
 
 from helpers import UNROUTED, check_unrouted
 
+pytestmark = pytest.mark.e2e
+
 GOOD = {"state": "hello", "questions": {"q": {"type": "noul", "instructions": "ok?"}}}
 
 

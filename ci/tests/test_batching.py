@@ -5,8 +5,11 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import pytest
 
 from helpers import blink_serve, running
+
+pytestmark = pytest.mark.e2e
 
 
 def request(i: int) -> dict:

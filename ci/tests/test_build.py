@@ -25,6 +25,8 @@ import yaml
 from build import SHARED_FILES as SHARED  # the fleet's shared files, as build.py copies them
 from helpers import ROOT, running
 
+pytestmark = pytest.mark.space
+
 MISSING = [name for name in SHARED if not (ROOT / name).is_file()]
 
 
@@ -193,6 +195,7 @@ def test_requirements_are_pinned_and_agree():
 
 
 @pytest.mark.parametrize("name", NAMES[:1])
+@pytest.mark.e2e
 def test_built_space_starts_and_answers_healthz(dist, demo_root, name):
     if "app.py" in MISSING:
         pytest.skip("app.py not written yet")

@@ -28,6 +28,8 @@ from blink.calibration import (
 )
 from helpers import ROOT, blink_serve, running, server_env
 
+pytestmark = pytest.mark.e2e
+
 WORDS = (
     "parcel refund invoice courier screen battery router login invoice warranty locker voucher outage "
     "charger signature deposit neighbour statement escalation apology"

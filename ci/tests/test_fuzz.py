@@ -16,6 +16,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+pytestmark = pytest.mark.e2e
+
 EXAMPLES = 25  # per property, seeded: the whole file fits ~3 min on a quiet 2-core machine
 
 

@@ -20,6 +20,8 @@ import zstandard
 
 from helpers import ARTIFACTS, Watch, blink_serve, rss, running
 
+pytestmark = pytest.mark.e2e
+
 MB = 2**20
 QUESTION = {"type": "noul", "instructions": "Is this about the weather?"}
 SECRET = "hostile-secret-in-query-4242"

@@ -15,6 +15,8 @@ from typesafe_sdk import Choice, Image, Noul, TypeSafeClient
 
 from helpers import blink_serve, png, running
 
+pytestmark = pytest.mark.e2e
+
 
 def huge_png_header(width=50_000, height=50_000) -> bytes:
     """A PNG that declares 50,000 x 50,000 pixels in a few hundred bytes (its data is a few rows)."""

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from helpers import assert_all_pass, run_jevcompat
+
+pytestmark = pytest.mark.e2e
 
 
 def test_jevcompat_open_server(server):

@@ -11,6 +11,8 @@ import pytest
 
 from helpers import ROOT, blink_serve, running, server_env
 
+pytestmark = pytest.mark.e2e
+
 
 def test_weights_manifest_verified(tmp_path, demo_dir, demo_root):
     from blink.loading import sha256

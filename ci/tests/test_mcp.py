@@ -8,6 +8,8 @@ import pytest
 
 from helpers import bearer, mcp_call, uncached
 
+pytestmark = pytest.mark.e2e
+
 QUESTIONS = {
     "spam": {"type": "noul", "instructions": "Is this message spam?"},
     "topic": {

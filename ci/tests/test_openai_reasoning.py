@@ -13,6 +13,8 @@ import pytest
 from helpers import Served
 from helpers.scripted import TOOLS, ScriptedModel, ask
 
+pytestmark = pytest.mark.e2e
+
 REASONING = "The user asks about Paris.\nIt is mild there."
 ANSWER = "The weather in Paris is mild."
 RESPONSE_TOOLS = [{"type": "function", **t["function"]} for t in TOOLS]

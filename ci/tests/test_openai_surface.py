@@ -16,6 +16,8 @@ import zstandard
 
 from helpers import blink_serve, running
 
+pytestmark = pytest.mark.e2e
+
 ORIGIN = "https://app.example"
 
 

@@ -21,6 +21,8 @@ import pytest
 from helpers import Served
 from helpers.scripted import FORMATS, SCRIPTS, TOOLS, ScriptedModel, ask
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture(scope="module")
 def scripted(demo_dir):

@@ -102,6 +102,7 @@ def test_the_cache_stays_in_its_budget(engines):
         cache.max_bytes = saved
 
 
+@pytest.mark.e2e
 def test_a_server_under_concurrent_requests(server):
     """Repeated and new states sent at once to a real server (its own cache): every answer equals the first one
     for its body, and usage says what the cache spared on both wires."""
@@ -256,6 +257,7 @@ def test_a_new_state_after_a_system_prompt_seen_before_resumes_from_it(engines):
     assert on.prepare({"state": "user: " + SYSTEM, "questions": questions}).prompts[0].system_end == 0
 
 
+@pytest.mark.e2e
 def test_decisions_report_the_system_prompt_as_cached_for_a_new_conversation(server, engine):
     """/v1/decisions with a system message: a new user message after the same system prompt reports the system
     prompt's tokens as `input_tokens_details.cached_tokens`, and its answers equal a fresh server's reading (the

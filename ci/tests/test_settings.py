@@ -234,6 +234,7 @@ def test_serve_refuses_the_vllm_engine_without_replicas():
     assert done.returncode != 0 and "--engine-url: engine vllm needs the replicas' URLs" in done.stderr, done.stderr
 
 
+@pytest.mark.e2e
 def test_healthz_is_not_ok_while_every_vllm_replica_is_down(demo_root):
     """A server whose every replica is down says so at the top of /healthz, where load balancers look."""
     import httpx

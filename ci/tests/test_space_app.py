@@ -12,6 +12,8 @@ from gradio_page import PageValidationError, page_call, values_only
 
 from helpers import ARTIFACTS, ROOT, UNROUTED, bearer, check_unrouted, form_args, mcp_call, running, uncached
 
+pytestmark = [pytest.mark.e2e, pytest.mark.space]
+
 KEY = "sk-space-Zq81-unusual-key-value"
 APP = [sys.executable, str(ROOT / "app.py")]
 SPACE_ENV = {"BLINK_MODEL": "demo", "BLINK_UI_CHAT_MAX_TOKENS": "6", "BLINK_MAX_OUTPUT_TOKENS": "64"}

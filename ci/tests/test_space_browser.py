@@ -15,6 +15,8 @@ import pytest
 
 from helpers import ARTIFACTS, ROOT, running
 
+pytestmark = [pytest.mark.e2e, pytest.mark.space, pytest.mark.browser]
+
 CHROMEDRIVER = "/usr/bin/chromedriver"
 
 

@@ -12,6 +12,8 @@ import pytest
 import zerogpu
 from helpers import uncached
 
+pytestmark = pytest.mark.space
+
 
 @pytest.fixture(scope="module")
 def ctx_and_callers(demo_dir):

@@ -15,6 +15,8 @@ from blink.batching import Batcher
 from blink.errors import EngineFailure, GPUUnavailable, QuotaExceeded
 from blink.plan import Scored
 
+pytestmark = pytest.mark.space
+
 
 # the titles and messages `spaces` 0.51.3 raises (spaces/zero/client.py, wrappers.py)
 @pytest.mark.parametrize(

@@ -19,6 +19,8 @@ from fake_zerogpu import FakeScheduler
 
 from helpers import ROOT, mcp_call, running
 
+pytestmark = [pytest.mark.e2e, pytest.mark.space, pytest.mark.zerogpu]
+
 VENV = ROOT / ".venv-zerogpu"
 PYTHON = VENV / "bin" / "python"
 

@@ -30,7 +30,7 @@ from helpers import ARTIFACTS, ROOT, assert_all_pass, free_port, run_jevcompat, 
 
 START_TIMEOUT_S = 900  # two replicas side by side on two shared cores
 # the first test pays for the session's set-up: building .venv-vllm on a clean machine (~6 min) and the replicas
-pytestmark = pytest.mark.timeout(2400)
+pytestmark = [pytest.mark.timeout(2400), pytest.mark.e2e, pytest.mark.vllm]
 TIMING: dict = {}
 
 LONG_STATE = (
@@ -380,6 +380,7 @@ def close_answers(a: dict, b: dict, bound: float = 1e-5) -> bool:
     return a == b
 
 
+@pytest.mark.space
 def test_the_space_in_front_of_vllm(vllm_replicas, qwen3_dir, blink_on_vllm):
     """app.py with BLINK_ENGINE=vllm (a CPU Space in front of a cluster): no weights here and no GPU call, the
     replicas answer its API and its UI's documented endpoint, as they answer `serve --engine vllm`."""
