@@ -2,17 +2,69 @@
 
 Servers are real processes (`python -m blink serve ...`), reached over HTTP by real clients. The helpers the
 fixtures and the tests share live in ci/tests/helpers/ (a test file imports those, never another test file or
-this one). The markers (pytest.ini) are set here from each file's kind; ci/tests/README.md lists them.
+this one); the markers are listed in pytest.ini and explained in ci/tests/README.md.
+
+Memory: the whole run stays in one pytest process beside the servers it starts, so what a module leaves behind
+is given back when it ends (`gc` and glibc's heap trim, after its module-scoped fixtures are torn down), and a
+session server is stopped after the last test that uses it (not at the end of the session).
 """
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import os
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
 from helpers import blink_serve, running
+
+
+class SessionServers:
+    """Session-wide servers, each stopped once no test left to run uses its fixture (directly or through another
+    fixture), so that e.g. test_vllm's replicas don't run beside servers no later test will call."""
+
+    def __init__(self):
+        self.stacks: dict[str, ExitStack] = {}
+
+    def start(self, fixture: str, server) -> str:
+        stack = ExitStack()
+        url = stack.enter_context(server)
+        self.stacks[fixture] = stack
+        return url
+
+    def stop(self, fixture: str) -> None:
+        stack = self.stacks.pop(fixture, None)
+        if stack is not None:
+            stack.close()
+
+    def stop_unused(self, remaining) -> None:
+        for fixture in list(self.stacks):
+            if not any(fixture in item.fixturenames for item in remaining):
+                self.stop(fixture)
+
+
+SERVERS = SessionServers()
+
+
+def give_back_memory() -> None:
+    """Free what is unreachable and return the freed heap to the operating system (glibc keeps it otherwise)."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield  # the item's fixtures are finalized (a module's, after its last test)
+    if nextitem is None or nextitem.module is not item.module:
+        items = item.session.items
+        SERVERS.stop_unused(items[items.index(nextitem) :] if nextitem is not None else [])
+        give_back_memory()
 
 
 @pytest.fixture(scope="session")
@@ -34,15 +86,16 @@ def demo_dir(demo_root) -> Path:
 @pytest.fixture(scope="session")
 def server(demo_root):
     """The standalone server with the demo model, open (no key), batching off."""
-    with running(blink_serve(), demo_root, name="serve") as url:
-        yield url
+    yield SERVERS.start("server", running(blink_serve(), demo_root, name="serve"))
+    SERVERS.stop("server")
 
 
 @pytest.fixture(scope="session")
 def keyed_server(demo_root):
     """The standalone server with an API key."""
-    with running(blink_serve(), demo_root, env={"BLINK_API_KEY": "sekret-key-123"}, name="serve-keyed") as url:
-        yield url
+    env = {"BLINK_API_KEY": "sekret-key-123"}
+    yield SERVERS.start("keyed_server", running(blink_serve(), demo_root, env=env, name="serve-keyed"))
+    SERVERS.stop("keyed_server")
 
 
 @pytest.fixture(scope="session")

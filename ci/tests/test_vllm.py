@@ -5,7 +5,7 @@ run loudly if it can't, never skips), two replicas started by `ci/vllm-serve.sh`
 Scores are compared with a plain transformers forward on the same weights (fp32 on both sides; the bound
 asserted is 1e-4, the difference measured is ~1e-6) and with blink's own executor, routing by what vLLM itself
 counts (its /metrics), blink's own `serve --engine vllm` in front of the replicas, and failover by killing a replica
-(the last test: the session's replicas are one fewer after it).
+(the last test: the module's replicas are one fewer after it).
 
 Cost: the venv (cached after the first build: a few seconds), ~100-150 s for the two replicas to start side by
 side, ~25 s for each one's first request; the timings land in ci/artifacts/vllm-timing.json.
@@ -29,7 +29,7 @@ from blink.errors import Overloaded
 from helpers import ARTIFACTS, ROOT, assert_all_pass, free_port, run_jevcompat, running, stop_group
 
 START_TIMEOUT_S = 900  # two replicas side by side on two shared cores
-# the first test pays for the session's set-up: building .venv-vllm on a clean machine (~6 min) and the replicas
+# the first test pays for the module's set-up: building .venv-vllm on a clean machine (~6 min) and the replicas
 pytestmark = [pytest.mark.timeout(2400), pytest.mark.e2e, pytest.mark.vllm]
 TIMING: dict = {}
 
@@ -77,7 +77,7 @@ DECISIONS = [
 ]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def qwen3_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("qwen3") / "qwen3-demo"
     subprocess.run(
@@ -90,7 +90,7 @@ def qwen3_dir(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def vllm_venv() -> None:
     started = time.perf_counter()
     proc = subprocess.run(["bash", "ci/vllm-venv.sh"], cwd=ROOT, capture_output=True, text=True, timeout=3600)
@@ -115,7 +115,7 @@ def wait_up(url: str, proc: subprocess.Popen, log: Path, deadline: float) -> Non
     raise RuntimeError(f"vLLM not up after {START_TIMEOUT_S}s:\n{log.read_text()[-6000:]}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def vllm_replicas(vllm_venv, qwen3_dir):
     """Two real vLLM replicas of the qwen3 demo model, fp32 (as the transformers reference), [(url, process)]."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -159,7 +159,7 @@ def vllm_replicas(vllm_venv, qwen3_dir):
         (ARTIFACTS / "vllm-timing.json").write_text(json.dumps(TIMING, indent=1) + "\n")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def qwen3_engine(qwen3_dir):
     """blink's engine on the qwen3 model, for `prepare` (prompts, reads) and `answer`."""
     from blink.engine import Engine
@@ -328,7 +328,7 @@ def test_chat_streams_the_same_text_as_the_local_engine(vllm_replicas, qwen3_eng
         assert sum(r["in_flight"] for r in replicas.health(probe=False)["replicas"]) == 0
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def blink_on_vllm(vllm_replicas, qwen3_dir):
     """blink's own server (its wires, templates, answers) with vLLM answering: `serve --engine vllm`."""
     urls = ",".join(url for url, _ in vllm_replicas)
@@ -407,7 +407,7 @@ def test_the_space_in_front_of_vllm(vllm_replicas, qwen3_dir, blink_on_vllm):
 
 
 def test_failover_when_a_replica_dies(vllm_replicas, qwen3_engine, blink_on_vllm):
-    """Last: kills one of the session's replicas."""
+    """Last: kills one of the module's replicas."""
     from blink.vllm import Replicas, VllmScorer
 
     urls = [url for url, _ in vllm_replicas]
