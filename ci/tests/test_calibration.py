@@ -28,7 +28,7 @@ from blink.calibration import (
 )
 from helpers import ROOT, blink_serve, running, server_env
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 WORDS = (
     "parcel refund invoice courier screen battery router login invoice warranty locker voucher outage "

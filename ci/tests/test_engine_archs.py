@@ -11,6 +11,8 @@ import pytest
 from blink.engine import WARMUP
 from helpers import random_request, worst
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def standard_rope_dirs(tmp_path_factory) -> dict:

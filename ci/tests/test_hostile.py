@@ -20,7 +20,7 @@ import zstandard
 
 from helpers import ARTIFACTS, Watch, blink_serve, rss, running
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 MB = 2**20
 QUESTION = {"type": "noul", "instructions": "Is this about the weather?"}

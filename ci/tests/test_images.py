@@ -15,7 +15,7 @@ from typesafe_sdk import Choice, Image, Noul, TypeSafeClient
 
 from helpers import blink_serve, png, running
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def huge_png_header(width=50_000, height=50_000) -> bytes:

@@ -11,7 +11,7 @@ import pytest
 
 from helpers import ROOT, blink_serve, running, server_env
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_weights_manifest_verified(tmp_path, demo_dir, demo_root):

@@ -15,7 +15,7 @@ import pytest
 
 from helpers import ARTIFACTS, ROOT, running
 
-pytestmark = [pytest.mark.e2e, pytest.mark.space, pytest.mark.browser]
+pytestmark = [pytest.mark.e2e, pytest.mark.space, pytest.mark.browser, pytest.mark.slow]
 
 CHROMEDRIVER = "/usr/bin/chromedriver"
 

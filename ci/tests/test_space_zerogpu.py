@@ -19,7 +19,7 @@ from fake_zerogpu import FakeScheduler
 
 from helpers import ROOT, mcp_call, running
 
-pytestmark = [pytest.mark.e2e, pytest.mark.space, pytest.mark.zerogpu]
+pytestmark = [pytest.mark.e2e, pytest.mark.space, pytest.mark.zerogpu, pytest.mark.slow]
 
 VENV = ROOT / ".venv-zerogpu"
 PYTHON = VENV / "bin" / "python"

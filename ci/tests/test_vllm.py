@@ -30,7 +30,7 @@ from helpers import ARTIFACTS, ROOT, assert_all_pass, free_port, run_jevcompat, 
 
 START_TIMEOUT_S = 900  # two replicas side by side on two shared cores
 # the first test pays for the module's set-up: building .venv-vllm on a clean machine (~6 min) and the replicas
-pytestmark = [pytest.mark.timeout(2400), pytest.mark.e2e, pytest.mark.vllm]
+pytestmark = [pytest.mark.timeout(2400), pytest.mark.e2e, pytest.mark.vllm, pytest.mark.slow]
 TIMING: dict = {}
 
 LONG_STATE = (
