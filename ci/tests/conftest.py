@@ -14,39 +14,11 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-from helpers import blink_serve, running
-
-
-class SessionServers:
-    """Session-wide servers, each stopped once no test left to run uses its fixture (directly or through another
-    fixture), so that e.g. test_vllm's replicas don't run beside servers no later test will call."""
-
-    def __init__(self):
-        self.stacks: dict[str, ExitStack] = {}
-
-    def start(self, fixture: str, server) -> str:
-        stack = ExitStack()
-        url = stack.enter_context(server)
-        self.stacks[fixture] = stack
-        return url
-
-    def stop(self, fixture: str) -> None:
-        stack = self.stacks.pop(fixture, None)
-        if stack is not None:
-            stack.close()
-
-    def stop_unused(self, remaining) -> None:
-        for fixture in list(self.stacks):
-            if not any(fixture in item.fixturenames for item in remaining):
-                self.stop(fixture)
-
-
-SERVERS = SessionServers()
+from helpers import SERVERS, blink_serve, running
 
 
 def give_back_memory() -> None:
@@ -61,9 +33,9 @@ def give_back_memory() -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item, nextitem):
     yield  # the item's fixtures are finalized (a module's, after its last test)
+    items = item.session.items
+    SERVERS.release_after(items[items.index(nextitem) :] if nextitem is not None else [])
     if nextitem is None or nextitem.module is not item.module:
-        items = item.session.items
-        SERVERS.stop_unused(items[items.index(nextitem) :] if nextitem is not None else [])
         give_back_memory()
 
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from gradio_page import PageValidationError, page_call, values_only
 
-from helpers import ARTIFACTS, ROOT, UNROUTED, bearer, check_unrouted, form_args, mcp_call, running, uncached
+from helpers import ARTIFACTS, ROOT, SERVERS, UNROUTED, bearer, check_unrouted, form_args, mcp_call, running, uncached
 
 pytestmark = [pytest.mark.e2e, pytest.mark.space]
 
@@ -21,22 +21,23 @@ SPACE_ENV = {"BLINK_MODEL": "demo", "BLINK_UI_CHAT_MAX_TOKENS": "6", "BLINK_MAX_
 
 @pytest.fixture(scope="module")
 def space(demo_root):
-    with running(APP, demo_root, env=SPACE_ENV, name="space") as url:
-        yield url
+    """The three Spaces of this module each stop after their last test (helpers.SERVERS), not at its end."""
+    yield SERVERS.start("space", running(APP, demo_root, env=SPACE_ENV, name="space"))
+    SERVERS.stop("space")
 
 
 @pytest.fixture(scope="module")
 def keyed_space(demo_root):
     env = {**SPACE_ENV, "BLINK_API_KEY": KEY, "BLINK_GRADIO_API_NEEDS_KEY": "true"}
-    with running(APP, demo_root, env=env, name="space-keyed") as url:
-        yield url
+    yield SERVERS.start("keyed_space", running(APP, demo_root, env=env, name="space-keyed"))
+    SERVERS.stop("keyed_space")
 
 
 @pytest.fixture(scope="module")
 def login_space(demo_root):
     env = {**SPACE_ENV, "BLINK_API_KEY": KEY, "BLINK_GRADIO_UI_NEEDS_KEY": "1"}
-    with running(APP, demo_root, env=env, name="space-login") as url:
-        yield url
+    yield SERVERS.start("login_space", running(APP, demo_root, env=env, name="space-login"))
+    SERVERS.stop("login_space")
 
 
 def test_models_systemone_and_gradio_on_one_port(space):

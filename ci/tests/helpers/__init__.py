@@ -1,12 +1,13 @@
 """What more than one test file (or a benchmark) uses, in one place; no test file imports another.
 
-- servers on loopback: `free_port`, `server_env`, `launch`, `wait_healthy`, `stop_group`, `running`, `blink_serve`,
-  and `Served` (a real app on an in-process uvicorn); `rss` and `Watch` (a server's memory and /healthz while a
-  request runs; bench/hostile.py builds on it);
+- servers on loopback: `free_port`, `server_env`, `launch`, `wait_healthy`, `stop_group`, `running`,
+  `blink_serve`, `SERVERS` (servers stopped after their fixture's last test), and `Served` (a real app on an
+  in-process uvicorn); `rss` and `Watch` (a server's memory and /healthz while a request runs; bench/hostile.py
+  builds on it);
 - request and answer helpers: `random_request`, `probabilities`, `worst`, `uncached`, `png`;
 - wire contracts: `UNROUTED` and `check_unrouted` (unknown /v1/ paths and methods), `run_jevcompat` and
   `assert_all_pass` (the conformance suite);
-- clients: `mcp_call` (one MCP session), `form_args` (the UI's Decide event, as the page sends it).
+- clients: `mcp_call` (one MCP session), `bearer`, `form_args` (the UI's Decide event, as the page sends it).
 
 The scripted stand-in network for chat (`ScriptedModel`, its tools and scripts) imports torch, so it lives in
 helpers/scripted.py; this module imports neither torch nor blink.
@@ -26,7 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
@@ -119,6 +120,37 @@ def running(
         yield url
     finally:
         stop_group(proc)
+
+
+class ServersInUse:
+    """Servers held by fixtures (session- or module-scoped) and stopped after the last test that uses their
+    fixture (directly or through another fixture), not when pytest tears the fixture down: a session server no
+    later test calls, or one of a module's three Spaces, stops running beside the next one. conftest.py calls
+    `release_after` once each test is torn down; the fixture's own teardown calls `stop` (a no-op by then)."""
+
+    def __init__(self):
+        self.stacks: dict[str, ExitStack] = {}
+
+    def start(self, fixture: str, server) -> str:
+        """Enter `server` (a context manager yielding its URL, as `running`) for the fixture named `fixture`."""
+        stack = ExitStack()
+        url = stack.enter_context(server)
+        self.stacks[fixture] = stack
+        return url
+
+    def stop(self, fixture: str) -> None:
+        stack = self.stacks.pop(fixture, None)
+        if stack is not None:
+            stack.close()
+
+    def release_after(self, remaining) -> None:
+        """Stop every server whose fixture none of the `remaining` tests uses."""
+        for fixture in list(self.stacks):
+            if not any(fixture in item.fixturenames for item in remaining):
+                self.stop(fixture)
+
+
+SERVERS = ServersInUse()
 
 
 def blink_serve(*flags: str, model: str = "demo") -> list[str]:
