@@ -6,7 +6,8 @@
     python build.py --check              validate spaces.toml, the shared files and the pins; write nothing
     python build.py --dry-run            print what --push would do (repo, hardware, secrets by name, files)
     python build.py --push OWNER         build, then create or update OWNER/<space> on the Hub
-    python build.py --readme             rewrite README.md's knob tables from blink/settings.py
+    python build.py --docs               rewrite docs/configuration.md's knob tables from blink/settings.py
+                                         (--readme: the same, by its old name)
 
 Each `dist/<space>/` is uploadable as it is: `app.py`, `ui.py`, `ui_form.py`, `space_tool.py`, `theme.py`,
 `zerogpu.py`, `blink/` and `requirements.txt` copied byte for byte from the repository root, plus
@@ -30,9 +31,10 @@ ROOT = Path(__file__).resolve().parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from blink.errors import StartupError
 from blink.settings import resolve_space
 from fleet import ConfigError
-from fleet.docs import with_tables
+from fleet.docs import PAGE, with_tables
 from fleet.hub import files_of, plan, push
 from fleet.pins import ZEROGPU_TORCH, check_requirements  # noqa: F401 - the tests read them here
 from fleet.render import front_matter, readme, space_config
@@ -102,7 +104,7 @@ def verify_space(space: Space, fleet: Fleet, folder: Path) -> None:
     exec(compile((folder / "space_config.py").read_text(encoding="utf-8"), "space_config.py", "exec"), namespace)
     try:
         resolved = resolve_space(namespace, env={})
-    except SystemExit as exc:
+    except StartupError as exc:
         raise ConfigError(f"[spaces.{space.name}]", None, f"the app would refuse this config: {exc}") from None
     if resolved != (space.settings, space.space):
         raise ConfigError(f"dist/{space.name}", "space_config.py", "the app would not run with what was meant")
@@ -124,10 +126,10 @@ def build(fleet: Fleet, out: Path) -> dict[str, list[str]]:
     return built
 
 
-def write_readme(path: Path = ROOT / "README.md") -> bool:
-    """Rewrite the README's generated tables; True when that changed the file."""
+def write_docs(path: Path = ROOT / PAGE) -> bool:
+    """Rewrite the generated knob tables of docs/configuration.md; True when that changed the file."""
     before = path.read_text(encoding="utf-8")
-    after = with_tables(before)
+    after = with_tables(before, PAGE)
     if after != before:
         path.write_text(after, encoding="utf-8")
     return after != before
@@ -144,10 +146,12 @@ def main(argv=None, api=None) -> int:
     ap.add_argument("--check", action="store_true", help="validate everything, write nothing")
     ap.add_argument("--push", metavar="OWNER", help="build, then create or update OWNER/<space> on the Hub")
     ap.add_argument("--dry-run", action="store_true", help="print what --push would do, change nothing")
-    ap.add_argument("--readme", action="store_true", help="rewrite README.md's knob tables from the schema")
+    ap.add_argument(
+        "--docs", "--readme", dest="docs", action="store_true", help=f"rewrite {PAGE}'s knob tables from the schema"
+    )
     a = ap.parse_args(argv)
-    if a.readme:
-        print("README.md: tables rewritten" if write_readme() else "README.md: tables already up to date")
+    if a.docs:
+        print(f"{PAGE}: tables rewritten" if write_docs() else f"{PAGE}: tables already up to date")
         return 0
     try:
         fleet = load(a.config, owner=a.push or a.owner, only=a.space)

@@ -59,7 +59,10 @@ def decide_endpoint(ctx: Context, *, needs_key: bool = False):
             # one call site for every decision asked through Gradio (the endpoint and its MCP tool): admitted by
             # decide_body; without the key (when one is set) a caller never takes the places kept for keyed traffic
             return await decide_body(
-                ctx, {"state": state, "questions": questions}, caller, caller_class=KEYED if keyed else ANONYMOUS
+                ctx,
+                {"state": state, "questions": questions},
+                caller=caller,
+                caller_class=KEYED if keyed else ANONYMOUS,
             )
         except BlinkError as error:
             raise error_of(error) from None

@@ -22,8 +22,7 @@ from blink.admission import ANONYMOUS, KEYED
 from blink.auth import ApiKey
 from blink.context import Context
 from blink.errors import BlinkError
-from blink.service import Timing
-from blink.systemone import error_body
+from blink.systemone import decide_body, error_body
 from ui_form import (
     SLOTS,
     active_slots,
@@ -276,23 +275,16 @@ async def decide(ctx: Context, request: gr.Request | None, state: str, count: fl
     body = {"model": ctx.served_name, "state": value, "questions": questions}
     caller = ctx.caller_of(request) if request is not None else None
     try:
-        async with ctx.admission.enter("decide", ui_class(ctx, request)) as ticket:
-            decided = await ctx.service.decide(body, Timing(), caller=caller, ticket=ticket)
+        response = await decide_body(ctx, body, caller=caller, caller_class=ui_class(ctx, request))
     except BlinkError as error:
         return error_html(wire_error_message(error, list(questions))), error_body(error)
     except Exception as exc:  # noqa: BLE001 - shown to the user, logged, the UI keeps working
         log.exception("UI decision failed")
         return error_html(f"Internal error: {type(exc).__name__}"), None
-    response = {
-        "model": ctx.served_name,
-        "answers": decided.answers,
-        "usage": {"input_tokens": decided.input_tokens, "output_tokens": 0},
-        "x_calibration": decided.calibration,
-    }
     if note:
         gr.Warning(note)
     notice = f'<div class="blink-note">{html.escape(note)}</div>' if note else ""
-    return notice + bars_html(decided.answers, questions), response
+    return notice + bars_html(response["answers"], questions), response
 
 
 def ui_class(ctx: Context, request: gr.Request | None) -> str:
@@ -312,11 +304,11 @@ def chat_reply(ctx: Context, max_tokens: int, message, history, request: gr.Requ
     messages.append({"role": "user", "content": text_of(message)})
     caller = ctx.caller_of(request) if request is not None else None
     text = ""
+    chats = ctx.chats
     try:
-        with ctx.admission.enter_sync("chat", ui_class(ctx, request)) as ticket:
-            with ticket.preparing_sync():
-                rendered = ctx.chat_engine.prepare(messages, None, max_tokens)
-            for item in ctx.chat(rendered.ids, {"max_tokens": rendered.max_tokens}, caller):
+        with ctx.admission.admit_sync("chat", ui_class(ctx, request), chats.check, messages) as (_, ticket):
+            rendered = chats.render_sync(ticket, messages, max_tokens)
+            for item in chats.generate_sync(rendered, caller):
                 if isinstance(item, str):
                     text += item
                     yield text

@@ -37,6 +37,7 @@ from starlette.requests import Request
 
 from blink.chat import ChatEnd
 from blink.errors import BlinkError, EngineFailure, GPUUnavailable, QuotaExceeded
+from blink.plan import processed_tokens
 
 log = logging.getLogger("blink.space")
 
@@ -216,6 +217,68 @@ class GpuCall:
                 yield item
         finally:
             generator.close()
+
+
+class ZeroGpuBackend:
+    """The Space's backend (blink.backend's contract): each batch of decisions and each chat turn is one call of
+    a `@spaces.GPU` function (declared at module scope in app.py), as the caller who asked, asking for the seconds
+    its tokens need. Off ZeroGPU the functions are plain calls in this process."""
+
+    def __init__(
+        self,
+        gpu_score,
+        gpu_generate,
+        estimator,
+        *,
+        zero_gpu: bool,
+        gpu_size: str,
+        score_max_s: int,
+        generate_max_s: int,
+        max_output_tokens: int,
+    ):
+        self.gpu_score, self.gpu_generate, self.estimator = gpu_score, gpu_generate, estimator
+        self.zero_gpu, self.gpu_size = zero_gpu, gpu_size
+        self.score_max_s, self.generate_max_s = score_max_s, generate_max_s
+        self.max_output_tokens = max_output_tokens
+
+    def score(self, plans, caller) -> list:
+        """One call for a batch of one caller's requests, asking for its prefill tokens' worth of seconds (shared
+        prefixes counted once)."""
+        tokens = sum(processed_tokens(plan) for plan in plans)
+        with GpuCall(
+            "decide",
+            self.estimator,
+            zero_gpu=self.zero_gpu,
+            caller=caller,
+            prefill_tokens=tokens,
+            max_s=self.score_max_s,
+        ) as call:
+            out = call.run(self.gpu_score, plans)
+            call.used(out[0].compute_s)  # a blink.plan.Scored per plan, each carrying the call's seconds
+        return out
+
+    def generate(self, ids, params, caller) -> Iterator:
+        """A chat turn as a plain generator (str deltas, then one ChatEnd), asking for its prompt tokens (prefill)
+        and output budget (decode). Closing it (a client that disconnected) closes the GPU generator, which stops
+        the worker and releases the GPU."""
+        budget = int(params.get("max_tokens") or self.max_output_tokens)
+        with GpuCall(
+            "chat",
+            self.estimator,
+            zero_gpu=self.zero_gpu,
+            caller=caller,
+            prefill_tokens=len(ids),
+            decode_tokens=budget,
+            max_s=self.generate_max_s,
+        ) as call:
+            yield from call.stream(self.gpu_generate(list(ids), dict(params), seconds=call.seconds))
+
+    def health(self) -> dict:
+        return {
+            "gpu_seconds": self.estimator.health(),
+            "zero_gpu": self.zero_gpu,
+            "gpu_size": self.gpu_size if self.zero_gpu else None,
+        }
 
 
 # --- secrets kept out of the log ---------------------------------------------------------------------------

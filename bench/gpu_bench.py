@@ -183,7 +183,7 @@ def main(argv=None) -> None:
 
     def ours(prepared_list):
         """One GPU call: per request its scores (errors raised), and the call's compute seconds."""
-        out = engine.score_many([p.prompts for p in prepared_list])
+        out = engine.score([p.prompts for p in prepared_list])
         return [scored.result() for scored in out], out[0].compute_s
 
     # 1. bodies: Kev's cells and the throughput clients (each its own short state, 6 questions)

@@ -4,7 +4,7 @@ mean the new side is better). No HTTP: the engine's own steps, as a server runs 
 
     .venv/bin/python bench/prefix_cache.py [--model large] [--reps 5] [--threads 1]
 
-- `cold / warm S tok x Q q`: `score_many` of a state never seen (a fresh seed) vs the same state again (a new
+- `cold / warm S tok x Q q`: `Engine.score` of a state never seen (a fresh seed) vs the same state again (a new
   request with new questions: the state is what repeats); `cold / warm` = the speed-up.
 - `outside model Q q` (64-token state): `prepare` + `answer`, rendering with the library (`prepare_inputs`, the
   path before issue 14) vs rendering once.
@@ -65,9 +65,9 @@ def main() -> None:
                 again = workload.body(tokenizer, args.model, state_tokens, n_questions, seed)
                 again["questions"] = workload.questions(n_questions, seed + 7)  # new questions, same state
                 second = engine.prepare(again)
-                t, _ = timed(engine.score_many, [first.prompts])
+                t, _ = timed(engine.score, [first.prompts])
                 cold.append(t)
-                t, (scored,) = timed(engine.score_many, [second.prompts])
+                t, (scored,) = timed(engine.score, [second.prompts])
                 warm.append(t)
                 cached = scored.cached_tokens
             c, w = statistics.median(cold) * 1000, statistics.median(warm) * 1000

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/rotation.py [--model demo|large|PATH] [--reps N] [--threads N]
 
-In-process, no HTTP: the model call only (`Engine.score_many`), on the same prepared requests for every side.
+In-process, no HTTP: the model call only (`Engine.score`), on the same prepared requests for every side.
 Per cell (a state of S tokens, one choice of k options plus a noul and a score question), three sides, alternating
 rep by rep so they share the machine's noise:
 
@@ -121,9 +121,9 @@ def main(argv=None) -> None:
         rotate = engine.prepare({**body, "x_order": "rotate"})
         reask = [engine.prepare(r) for r in rotations(body)]
         sides = {
-            "fixed": lambda: engine.score_many([fixed.prompts]),
-            "rotate": lambda: engine.score_many([rotate.prompts]),
-            "reask": lambda: [engine.score_many([r.prompts]) for r in reask],
+            "fixed": lambda: engine.score([fixed.prompts]),
+            "rotate": lambda: engine.score([rotate.prompts]),
+            "reask": lambda: [engine.score([r.prompts]) for r in reask],
         }
         for fn in sides.values():  # warm-up
             fn()

@@ -175,15 +175,15 @@ def mixed_batch(engine, model_name: str) -> dict:
     bodies = [workload.body(engine.tokenizer, model_name, 2200, 1, seed=31)]
     bodies += [workload.body(engine.tokenizer, model_name, 64, 1, seed=32 + i) for i in range(15)]
     plans = [engine.prepare(b).prompts for b in bodies]
-    engine.score_many(plans)  # warm
+    engine.score(plans)  # warm
     one, each = [], []
     for _ in range(3):
         t = time.perf_counter()
-        engine.score_many(plans)
+        engine.score(plans)
         one.append((time.perf_counter() - t) * 1000)
         t = time.perf_counter()
         for plan in plans:
-            engine.score_many([plan])
+            engine.score([plan])
         each.append((time.perf_counter() - t) * 1000)
     return {"one_call_ms": median(one), "each_ms": median(each), "x": median(each) / median(one)}
 

@@ -83,14 +83,14 @@ def stop(replicas) -> None:
 def local_side(engine):
     """blink's executor, as the batcher calls it; any request it could not score stops the run."""
     engine.warmup()
-    return lambda plans: [scored.result() for scored in engine.score_many(plans)]
+    return lambda plans: [scored.result() for scored in engine.score(plans)]
 
 
 def scores_of(scorer):
     """The scorer's scores; any request it could not score stops the run (a dead replica must not look fast)."""
 
     def score(plans):
-        results = scorer.score_many(plans)
+        results = scorer.score(plans)
         failed = [scored.error for scored in results if scored.error is not None]
         if failed:
             raise SystemExit(f"{len(failed)} of {len(results)} requests failed: {failed[0]}")

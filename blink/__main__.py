@@ -13,6 +13,15 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> None:
+    from .errors import StartupError
+
+    try:
+        run_command(argv)
+    except StartupError as error:  # a setting or a model the server cannot start with: one line, exit status 1
+        raise SystemExit(str(error)) from None
+
+
+def run_command(argv: list[str] | None) -> None:
     from .settings import Listen, Settings, add_arguments, from_args
 
     parser = argparse.ArgumentParser(prog="python -m blink", description="blink: typed decisions over HTTP")
@@ -76,10 +85,10 @@ def main(argv: list[str] | None = None) -> None:
     from .loading import go_offline_if_local
 
     go_offline_if_local(settings.model)  # before any Hub library is imported
-    from .server import serve as run
+    from .server import serve
 
     try:
-        run(settings, listen.host, listen.port, listen.log_level, cors_origins=listen.cors_origins)
+        serve(settings, listen.host, listen.port, listen.log_level, cors_origins=listen.cors_origins)
     except KeyboardInterrupt:
         sys.exit(0)
 

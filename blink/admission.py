@@ -1,16 +1,17 @@
 """Admission: one gate in front of everything that spends model time, passed before any work is done.
 
-Every entry point (System One, Decisions, chat, the Gradio UI's events, MCP) enters the gate before it reads,
-parses or tokenizes a body:
+Every entry point (System One, Decisions, chat, Responses, Completions, the Gradio UI's events, MCP) takes the
+same steps once its body is read (blink.bodies: bytes in flight bounded, no place held while a body arrives):
 
-    async with admission.enter("decide", KEYED) as ticket:     # 529 + Retry-After here, in microseconds
-        body = await read_request(...)
+    async with admission.admit("decide", KEYED, service.check, body) as (checked, ticket):
+        # check ran in a worker thread before any place was taken: what will be refused is refused at once,
+        # whatever the load; then a place, or 529 + Retry-After in microseconds
         async with ticket.preparing():                          # at most `preparing` requests tokenize at once
-            prepared = await run_in_threadpool(engine.prepare, body)
+            prepared = await run_in_threadpool(planner.plan, checked)
         ...                                                     # queue, model, answer: the place is held
 
-A refusal costs no parsing, no tokenizing and no queue slot, so an overloaded server keeps its time for the
-requests it admitted. Each kind of work has its own budget (`Policy`): how many requests hold a place at once,
+A refusal costs no tokenizing and no queue slot, so an overloaded server keeps its time for the requests it
+admitted. Each kind of work has its own budget (`Policy`): how many requests hold a place at once,
 how long one may wait for a place before it is refused (chat waits for a slot; a decision waits a few seconds,
 so a burst is served back to back instead of sleeping through client-side retries), and how many places
 anonymous callers (the UI) may never take, so keyed API traffic is never starved by anonymous traffic; when a
@@ -28,8 +29,11 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
+
+from starlette.concurrency import run_in_threadpool
 
 from .errors import Overloaded
 
@@ -335,6 +339,21 @@ class Admission:
 
     def enter(self, kind: str, caller_class: str = KEYED):
         return self.gate(kind).enter(caller_class)
+
+    @asynccontextmanager
+    async def admit(self, kind: str, caller_class: str = KEYED, check: Callable | None = None, *args):
+        """The pipeline's check and admit steps, in that order, for every entry point: `check(*args)` (in a worker
+        thread) refuses what it will, then a place is taken. Yields (what `check` returned, the ticket)."""
+        checked = await run_in_threadpool(check, *args) if check is not None else None
+        async with self.gate(kind).enter(caller_class) as ticket:
+            yield checked, ticket
+
+    @contextmanager
+    def admit_sync(self, kind: str, caller_class: str = KEYED, check: Callable | None = None, *args):
+        """`admit` for code running in a worker thread (the Gradio UI's synchronous handlers)."""
+        checked = check(*args) if check is not None else None
+        with self.gate(kind).enter_sync(caller_class) as ticket:
+            yield checked, ticket
 
     def enter_sync(self, kind: str, caller_class: str = KEYED):
         return self.gate(kind).enter_sync(caller_class)

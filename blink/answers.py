@@ -31,6 +31,13 @@ def softmax(logits: list[float]) -> list[float]:
     return [e / total for e in exps]
 
 
+def probabilities(rows: list[list[float]], temperature: float = 1.0) -> list[float]:
+    """The option probabilities of one question from its readings (one row of label logits per reading, every
+    row in the question's option order): the mean over readings of softmax(logits / T)."""
+    dists = [softmax([x / temperature for x in row]) for row in rows]
+    return [math.fsum(column) / len(dists) for column in zip(*dists)]
+
+
 def answer(question: Question, logits: list[float]) -> dict:
     """The System One answer to `question` from its label logits (temperature already applied)."""
     return answer_from_probabilities(question, softmax(logits))
@@ -40,3 +47,23 @@ def answer_from_probabilities(question: Question, probabilities: list[float]) ->
     """The System One answer to `question` from its option probabilities (in its option order)."""
     raw = question.answer(probabilities)
     return {key: raw[key] for key in KEY_ORDER[question.type]}
+
+
+def aligned(question: Question, reading: Question, row: list[float]) -> list[float]:
+    """A reading's label logits in the question's own option order."""
+    where = {option: i for i, option in enumerate(reading.options)}
+    return [row[where[option]] for option in question.options]
+
+
+def read_answers(
+    questions: list[Question], readings: list[Question], logits: list[list[float]], temperatures: dict
+) -> dict:
+    """Answers keyed by question id, in request order, from every reading's label logits."""
+    rows: dict[str, list[list[float]]] = {q.name: [] for q in questions}
+    by_name = {q.name: q for q in questions}
+    for reading, row in zip(readings, logits, strict=True):
+        rows[reading.name].append(aligned(by_name[reading.name], reading, row))
+    return {
+        q.name: answer_from_probabilities(q, probabilities(rows[q.name], temperatures.get(q.type, 1.0)))
+        for q in questions
+    }

@@ -2,8 +2,8 @@
 
 Requests are queued (bounded: a full queue is refused with 529 + Retry-After, never left to time out);
 the thread takes the first waiting request, keeps collecting for `window` seconds or until `max_batch`
-requests of the same caller, and scores them all in ONE call of `run(plans, caller)` (the engine's
-`score_many`, or the Space's `@spaces.GPU` wrapper, which spends that caller's quota). It returns one result
+requests of the same caller, and scores them all in ONE call of `score(plans, caller)` (the backend's, blink.backend:
+in this process, the Space's `@spaces.GPU` function as that caller, or vLLM replicas). It returns one result
 per plan, which goes to that request's future as it is: each request still gets its own answers or its own
 error. With a window of 0 it serves one request per call.
 """
@@ -34,9 +34,9 @@ class Job:
 
 class Batcher:
     def __init__(
-        self, run: Callable[[list, Any], list], window_s: float = 0.0, max_batch: int = 16, max_queued: int = 64
+        self, score: Callable[[list, Any], list], window_s: float = 0.0, max_batch: int = 16, max_queued: int = 64
     ):
-        self.run = run
+        self.score = score
         self.window_s = window_s
         self.max_batch = max_batch if window_s > 0 else 1
         self.max_queued = max_queued
@@ -98,7 +98,7 @@ class Batcher:
             for job in jobs:
                 job.started_at = started
             try:
-                out = self.run([job.plan for job in jobs], jobs[0].caller)
+                out = self.score([job.plan for job in jobs], jobs[0].caller)
             except BaseException as exc:  # noqa: BLE001 - every waiting request learns why; the thread lives on
                 for job in jobs:
                     job.future.set_exception(exc)

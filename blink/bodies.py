@@ -1,6 +1,11 @@
 """Request bodies, read by hand for every wire: size cap, `Content-Encoding` (zstd, gzip, deflate), JSON or
 TypeSafe's multipart.
 
+A body is read before its request takes a work place (blink.admission), so a client that sends slowly, or stops
+halfway, holds only the bytes it has sent: `BodyBudget` bounds those bytes across every body still being read
+or parsed (a request past it is refused with 529 + Retry-After), and how many bodies are decoded and parsed at once
+(each bounded by `max_decoded_bytes`), so memory stays bounded whatever the clients do.
+
 Decoding and JSON parsing are blink.safejson's (cost bounded by the limits, not by the input).
 Not FastAPI's body validation: the cap must apply while the body streams in, compressed bodies must be decoded
 first, and every error must come out in the wire's own shape (blink.http renders it), also when the routes
@@ -9,15 +14,73 @@ are grafted onto Gradio's app, where our exception handlers and middleware don't
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from . import safejson
-from .errors import BlinkError, InvalidRequest, PayloadTooLarge
+from .admission import Bound
+from .errors import BlinkError, InvalidRequest, Overloaded, PayloadTooLarge
 from .limits import Limits
 
+BODIES_IN_FLIGHT_BYTES = 256 * 2**20
+BODIES_PARSING = 4  # bodies decoded at once when they may grow (compressed, or large)
+SMALL_BODY_BYTES = 2**20
 
-async def read_body(request: Request, limits: Limits) -> bytes:
-    """The raw body, refused with 413 as soon as it passes the cap (a 100 MB body is never held whole)."""
+
+class BodyBudget:
+    """The bytes of request bodies held at once, across every request whose body is still arriving or being
+    parsed, and how many bodies are decoded and parsed at once."""
+
+    def __init__(self, max_bytes: int = BODIES_IN_FLIGHT_BYTES, parsing: int = BODIES_PARSING):
+        self.max_bytes = max_bytes
+        self.held = 0
+        self.lock = threading.Lock()
+        self.parsing = Bound(parsing)
+
+    def take(self, n: int) -> None:
+        with self.lock:
+            if self.held + n > self.max_bytes:
+                raise Overloaded(
+                    f"blink is busy: the request bodies being received hold {self.held} of the {self.max_bytes} "
+                    "bytes this server buffers at once. Retry after 1 s.",
+                    retry_after=1,
+                    kind="overloaded",
+                )
+            self.held += n
+
+    def give(self, n: int) -> None:
+        with self.lock:
+            self.held -= n
+
+    def state(self) -> dict:
+        return {"held_bytes": self.held, "max_bytes": self.max_bytes, "parsing": self.parsing.held}
+
+
+class Held:
+    """The bytes one body holds in a budget, given back once, however the request ends."""
+
+    def __init__(self, budget: BodyBudget | None):
+        self.budget, self.bytes = budget, 0
+
+    def take(self, n: int) -> None:
+        if self.budget is not None:
+            self.budget.take(n)
+            self.bytes += n
+
+    def give_back(self) -> None:
+        if self.budget is not None and self.bytes:
+            self.budget.give(self.bytes)
+            self.bytes = 0
+
+
+async def read_body(request: Request, limits: Limits, held: Held | None = None) -> bytes:
+    """The raw body, refused with 413 as soon as it passes the cap (a 100 MB body is never held whole); each chunk
+    taken from the bodies' budget as it arrives."""
+    held = held or Held(None)
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limits.max_body_bytes:
         raise PayloadTooLarge(
@@ -32,6 +95,7 @@ async def read_body(request: Request, limits: Limits) -> bytes:
                 f"the body is over {limits.max_body_bytes} bytes, this server's limit per request",
                 kind="body_too_large",
             )
+        held.take(len(chunk))
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -108,15 +172,41 @@ def parse_multipart(data: bytes, content_type: str) -> tuple[dict, dict[str, tup
     return body, parts
 
 
-async def read_request(request: Request, limits: Limits) -> tuple[object, dict]:
-    """The decoded request body (JSON, or multipart with its extra parts), decoded and parsed in a worker thread
-    so that no body, however built, holds up the event loop (/healthz and every other request keep answering)."""
-    from starlette.concurrency import run_in_threadpool
+@asynccontextmanager
+async def received(request: Request, limits: Limits, budget: BodyBudget | None = None):
+    """The raw body, its bytes held in the bodies' budget until the block ends (once it is parsed)."""
+    held = Held(budget)
+    try:
+        yield await read_body(request, limits, held)
+    finally:
+        held.give_back()
 
-    raw = await read_body(request, limits)
-    return await run_in_threadpool(
-        parse_request, raw, request.headers.get("content-encoding"), request.headers.get("content-type", ""), limits
-    )
+
+async def parse_body(
+    raw: bytes,
+    headers,
+    limits: Limits,
+    budget: BodyBudget | None = None,
+    then: Callable | None = None,
+    inline_below: int = 0,
+) -> tuple[object, dict, object]:
+    """The body decoded and parsed (JSON, or multipart with its extra parts) in a worker thread, so that no body,
+    however built, holds up the event loop (/healthz and every other request keep answering); `then(body, parts)`
+    runs in the same thread hop (a route's check). A plain body under `inline_below` bytes, whose parse and check
+    cost microseconds, is handled on the loop: a thread hop would cost more than the work. Returns (body, parts,
+    what `then` returned)."""
+    encoding, content_type = headers.get("content-encoding"), headers.get("content-type", "")
+
+    def parse():
+        body, parts = parse_request(raw, encoding, content_type, limits)
+        return body, parts, (then(body, parts) if then is not None else None)
+
+    if not encoding and len(raw) < inline_below:
+        return parse()
+    if budget is None or (not encoding and len(raw) <= SMALL_BODY_BYTES):  # small: decoded size is its own
+        return await run_in_threadpool(parse)
+    async with budget.parsing.hold_async():
+        return await run_in_threadpool(parse)
 
 
 def parse_request(raw: bytes, encoding: str | None, content_type: str, limits: Limits) -> tuple[object, dict]:

@@ -109,8 +109,8 @@ def read_data(engine, path: Path, progress) -> tuple[list, list[str]]:
 
 def examples_of(prepared, labels: dict, scores) -> list:
     """(type, Example) per question of one scored line."""
+    from .answers import aligned
     from .calibration import Example
-    from .rotation import aligned
 
     logits = [row for prompt_scores in scores for row in prompt_scores]
     rows = {q.name: [] for q in prepared.decision.questions}
@@ -194,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
     with progress(total=len(lines), desc="scoring", unit=" requests") as bar:
         for start in range(0, len(lines), args.batch):
             chunk = lines[start : start + args.batch]
-            results = engine.score_many([prepared.prompts for _, prepared, _ in chunk])
+            results = engine.score([prepared.prompts for _, prepared, _ in chunk])
             for (number, prepared, labels), scored in zip(chunk, results):
                 if scored.error is not None:
                     print(f"error: {path.name} line {number}: the model failed: {scored.error}", file=sys.stderr)

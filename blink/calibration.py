@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .answers import softmax
+from .answers import probabilities
+from .errors import StartupError
 
 FORMAT, VERSION = "blink-calibration", 1
 FILE_NAME = "calibration.json"
@@ -40,7 +41,7 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 DECISION_FILES = ("decision.json", "decision_template.jinja")
 
 
-class CalibrationError(SystemExit):
+class CalibrationError(StartupError):
     """A calibration file the server refuses to start with (the message says why and what to do)."""
 
 
@@ -189,13 +190,6 @@ def weights_fingerprint(root: Path, adapter: str | None = None, adapter_revision
 
 
 # probabilities, metrics and the fit ---------------------------------------------------------------------------
-def probabilities(rows: list[list[float]], temperature: float = 1.0) -> list[float]:
-    """The option probabilities of one question from its readings (one row of label logits per reading, every
-    row in the question's option order): the mean over readings of softmax(logits / T)."""
-    dists = [softmax([x / temperature for x in row]) for row in rows]
-    return [math.fsum(column) / len(dists) for column in zip(*dists)]
-
-
 @dataclass
 class Example:
     """One labelled question: its readings (label logits in its option order) and the index of the true option."""

@@ -71,7 +71,7 @@ def routes(ctx: Context) -> list[Route]:
         return ctx.current_health()
 
     return [
-        Route("/v1/models", Endpoint(ctx, WIRE, models, read_body=False), methods=["GET"]),
-        Route("/v1/models/{name:path}", Endpoint(ctx, protocol.WIRE, model, read_body=False), methods=["GET"]),
-        Route("/healthz", Endpoint(ctx, WIRE, healthz, auth=False, read_body=False), methods=["GET"]),
+        Route("/v1/models", Endpoint(ctx, WIRE, models), methods=["GET"]),
+        Route("/v1/models/{name:path}", Endpoint(ctx, protocol.WIRE, model), methods=["GET"]),
+        Route("/healthz", Endpoint(ctx, WIRE, healthz, auth=False), methods=["GET"]),
     ]

@@ -28,9 +28,9 @@ from typing import Any
 from .errors import InvalidRequest, param_of
 from .limits import Limits
 from .logprobs import TokenLogprobs
-from .safejson import TokenCap
 from .structured import Grammars
 from .text import IncrementalDecoder, StopStrings
+from .tokens import TokenCap
 
 DEFAULT_MAX_OUTPUT_TOKENS = 4096
 
@@ -182,7 +182,7 @@ class ChatEngine:
             ids = ids[0]
         images = []
         if with_images:
-            from .prompts import split_images
+            from .vision import split_images
 
             images = split_images(dict(out), {})
         return Rendered([int(i) for i in ids], 0, images)

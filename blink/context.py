@@ -1,5 +1,6 @@
-"""What every route needs: the decision service, the chat function, the key, the limits, the served names,
-the admission gates and the health figures. Built once by the standalone server or the Space, handed to the routers."""
+"""What every route needs: the decision and chat services (over one backend, blink.backend), the key, the limits,
+the served names, the bodies' budget, the admission gates and the health figures. Built once by the standalone
+server or the Space, handed to the routers."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Any
 
 from .admission import Admission
 from .auth import ApiKey
+from .bodies import BodyBudget
+from .chat_service import ChatService
 from .limits import Limits
 from .service import DecisionService
 
@@ -22,11 +25,8 @@ def anonymous(request) -> None:
 @dataclass
 class Context:
     service: DecisionService
+    chats: ChatService
     served_name: str
-    # chat generation: `chat(ids, params, caller)`, a generator, plain data in and out (blink.chat)
-    chat: Callable[..., Any]
-    # the main-process half of chat (render, token budget): a blink.chat.ChatEngine
-    chat_engine: Any
     auth: ApiKey = field(default_factory=ApiKey)
     limits: Limits = field(default_factory=Limits)
     aliases: tuple[str, ...] = ()
@@ -38,15 +38,15 @@ class Context:
     # one gate per kind of model work (decide, chat), entered by every surface before any work: the API's
     # routes, the Space's UI, MCP; chat's gate holds the generation slots
     admission: Admission = field(default_factory=Admission.standard)
-    # seconds without a token before a streamed chat sends an SSE keep-alive comment
-    sse_keepalive_s: float = 5.0
+    # the bytes of request bodies being received or parsed at once, before any admission
+    body_budget: BodyBudget = field(default_factory=BodyBudget)
     # extra health figures computed on request (e.g. the Space's GPU-duration accounting)
     live_health: list[Callable[[], dict]] = field(default_factory=list)
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
-    def engine(self):
-        return self.service.engine
+    def planner(self):
+        return self.service.planner
 
     def current_health(self) -> dict:
         stats = self.service.batcher.stats()
@@ -56,6 +56,7 @@ class Context:
             "batching": stats,
             "chat_slots": self.chat_slots(),
             "admission": self.admission.state(),
+            "bodies_in_flight": self.body_budget.state(),
             "api_key_required": self.auth.required,
         }
         for extra in self.live_health:

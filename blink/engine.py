@@ -1,10 +1,11 @@
-"""The decision engine: a request becomes prompts (main process), scores (one GPU call), answers.
+"""A decision's steps: checked, planned into prompts (main process), scored (one GPU call), answered.
 
-The three steps are separate on purpose. `prepare` and `answer` run in the main process on plain CPU data;
-`score_many` is the only step that touches the model, takes plain data and returns plain data (`Scored`), so
-on ZeroGPU it can be wrapped in `@spaces.GPU` and cross the process boundary by pickle, and a batcher can
-hand it many requests at once. Every caller walks the same three steps: the decision service (both wires,
-through the batcher) and `decide` (warm-up, tests, tools: in this thread).
+`DecisionPlanner` is the main-process side on plain CPU data: `check` refuses what can be refused without the
+model's tokenizer having run (before the request is admitted), `plan` tokenizes under the limits (after it is
+admitted), `answer` reads the scores. Scoring is the backend's (blink.backend): `Engine` is the planner with
+blink's executor in this process, whose `score` takes plain data and returns plain data (`Scored`), so on ZeroGPU
+it is wrapped in `@spaces.GPU` and crosses the process boundary by pickle, and a batcher hands it many requests
+at once.
 """
 
 from __future__ import annotations
@@ -13,18 +14,18 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from .answers import read_answers
 from .calibration import UNCALIBRATED, Calibration
-from .errors import BlinkError, EngineFailure, InvalidRequest
+from .errors import BlinkError, EngineFailure, InvalidRequest, StartupError
 from .executor import Executor
-from .image_guard import give_back_memory
 from .images import ImageLimits, has_images, load_images, place_images
 from .limits import Limits
 from .loading import Loaded
+from .memory import give_back_memory
 from .plan import Prompt, Scored, image_usage, processed_tokens
 from .prompts import PromptBuilder, decision_config_for
 from .questions import Decision, QuestionMemo, parse_decision
-from .rotation import build as build_readings
-from .rotation import one_prompt_per_question, read_answers
+from .rotation import one_prompt_per_question, rotations
 
 log = logging.getLogger("blink")
 
@@ -55,6 +56,16 @@ WARMUP = {
 
 
 @dataclass
+class Checked:
+    """A decision refused by nothing the planner can see before tokenizing: the body (images not yet decoded)
+    and, for a text-only body, the parsed decision (an image body is parsed again once its images are placed)."""
+
+    body: dict
+    parts: dict
+    decision: Decision | None
+
+
+@dataclass
 class Prepared:
     """A validated, tokenized decision: what the GPU call needs (`prompts`) and what the answers and the usage
     need."""
@@ -74,22 +85,19 @@ def failure(exc: Exception) -> BlinkError:
     return EngineFailure(f"the model failed on this request: {type(exc).__name__}: {exc}")
 
 
-class Engine:
+class DecisionPlanner:
+    """The main-process side of decisions for one model: check, plan, answer. Needs the tokenizer and templates
+    only (no weights), so it also serves in front of vLLM replicas."""
+
     def __init__(
         self,
         loaded: Loaded,
         limits: Limits | None = None,
         image_limits: ImageLimits | None = None,
         image_layout: str = "inline",
-        pass_cost_tokens: float | None = None,
-        pass_cache_bytes: int | None = None,
-        prefix_cache_bytes: int | None = None,
         calibration: Calibration = UNCALIBRATED,
         order: str = "fixed",
-        local: bool = True,
     ):
-        """`local=False`: the scores come from elsewhere (vLLM replicas, see blink/vllm): no executor is built and
-        `score_many` is not called; the engine prepares and answers."""
         self.loaded = loaded
         self.limits = limits or Limits()
         self.image_limits = image_limits or ImageLimits()
@@ -101,44 +109,48 @@ class Engine:
         self.calibration = calibration
         self.order = order  # the server's default `x_order`
         if order == "rotate" and not one_prompt_per_question(self.config):
-            raise SystemExit("x_order rotate needs a model whose template renders one question per prompt")
+            raise StartupError("x_order rotate needs a model whose template renders one question per prompt")
         self.questions = QuestionMemo()  # questions seen before, parsed and validated once
-        self.executor = (
-            Executor(
-                loaded.model,
-                pass_cost_tokens=pass_cost_tokens,
-                pass_cache_bytes=pass_cache_bytes,
-                prefix_cache_bytes=prefix_cache_bytes,
-            )
-            if local
-            else None
-        )
 
     @property
     def accepts_images(self) -> bool:
         return self.processor is not None
 
-    # main process --------------------------------------------------------------------------------------
-    def prepare(self, body, parts: dict | None = None) -> Prepared:
-        """Validate and tokenize a System One body (and its multipart parts) into what the GPU call needs."""
-        images = None
-        if has_images(body, parts or {}):
-            if not self.accepts_images:
-                raise InvalidRequest(
-                    "this server's model reads text only: images are not accepted",
-                    loc=["body", "assets"],
-                    kind="images_unsupported",
-                )
-            body, images, first = load_images(body, parts or {}, self.image_limits)
+    def check(self, body, parts: dict | None = None) -> Checked:
+        """Everything refusable before tokenizing: the body's shape, its questions, the `x_` fields, images on a
+        text-only model. Cheap whatever the body holds; runs before the request takes a place."""
+        parts = parts or {}
+        if not has_images(body, parts):
+            return Checked(body, parts, parse_decision(body, self.config, self.limits, self.questions))
+        if not self.accepts_images:
+            raise InvalidRequest(
+                "this server's model reads text only: images are not accepted",
+                loc=["body", "assets"],
+                kind="images_unsupported",
+            )
+        return Checked(body, parts, None)
+
+    def plan(self, checked: Checked) -> Prepared:
+        """The checked decision tokenized into what the GPU call needs, every count capped by the limits."""
+        images, decision = None, checked.decision
+        if decision is None:
+            body, images, first = load_images(checked.body, checked.parts, self.image_limits)
             body = place_images(body, first, self.image_layout, list(images))
-        # the state's length is checked where it is tokenized, with images standing as placeholders by now
-        decision = parse_decision(body, self.config, self.limits, self.questions)
-        prompts, readings = build_readings(self.prompts, decision, images, decision.order or self.order)
+            # the state's length is checked where it is tokenized, with images standing as placeholders by now
+            decision = parse_decision(body, self.config, self.limits, self.questions)
+        prompts = self.prompts.build(decision, images)
+        readings = list(decision.questions)  # one read per question, unless each choice is read once per rotation
+        if (decision.order or self.order) == "rotate":
+            prompts, readings = rotations(self.prompts, decision, images, prompts)
         usage = image_usage(prompts, self.processor) if images else None
         if images:  # the decoded pictures are dropped now (the prompts hold the processed pixels)
             images = None
             give_back_memory()
         return Prepared(decision, prompts, processed_tokens(prompts), usage, readings)
+
+    def prepare(self, body, parts: dict | None = None) -> Prepared:
+        """`check` then `plan`, in this thread (tests, tools, warm-up)."""
+        return self.plan(self.check(body, parts))
 
     def answer(self, prepared: Prepared, scores: list[list[list[float]]]) -> dict:
         """Answers keyed by question id, in request order."""
@@ -150,8 +162,32 @@ class Engine:
         """`{"applied", "temperatures"}`: what calibration this request's answers got."""
         return self.calibration.fact(prepared.decision.raw_probabilities)
 
-    # the GPU step ----------------------------------------------------------------------------------------
-    def score_many(self, plans: list[list[Prompt]]) -> list[Scored]:
+
+class Engine(DecisionPlanner):
+    """The planner with blink's executor in this process: it scores too (the in-process backend, the Space's GPU
+    worker, warm-up, tests)."""
+
+    def __init__(
+        self,
+        loaded: Loaded,
+        limits: Limits | None = None,
+        image_limits: ImageLimits | None = None,
+        image_layout: str = "inline",
+        pass_cost_tokens: float | None = None,
+        pass_cache_bytes: int | None = None,
+        prefix_cache_bytes: int | None = None,
+        calibration: Calibration = UNCALIBRATED,
+        order: str = "fixed",
+    ):
+        super().__init__(loaded, limits, image_limits, image_layout, calibration, order)
+        self.executor = Executor(
+            loaded.model,
+            pass_cost_tokens=pass_cost_tokens,
+            pass_cache_bytes=pass_cache_bytes,
+            prefix_cache_bytes=prefix_cache_bytes,
+        )
+
+    def score(self, plans: list[list[Prompt]]) -> list[Scored]:
         """Scores many requests in one call, one `Scored` per plan: its scores or its own error (a failed batch
         is retried one request at a time, so one bad request doesn't fail the others). Never raises."""
         start = time.perf_counter()
@@ -172,11 +208,10 @@ class Engine:
         except Exception as exc:  # noqa: BLE001
             return None, failure(exc), 0
 
-    # in this thread ----------------------------------------------------------------------------------------
     def decide(self, body) -> dict:
         """Prepare, score and answer one request in this thread (warm-up, tests, tools)."""
         prepared = self.prepare(body)
-        (scored,) = self.score_many([prepared.prompts])
+        (scored,) = self.score([prepared.prompts])
         return self.answer(prepared, scored.result())
 
     def warmup(self) -> bool:

@@ -114,3 +114,8 @@ class EngineFailure(BlinkError):
 
     status = 500
     error_type = "internal_error"
+
+
+class StartupError(Exception):
+    """The server cannot start as configured (a bad setting, a model blink cannot drive, weights that do not
+    match): raised by library code, shown by the entry points (`python -m blink`, app.py) as one line."""

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .errors import StartupError
 from .passes import length_buckets
 from .plan import Prompt, common_prefix_length
 from .prefix_cache import Entry, PrefixCache, layer_tensors, row_of
@@ -76,10 +77,10 @@ def decoder_of(model) -> tuple:
     name = type(model).__name__
     config = model.config
     if getattr(config, "is_encoder_decoder", False) or not model.can_generate():
-        raise SystemExit(f"{name} is not a decoder-only language model: blink's engine scores decoders only")
+        raise StartupError(f"{name} is not a decoder-only language model: blink's engine scores decoders only")
     inner = getattr(model, "model", None)
     if inner is None or model.get_output_embeddings() is None:
-        raise SystemExit(
+        raise StartupError(
             f"{name} does not keep its decoder at `.model` with an LM head (transformers' layout of Llama-family "
             "decoders, which blink's engine drives directly): it cannot be served"
         )
@@ -88,9 +89,9 @@ def decoder_of(model) -> tuple:
     base = inner.language_model if vision is not None else inner
     missing = [p for p in DECODER_INPUTS if p not in inspect.signature(base.forward).parameters]
     if missing:
-        raise SystemExit(f"{name}'s decoder takes no {', '.join(missing)}: blink's engine cannot drive it")
+        raise StartupError(f"{name}'s decoder takes no {', '.join(missing)}: blink's engine cannot drive it")
     if not getattr(base.config, "rope_parameters", None):
-        raise SystemExit(
+        raise StartupError(
             f"{name} has no rotary position embedding: blink's engine continues positions across a cached, "
             "left-padded prefix, which it only does exactly for RoPE decoders"
         )

@@ -1,10 +1,16 @@
-"""One route wrapper per wire family: what every blink route does around its own few lines.
+"""The request pipeline of every blink route, written once: a route declares what it is, not how to serve it.
 
-`Endpoint(ctx, wire, handler, admit=kind)` is the ASGI app of one route. It gives the request an id, checks
-the API key, enters the admission gate of its kind of work (blink.admission: refused with 529 + Retry-After
-before a byte of the body is read, so a refusal costs microseconds), reads the body (blink.bodies), calls
-`handler(call)` and answers: a dict as JSON with 200, a Response as it
-is. A BlinkError is rendered in the wire's own shape; anything else is logged and answered 500 in that shape.
+`Endpoint(ctx, wire, handler, body=Body(...), check=fn, admit=kind)` is the ASGI app of one route. In order:
+1. a request id and the API key;
+2. the body, read under its deadlines (blink.guard) and its caps *without* holding a work place: the bytes of
+   bodies in flight are bounded by the server's `BodyBudget` (blink.bodies), so stalled or trickling bodies
+   hold bytes, never the places normal requests need;
+3. `check(call)` in a worker thread: everything refusable without the model (the body's shape, its fields, images
+   on a text-only model) is refused here, at once, whatever the load;
+4. admission to the route's kind of work (blink.admission): a place, or 529 + Retry-After;
+5. `handler(call)`: the capped token count (under the ticket's preparing bound) and the work, answered as a dict
+   (JSON, 200) or a Response as it is.
+A BlinkError is rendered in the wire's own shape; anything else is logged and answered 500 in that shape.
 Every response carries the request id (under the wire's header names) and `server-timing`.
 
 Routes are plain ASGI apps, not FastAPI dependencies or exception handlers, because the Space grafts them
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
@@ -29,22 +36,40 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Match, Route
 
 from .admission import KEYED
-from .bodies import read_request
-from .errors import BlinkError, EngineFailure, NoRoute, Unauthorized
-from .service import Timing
+from .bodies import parse_body, received
+from .errors import BlinkError, EngineFailure, InvalidRequest, NoRoute, Unauthorized
 
 log = logging.getLogger("blink")
 
 UNAUTHORIZED = "missing or invalid API key: send Authorization: Bearer <key>"
+# a decision body this small is parsed and checked in microseconds: on the event loop, not in a thread
+CHEAP_CHECK_BYTES = 16 * 1024
 
 
 def new_request_id() -> str:
     return "req_" + uuid.uuid4().hex
+
+
+@dataclass
+class Timing:
+    """Phases of one request, for the `server-timing` header (milliseconds)."""
+
+    start: float = field(default_factory=time.perf_counter)
+    phases: dict = field(default_factory=dict)
+
+    def add(self, name: str, seconds: float) -> None:
+        self.phases[name] = self.phases.get(name, 0.0) + seconds * 1000
+
+    def header(self) -> str:
+        parts = [f"{name};dur={ms:.2f}" for name, ms in self.phases.items()]
+        parts.append(f"total;dur={(time.perf_counter() - self.start) * 1000:.2f}")
+        return ", ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -83,10 +108,26 @@ class Call:
     caller: Any = None
     body: Any = None
     parts: dict = field(default_factory=dict)  # multipart assets: {name: (content type, bytes)}
+    checked: Any = None  # what the route's `check` made of the body (a parsed request)
     ticket: Any = None  # the admission place held for the whole exchange (blink.admission.Ticket)
 
 
 Handler = Callable[[Call], Awaitable["dict | Response"]]
+
+
+@dataclass(frozen=True)
+class Body:
+    """A route's body: JSON, and TypeSafe's multipart too when `multipart`. `what` names the requests in the
+    refusal of a multipart body to a JSON-only route."""
+
+    what: str = "requests"
+    multipart: bool = False
+
+    def refuse_parts(self, parts: dict) -> None:
+        if parts and not self.multipart:
+            raise InvalidRequest(
+                f"send {self.what} as JSON (application/json), not multipart", loc=["body"], kind="unsupported_media"
+            )
 
 
 class Endpoint:
@@ -99,12 +140,46 @@ class Endpoint:
         handler: Handler,
         *,
         auth: bool = True,
-        read_body: bool = True,
-        cancel_on_disconnect: bool = False,
+        body: Body | None = None,
+        check: Callable[[Call], Any] | None = None,
         admit: str | None = None,
+        cancel_on_disconnect: bool = False,
+        inline_below: int = 0,
     ):
-        self.ctx, self.wire, self.handler, self.admit = ctx, wire, handler, admit
-        self.auth, self.read_body, self.cancel_on_disconnect = auth, read_body, cancel_on_disconnect
+        """`body`: None for routes that read none; `check(call)`: the route's validation, before admission;
+        `admit`: the kind of work it does (blink.admission), None for routes that spend no model time;
+        `inline_below`: a plain body under these bytes is parsed and checked on the event loop (a check that costs
+        microseconds for such a body: a thread hop would cost more)."""
+        self.ctx, self.wire, self.handler = ctx, wire, handler
+        self.auth, self.body, self.check, self.admit = auth, body, check, admit
+        self.cancel_on_disconnect, self.inline_below = cancel_on_disconnect, inline_below
+
+    async def _through(self, call: Call) -> None:
+        """Steps 1-4 of the pipeline."""
+        ctx, request = self.ctx, call.request
+        if self.auth and not ctx.auth.allows(request.headers.get("authorization")):
+            raise Unauthorized(UNAUTHORIZED)
+        if self.body is not None:
+            started = time.perf_counter()
+            async with received(request, ctx.limits, ctx.body_budget) as raw:
+                call.timing.add("body", time.perf_counter() - started)  # the client's bytes arriving
+                call.body, call.parts, call.checked = await parse_body(  # parsed and checked in one thread hop
+                    raw,
+                    request.headers,
+                    ctx.limits,
+                    ctx.body_budget,
+                    then=lambda body, parts: self._check(call, body, parts),
+                    inline_below=self.inline_below,
+                )
+        elif self.check is not None:
+            call.checked = await run_in_threadpool(self.check, call)
+        if self.admit:  # API callers passed the key (or none is set): keyed
+            _, call.ticket = await call.held.enter_async_context(ctx.admission.admit(self.admit, KEYED))
+
+    def _check(self, call: Call, body, parts: dict):
+        call.body, call.parts = body, parts
+        self.body.refuse_parts(parts)
+        return self.check(call) if self.check is not None else None
 
     async def __call__(self, scope, receive, send) -> None:
         ctx, wire = self.ctx, self.wire
@@ -112,12 +187,7 @@ class Endpoint:
         async with AsyncExitStack() as held:
             call = Call(request, new_request_id(), Timing(), held, caller=ctx.caller_of(request))
             try:
-                if self.auth and not ctx.auth.allows(request.headers.get("authorization")):
-                    raise Unauthorized(UNAUTHORIZED)
-                if self.admit:  # API callers passed the key (or none is set): keyed
-                    call.ticket = await held.enter_async_context(ctx.admission.enter(self.admit, KEYED))
-                if self.read_body:
-                    call.body, call.parts = await read_request(request, ctx.limits)
+                await self._through(call)
             except ClientDisconnect:
                 return  # nobody to answer
             except BlinkError as error:
@@ -180,4 +250,4 @@ def not_routed(ctx, prefix: str, wire: Wire, routes: list) -> Route:
             )
         raise NoRoute(f"there is no route {method} {path} on this server", kind="unknown_route")
 
-    return Route(prefix + "{rest:path}", Endpoint(ctx, wire, refuse, auth=False, read_body=False))
+    return Route(prefix + "{rest:path}", Endpoint(ctx, wire, refuse, auth=False))

@@ -11,8 +11,7 @@ under the bounds (one hook: `images.load_images` calls `decode_all`):
 - decoding itself: at most `concurrent` images at once in the process (so peak memory is bounded by
   concurrent x the largest image, and glibc's per-thread arenas don't grow with the number of clients), a
   truncated or corrupt file is a 422, and JPEGs are decoded at reduced scale (`draft`) when they are larger than
-  what the model will see;
-- after a request, `give_back_memory()` returns freed heap to the system (glibc keeps it otherwise).
+  what the model will see.
 
 Per-request budget, stated: decoded pixels of one request at most `request_bytes` (default 256 MiB: two images
 at the default 20-megapixel source limit, RGB), and at most `concurrent` x the largest image being decoded at
@@ -21,7 +20,6 @@ any moment across requests.
 
 from __future__ import annotations
 
-import ctypes
 import io
 import math
 import threading
@@ -213,11 +211,3 @@ def decode_all(
     headers = [inspect(name, data, max_source_pixels, budget) for name, data in raw.items()]
     check_request(headers, budget)
     return {h.name: decode(h, raw[h.name], max_pixels) for h in headers}
-
-
-def give_back_memory() -> None:
-    """Return freed heap to the operating system (glibc keeps freed arenas otherwise); a no-op elsewhere."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass

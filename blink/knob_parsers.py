@@ -8,7 +8,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .auth import check_key
+
+def check_key(value: str | None) -> str | None:
+    """Validate a configured key: empty means open; a key must fit in a header (printable ASCII, no spaces),
+    as TypeSafe's SDKs require of theirs."""
+    key = (value or "").strip()
+    if not key:
+        return None
+    if not (key.isascii() and key.isprintable()) or any(c.isspace() for c in key):
+        raise ValueError("the API key must be printable ASCII without whitespace")
+    return key
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,14 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .errors import StartupError
+
 log = logging.getLogger("blink")
 
 OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_TELEMETRY")
 
 
-class WeightsMismatch(SystemExit):
+class WeightsMismatch(StartupError):
     pass
 
 
@@ -162,7 +164,7 @@ class _fail_on_missing_adapter_keys(logging.Handler):
         messages = self.seen + [str(w.message) for w in self.caught]
         missing = [m for m in messages if "missing adapter keys" in m.lower()]
         if missing and exc[0] is None:
-            raise SystemExit(f"the adapter does not fit this model class: {missing[0][:300]}")
+            raise StartupError(f"the adapter does not fit this model class: {missing[0][:300]}")
         return False
 
 

@@ -22,7 +22,6 @@ one, else the generic label prompt inside the model's chat template with thinkin
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import string
 import threading
@@ -36,10 +35,11 @@ from transformers.utils.chat_template_utils import _CONTROL_TOKEN_END, _CONTROL_
 
 from .errors import InvalidRequest
 from .limits import Limits
-from .plan import Image, Prompt, Read, processed_tokens
+from .plan import Prompt, Read, processed_tokens
 from .prefix_encoder import PrefixReusingEncoder
 from .questions import Decision
-from .safejson import capped_tokens, longest_token_chars
+from .tokens import capped_tokens, longest_token_chars
+from .vision import split_images
 
 MAX_LABELS = 255
 
@@ -194,20 +194,6 @@ def state_too_long(decision: Decision, limit: int) -> InvalidRequest:
     )
 
 
-def split_images(inputs: dict, shared: dict) -> list[Image]:
-    """The prompt's images, one `Image` per occurrence, the same object for the same pixels across prompts."""
-    if "pixel_values" not in inputs:
-        return []
-    out, start = [], 0
-    for grid in inputs["image_grid_thw"].tolist():
-        patches = grid[0] * grid[1] * grid[2]
-        pixels = inputs["pixel_values"][start : start + patches].contiguous()
-        start += patches
-        key = hashlib.sha256(pixels.numpy().tobytes()).hexdigest()[:32] + "-" + "x".join(map(str, grid))
-        out.append(shared.setdefault(key, Image(key, pixels, grid)))
-    return out
-
-
 class OnceRenderer:
     """The generic prompt of a text-only decision, rendered once per state and once per distinct question.
 
@@ -223,7 +209,7 @@ class OnceRenderer:
     holds a control token (or the sanitizer's markers) takes the library's path: sanitizing would change it.
 
     The first half is the only tokenize of the state, so it is the one that counts it against the context limit:
-    capped (`safejson.capped_tokens`), a state past the limit is refused after tokenizing at most about the limit.
+    capped (`blink.tokens.capped_tokens`), a state past the limit is refused after tokenizing at most about the limit.
     """
 
     MAX_QUESTIONS = 4096  # distinct question parts remembered

@@ -9,8 +9,9 @@ Each rotation is just one more question prompt on the same state, so the executo
 prefilled once and a rotation costs only its suffix rows. noul and score are read once, as given: noul's option
 order is the model's (`noul_options`), and a score's levels are ordered, so rotating them would change the question.
 
-The readout is the same with or without rotation: every reading of a question (one, or n) gives its label logits,
-the calibration temperature of its type divides them, and the mean of their softmaxes is the answer's distribution.
+The readout is the same with or without rotation (blink.answers.read_answers): every reading of a question (one, or
+n) gives its label logits, the calibration temperature of its type divides them, and the mean of their softmaxes is
+the answer's distribution.
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ from transformers.decision import DecisionConfig, Question
 from transformers.decision.template_utils import DECISION_PROMPT
 from transformers.utils.chat_template_utils import _get_template_variables
 
-from .answers import answer_from_probabilities
-from .calibration import probabilities
 from .errors import InvalidRequest
 from .plan import Prompt, processed_tokens
 from .prompts import PromptBuilder
@@ -40,13 +39,12 @@ def rotated(raw: dict, shift: int) -> dict:
     return {**raw, "criteria": dict(options[shift:] + options[:shift])}
 
 
-def build(builder: PromptBuilder, decision: Decision, images: dict | None, order: str) -> tuple[list[Prompt], list]:
-    """The prompts of a decision and, in the executor's read order, the question each read belongs to (as it was
-    put in that prompt). With `rotate`, each choice's rotations follow the request's own prompts."""
-    prompts = builder.build(decision, images)
+def rotations(
+    builder: PromptBuilder, decision: Decision, images: dict | None, prompts: list[Prompt]
+) -> tuple[list[Prompt], list]:
+    """A decision's own `prompts` followed by each choice's rotations and, in the executor's read order, the
+    question each read belongs to (as it was put in that prompt)."""
     readings = list(decision.questions)
-    if order != "rotate":
-        return prompts, readings
     if not one_prompt_per_question(builder.config):
         raise InvalidRequest(
             '`x_order` "rotate" needs a model whose template renders one question per prompt; '
@@ -74,23 +72,3 @@ def build(builder: PromptBuilder, decision: Decision, images: dict | None, order
             kind="context_length_exceeded",
         )
     return prompts, readings
-
-
-def aligned(question: Question, reading: Question, row: list[float]) -> list[float]:
-    """A reading's label logits in the question's own option order."""
-    where = {option: i for i, option in enumerate(reading.options)}
-    return [row[where[option]] for option in question.options]
-
-
-def read_answers(
-    questions: list[Question], readings: list[Question], logits: list[list[float]], temperatures: dict
-) -> dict:
-    """Answers keyed by question id, in request order, from every reading's label logits."""
-    rows: dict[str, list[list[float]]] = {q.name: [] for q in questions}
-    by_name = {q.name: q for q in questions}
-    for reading, row in zip(readings, logits, strict=True):
-        rows[reading.name].append(aligned(by_name[reading.name], reading, row))
-    return {
-        q.name: answer_from_probabilities(q, probabilities(rows[q.name], temperatures.get(q.type, 1.0)))
-        for q in questions
-    }

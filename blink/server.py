@@ -1,18 +1,21 @@
 """The standalone server (`python -m blink serve`) and the pieces the Space reuses.
 
-`build_context` loads the model and the engine and runs the warm-up; `api_routes` is the list of routes
-both the standalone app and the Space (grafted ahead of Gradio's) serve, ending with the routes that answer
-unknown paths and methods under /v1/ in each wire's shape; `create_app` wraps them in a plain FastAPI app
-for uvicorn and tests. The GPU functions are injected into `build_context` (`decide=`, `chat=`), so the
-Space passes its `@spaces.GPU` wrappers and everything else passes the engine's own methods.
+`load_served` loads the model with its decision planner and chat engine; `build_context` puts them over one
+backend (blink.backend: in this process, the Space's ZeroGPU worker, or vLLM replicas) and runs the warm-up;
+`api_routes` is the list of routes both the standalone app and the Space (grafted ahead of Gradio's) serve,
+ending with the routes that answer unknown paths and methods under /v1/ in each wire's shape; `create_app` wraps
+them in a plain FastAPI app for uvicorn and tests.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
 
 from .admission import Admission
 from .auth import ApiKey
@@ -22,8 +25,54 @@ from .settings import Settings
 log = logging.getLogger("blink")
 
 
+@dataclass
+class ServedModel:
+    """One loaded model and what serves from it in this process: the decision planner (blink.engine; an `Engine`,
+    with blink's executor, when the weights are here) and the chat engine (render, budget, generate)."""
+
+    loaded: Any
+    planner: Any
+    chat_engine: Any
+
+
+def load_served(settings: Settings, *, zero_gpu: bool = False) -> ServedModel:
+    """The model as the settings name it, with its planner and chat engine. With `engine vllm` only the tokenizer
+    and templates are loaded (the replicas hold the weights). `zero_gpu`: no prefix-state cache (a state would live
+    only in the forked worker that computed it, and the next call may run in a fresh fork that never saw it)."""
+    from .loading import load
+
+    local = settings.engine == "local"
+    loaded = load(
+        settings.model,
+        settings.revision,
+        settings.adapter,
+        settings.adapter_revision,
+        vision=settings.vision,
+        vision_tower=settings.vision_tower,
+        max_image_pixels=settings.max_image_pixels,
+        weights=local,
+    )
+    engine_settings = dataclasses.replace(settings, prefix_cache_mib=0) if zero_gpu else settings
+    planner = build_engine(engine_settings, loaded) if local else build_planner(settings, loaded)
+    return ServedModel(loaded, planner, build_chat_engine(settings, loaded))
+
+
+def build_planner(settings: Settings, loaded):
+    """The main-process side of decisions (check, plan, answer): tokenizer and templates, no weights."""
+    from .engine import DecisionPlanner
+
+    return DecisionPlanner(
+        loaded,
+        settings.limits,
+        settings.image_limits,
+        settings.image_layout,
+        calibration=calibration_for(settings, loaded),
+        order=settings.x_order,
+    )
+
+
 def build_engine(settings: Settings, loaded):
-    """The decision engine over a loaded model, as the settings configure it."""
+    """The planner with blink's executor over the loaded weights, as the settings configure it."""
     from .engine import Engine
 
     def mib(value):
@@ -39,12 +88,11 @@ def build_engine(settings: Settings, loaded):
         prefix_cache_bytes=mib(settings.prefix_cache_mib),
         calibration=calibration_for(settings, loaded),
         order=settings.x_order,
-        local=settings.engine == "local",
     )
 
 
 def build_chat_engine(settings: Settings, loaded):
-    """The main-process half of chat (render, token budget) and the generator the GPU step runs."""
+    """The chat engine: render, token budget, and the generator the GPU step runs."""
     from .chat import ChatEngine
 
     return ChatEngine(
@@ -57,62 +105,42 @@ def build_chat_engine(settings: Settings, loaded):
     )
 
 
-def vllm_backend(settings: Settings, chat_engine) -> tuple[Callable, Callable, Callable[[], dict]]:
-    """`engine vllm`: (decide, chat, live health) answered by the replicas at `engine_url` (see blink/vllm)."""
-    from .vllm import Replicas, VllmChat, VllmScorer
+def backend_for(settings: Settings, served: ServedModel):
+    """The backend the settings name (blink.backend): in this process, or the vLLM replicas at `engine_url`."""
+    if settings.engine == "local":
+        from .backend import LocalBackend
+
+        return LocalBackend(served.planner, served.chat_engine)
+    from .vllm import Replicas, VllmBackend
 
     replicas = Replicas(list(settings.engine_url), timeout_s=settings.engine_timeout_s, api_key=settings.engine_api_key)
-    remote_chat = VllmChat(replicas, chat_engine)
-
-    def chat(ids, params, caller=None):
-        return remote_chat.generate(ids, params)
-
-    return VllmScorer(replicas).score_many, chat, lambda: {"vllm": replicas.health()}
+    return VllmBackend(replicas, served.chat_engine)
 
 
 def build_context(
     settings: Settings,
-    decide: Callable | None = None,
-    chat: Callable | None = None,
-    loaded=None,
+    served: ServedModel | None = None,
+    backend=None,
+    *,
     warmup: bool = True,
-    chat_engine=None,
     caller_of: Callable | None = None,
-    engine=None,
     description: str | None = None,
-    live_health: Iterable[Callable[[], dict]] = (),
 ) -> Context:
-    """The complete context: `engine`, `chat_engine` and `loaded` are built from the settings unless given
-    (the Space builds them first, at module scope, for its GPU functions). With `engine vllm`, decisions and chat
-    go to the replicas and no weights are loaded here."""
-    from .loading import load, versions
+    """The complete context over one backend: `served` and `backend` are built from the settings unless given
+    (the Space builds the model first, at module scope, for its GPU functions, and passes its ZeroGPU backend).
+    `warmup=False`: the Space on ZeroGPU, where the main process holds only emulated CUDA tensors."""
+    from .chat_service import ChatService
+    from .engine import Engine
+    from .loading import versions
     from .service import DecisionService
 
-    local = settings.engine == "local"
-    loaded = engine.loaded if engine is not None else loaded
-    loaded = loaded or load(
-        settings.model,
-        settings.revision,
-        settings.adapter,
-        settings.adapter_revision,
-        vision=settings.vision,
-        vision_tower=settings.vision_tower,
-        max_image_pixels=settings.max_image_pixels,
-        weights=local,
-    )
-    engine = engine or build_engine(settings, loaded)
-    chat_engine = chat_engine or build_chat_engine(settings, loaded)
-    if local:
-        prefix_cache = engine.executor.prefix_cache
-        live_health = [lambda: {"prefix_cache": prefix_cache.stats()}, *live_health]
-    else:
-        remote_decide, remote_chat, replicas_health = vllm_backend(settings, chat_engine)
-        decide, chat, live_health = decide or remote_decide, chat or remote_chat, [replicas_health, *live_health]
-    # warmup=False: the Space on ZeroGPU, where the main process holds only emulated CUDA tensors
-    repeat_identical = engine.warmup() if warmup and local else None
+    served = served or load_served(settings)
+    backend = backend or backend_for(settings, served)
+    planner, loaded = served.planner, served.loaded
+    repeat_identical = planner.warmup() if warmup and isinstance(planner, Engine) else None
     service = DecisionService(
-        engine,
-        decide,
+        planner,
+        backend,
         window_ms=settings.batch_window_ms,
         max_batch=settings.max_batch_requests,
         max_queued=settings.max_queued_requests,
@@ -132,37 +160,29 @@ def build_context(
         "device": info["device"],
         "dtype": info["dtype"],
         "versions": versions(),
-        "accepts_images": engine.accepts_images,
+        "accepts_images": planner.accepts_images,
         "limits": vars(settings.limits),
-        "calibration": engine.calibration.health(),
-        "x_order": engine.order,
+        "calibration": planner.calibration.health(),
+        "x_order": planner.order,
     }
-    if local:
-        health["passes"] = {
-            "pass_cost_tokens": engine.executor.pass_cost_tokens,
-            "max_rows": engine.executor.max_rows,
-            "pass_cache_mib": engine.executor.pass_cache_bytes / 2**20,
-        }
-    if engine.accepts_images:
+    if planner.accepts_images:
         health.update(
-            image_layout=engine.image_layout,
+            image_layout=planner.image_layout,
             image_limits=vars(settings.image_limits),
             vision_tower=public_name(settings.vision_tower),
         )
     return Context(
         service=service,
+        chats=ChatService(served.chat_engine, backend, settings.sse_keepalive_s),
         served_name=settings.served_name,
         auth=ApiKey(settings.api_key),
         limits=settings.limits,
         aliases=settings.model_aliases,
         health=health,
-        chat=chat or local_chat(chat_engine),
-        chat_engine=chat_engine,
         admission=admission_of(settings),
-        sse_keepalive_s=settings.sse_keepalive_s,
         caller_of=caller_of or anonymous,
         description=description or Context.description,
-        live_health=live_health,
+        live_health=[backend.health],
     )
 
 
@@ -183,15 +203,6 @@ def admission_of(settings: Settings) -> Admission:
         preparing=settings.max_preparing,
         decide_wait_s=settings.decide_wait_s,
     )
-
-
-def local_chat(chat_engine):
-    """Chat in this process: the caller chooses no quota here."""
-
-    def chat(ids, params, caller=None):
-        return chat_engine.generate(ids, params)
-
-    return chat
 
 
 def calibration_for(settings: Settings, loaded):
@@ -232,7 +243,8 @@ def create_app(ctx: Context, cors_origins: Iterable[str] = ()):
     from .systemone import decide_body
 
     mcp = McpEndpoint(
-        build_mcp(lambda body, caller: decide_body(ctx, body, caller), ctx.caller_of, ctx.served_name), ctx.auth.allows
+        build_mcp(lambda body, caller: decide_body(ctx, body, caller=caller), ctx.caller_of, ctx.served_name),
+        ctx.auth.allows,
     )
 
     @contextlib.asynccontextmanager

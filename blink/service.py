@@ -1,38 +1,21 @@
-"""The decision service both wires call: prepare in a worker thread, queue, one GPU call, answers.
+"""The decision service every decision entry point uses: check (before admission), then plan in a worker thread,
+queue, one GPU call for the batch, answers.
 
-`/v1/systemone` and `/v1/decisions` go through the same `decide`, so a decision costs the same
-whichever wire asks for it.
+`/v1/systemone`, `/v1/decisions`, both MCP servers, Gradio's `decide` and the UI go through the same `check` and
+`run`, so a decision costs the same whichever wire asks for it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from starlette.concurrency import run_in_threadpool
 
 from .batching import Batcher
-from .engine import Engine, Prepared
-
-
-@dataclass
-class Timing:
-    """Phases of one request, for the `server-timing` header (milliseconds)."""
-
-    start: float = field(default_factory=time.perf_counter)
-    phases: dict = field(default_factory=dict)
-
-    def add(self, name: str, seconds: float) -> None:
-        self.phases[name] = self.phases.get(name, 0.0) + seconds * 1000
-
-    def header(self) -> str:
-        parts = [f"{name};dur={ms:.2f}" for name, ms in self.phases.items()]
-        parts.append(f"total;dur={(time.perf_counter() - self.start) * 1000:.2f}")
-        return ", ".join(parts)
+from .engine import Checked, DecisionPlanner, Prepared
+from .http import Timing
 
 
 @dataclass
@@ -56,29 +39,32 @@ class Decided:
 class DecisionService:
     def __init__(
         self,
-        engine: Engine,
-        score_batch: Callable[[list, Any], list] | None = None,
+        planner: DecisionPlanner,
+        backend,
         *,
         window_ms: float = 0.0,
         max_batch: int = 16,
         max_queued: int = 64,
     ):
-        """`score_batch(plans, caller)` runs one batch and returns one `plan.Scored` per plan (default: the
-        engine in this process, where the caller is moot; the Space: its `@spaces.GPU` call, as the caller)."""
-        self.engine = engine
-        self.batcher = Batcher(
-            score_batch or (lambda plans, caller: engine.score_many(plans)), window_ms / 1000.0, max_batch, max_queued
-        )
+        """`planner` checks, plans and answers in this process; `backend.score(plans, caller)` (blink.backend) runs
+        one batch and returns one `plan.Scored` per plan."""
+        self.planner = planner
+        self.batcher = Batcher(backend.score, window_ms / 1000.0, max_batch, max_queued)
 
-    async def decide(self, body, timing: Timing, parts: dict | None = None, caller=None, ticket=None) -> Decided:
-        """The engine's prepare -> score -> answer, with the score step queued and batched with other
-        requests of the same `caller` (opaque; on the Space their ZeroGPU identity, so their own quota pays).
-        `ticket`: the admission place the request holds; its `preparing()` bounds how many prepare at once."""
+    def check(self, body, parts: dict | None = None) -> Checked:
+        """Before admission (in a worker thread): everything refusable without tokenizing."""
+        return self.planner.check(body, parts)
+
+    async def run(self, checked: Checked, ticket, caller=None, timing: Timing | None = None) -> Decided:
+        """An admitted decision: planned under the ticket's preparing bound, queued and batched with other
+        requests of the same `caller` (opaque; on the Space their ZeroGPU identity, so their own quota pays),
+        answered."""
+        timing = timing or Timing()
         t = time.perf_counter()
         self.batcher.expect(+1)
         try:
-            async with ticket.preparing() if ticket is not None else contextlib.nullcontext():
-                prepared = await run_in_threadpool(self.engine.prepare, body, parts)
+            async with ticket.preparing():
+                prepared = await run_in_threadpool(self.planner.plan, checked)
             timing.add("prepare", time.perf_counter() - t)
             job = self.batcher.submit(prepared.prompts, caller)
         finally:
@@ -87,6 +73,6 @@ class DecisionService:
         timing.add("queue", job.started_at - job.queued_at)
         timing.add("model", scored.compute_s)
         t = time.perf_counter()
-        answers = self.engine.answer(prepared, scored.result())
+        answers = self.planner.answer(prepared, scored.result())
         timing.add("answer", time.perf_counter() - t)
-        return Decided(answers, prepared, scored.cached_tokens, self.engine.calibration_fact(prepared))
+        return Decided(answers, prepared, scored.cached_tokens, self.planner.calibration_fact(prepared))

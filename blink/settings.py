@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
+from .errors import StartupError
 from .knob_parsers import Choice, Integer, Number, api_key, flag, names, optional_text, plain_text, urls
 from .limits import ImageLimits, Limits
 
@@ -297,11 +298,11 @@ def resolve(schema, values: dict, env: dict, *, space: bool = False):
         try:
             out[k.name] = None if value is None else k.parse(value)
         except ValueError as exc:
-            raise SystemExit(f"{k.env}={raw!r}: {exc}" if raw is not None else f"{k.constant}: {exc}") from None
+            raise StartupError(f"{k.env}={raw!r}: {exc}" if raw is not None else f"{k.constant}: {exc}") from None
     try:
         return schema(**out)
     except BadSetting as exc:
-        raise SystemExit(f"{exc.name.upper()}: {exc}") from None
+        raise StartupError(f"{exc.name.upper()}: {exc}") from None
 
 
 def resolve_space(config, env: dict | None = None) -> tuple[Settings, SpaceSettings]:
@@ -312,7 +313,7 @@ def resolve_space(config, env: dict | None = None) -> tuple[Settings, SpaceSetti
     owners = {k.constant: k.name for schema in (Settings, SpaceSettings) for k in knobs(schema)}
     unknown = sorted(set(constants) - set(owners) - {"SPACE"})
     if unknown:
-        raise SystemExit(f"space_config.py: {', '.join(unknown)} set no knob (known: {', '.join(owners)})")
+        raise StartupError(f"space_config.py: {', '.join(unknown)} set no knob (known: {', '.join(owners)})")
     values = {owners[c]: v for c, v in constants.items() if c in owners}
     if env.get("BLINK_MODEL") and env["BLINK_MODEL"] != values.get("model"):
         for name in ("revision", "adapter", "adapter_revision"):  # they belong to the configured model
@@ -321,7 +322,7 @@ def resolve_space(config, env: dict | None = None) -> tuple[Settings, SpaceSetti
     space = resolve(SpaceSettings, values, env, space=True)
     for name in ("gradio_api_needs_key", "gradio_ui_needs_key"):
         if getattr(space, name) and not settings.api_key:  # what it asks for does not exist: it would leave all open
-            raise SystemExit(f"BLINK_{name.upper()} is on but no API key is set (BLINK_API_KEY)")
+            raise StartupError(f"BLINK_{name.upper()} is on but no API key is set (BLINK_API_KEY)")
     return settings, replace(space, title=space.title or settings.served_name)
 
 
@@ -363,4 +364,4 @@ def from_args(args: argparse.Namespace, schema=Settings):
     try:
         return schema(**{k.name: getattr(args, k.name) for k in knobs(schema)})
     except BadSetting as exc:
-        raise SystemExit(f"--{exc.name.replace('_', '-')}: {exc}") from None
+        raise StartupError(f"--{exc.name.replace('_', '-')}: {exc}") from None

@@ -13,8 +13,7 @@ from starlette.routing import Route
 from .admission import KEYED
 from .context import Context
 from .errors import BlinkError, InvalidRequest
-from .http import Call, Endpoint, Wire
-from .service import Timing
+from .http import CHEAP_CHECK_BYTES, Body, Call, Endpoint, Timing, Wire
 
 
 def error_body(error: BlinkError) -> dict:
@@ -36,24 +35,25 @@ def response_body(ctx: Context, decided) -> dict:
 
 
 async def decide_body(
-    ctx: Context,
-    body,
-    caller=None,
-    timing: Timing | None = None,
-    parts: dict | None = None,
-    ticket=None,
-    caller_class: str = KEYED,
+    ctx: Context, body, *, caller=None, caller_class: str = KEYED, timing: Timing | None = None
 ) -> dict:
-    """A System One body decided and answered exactly as `/v1/systemone` answers it (also for MCP and the UI).
-    Without a `ticket` (MCP) it enters the decide gate itself: no entry point bypasses admission."""
-    if ticket is None:
-        async with ctx.admission.enter("decide", caller_class) as ticket:
-            return await decide_body(ctx, body, caller, timing, parts, ticket)
-    return response_body(ctx, await ctx.service.decide(body, timing or Timing(), parts, caller=caller, ticket=ticket))
+    """A System One body (already read) decided and answered exactly as `/v1/systemone` answers it, through the
+    same steps: check, admit, plan, batch, answer (MCP, Gradio's `decide`, the UI). No entry point bypasses them."""
+    async with ctx.admission.admit("decide", caller_class, ctx.service.check, body) as (checked, ticket):
+        return response_body(ctx, await ctx.service.run(checked, ticket, caller, timing))
 
 
 def routes(ctx: Context) -> list[Route]:
     async def systemone(call: Call) -> dict:
-        return await decide_body(ctx, call.body, call.caller, call.timing, call.parts, call.ticket)
+        return response_body(ctx, await ctx.service.run(call.checked, call.ticket, call.caller, call.timing))
 
-    return [Route("/v1/systemone", Endpoint(ctx, WIRE, systemone, admit="decide"), methods=["POST"])]
+    endpoint = Endpoint(
+        ctx,
+        WIRE,
+        systemone,
+        body=Body(multipart=True),
+        check=lambda call: ctx.service.check(call.body, call.parts),
+        admit="decide",
+        inline_below=CHEAP_CHECK_BYTES,
+    )
+    return [Route("/v1/systemone", endpoint, methods=["POST"])]

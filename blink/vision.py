@@ -11,12 +11,16 @@ handling and skips the video half. Images are preprocessed by the PIL image proc
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from pathlib import Path
 
 import torch
 from transformers import ProcessorMixin
 from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor
+
+from .errors import StartupError
+from .plan import Image
 
 log = logging.getLogger("blink")
 
@@ -61,6 +65,20 @@ class ImageTextProcessor(Qwen3VLProcessor):
             setattr(self, f"{name}_token_id", tokenizer.convert_tokens_to_ids(token))
 
 
+def split_images(inputs: dict, shared: dict) -> list[Image]:
+    """The prompt's images, one `Image` per occurrence, the same object for the same pixels across prompts."""
+    if "pixel_values" not in inputs:
+        return []
+    out, start = [], 0
+    for grid in inputs["image_grid_thw"].tolist():
+        patches = grid[0] * grid[1] * grid[2]
+        pixels = inputs["pixel_values"][start : start + patches].contiguous()
+        start += patches
+        key = hashlib.sha256(pixels.numpy().tobytes()).hexdigest()[:32] + "-" + "x".join(map(str, grid))
+        out.append(shared.setdefault(key, Image(key, pixels, grid)))
+    return out
+
+
 def renders_images(template: str | None, tokenizer) -> bool:
     if not template:
         return False
@@ -85,7 +103,7 @@ def load_processor(folder: Path, tokenizer, max_pixels: int) -> ImageTextProcess
     if not renders_images(template, tokenizer):
         template = AutoTokenizer.from_pretrained(folder).chat_template
         if not renders_images(template, tokenizer):
-            raise SystemExit(
+            raise StartupError(
                 "images: neither the model's chat template nor the vision tower's places image tokens "
                 "(<|vision_start|><|image_pad|><|vision_end|>) for image parts"
             )
@@ -120,7 +138,7 @@ def load_vision_model(root: Path, tower: str | None, dtype):
 
     if tower is None:
         if not has_vision_tower(root):
-            raise SystemExit(
+            raise StartupError(
                 f"--vision: {root} has no vision tower (config.json vision_config and "
                 "preprocessor_config.json); borrow one with --vision-tower repo@revision"
             )
@@ -128,14 +146,14 @@ def load_vision_model(root: Path, tower: str | None, dtype):
     source, revision = split_tower(tower)
     folder = Path(source) if Path(source).is_dir() else Path(_download(source, revision))
     if not has_vision_tower(folder):
-        raise SystemExit(f"--vision-tower {tower}: no vision tower there")
+        raise StartupError(f"--vision-tower {tower}: no vision tower there")
     vl = AutoModelForImageTextToText.from_pretrained(folder, dtype=dtype)
     text = AutoModelForCausalLM.from_pretrained(root, dtype=dtype)
     language = {k.removeprefix("model."): v for k, v in text.state_dict().items() if k.startswith("model.")}
     try:
         vl.model.language_model.load_state_dict(language, strict=True)
     except RuntimeError as exc:
-        raise SystemExit(f"--vision-tower {tower} does not match this model's language model: {exc}") from None
+        raise StartupError(f"--vision-tower {tower} does not match this model's language model: {exc}") from None
     vl.lm_head.weight = text.lm_head.weight if not vl.config.tie_word_embeddings else vl.lm_head.weight
     log.info("vision tower borrowed from %s", tower)
     return vl, folder

@@ -1,5 +1,5 @@
-"""The README's knob tables, generated from the schemas between markers (`python build.py --readme` rewrites
-them; a test fails when they drift): the serve flags, the Space-only knobs, and spaces.toml's keys."""
+"""The knob tables of docs/configuration.md, generated from the schemas between markers (`python build.py --docs`
+rewrites them; a test fails when they drift): the serve flags, the Space-only knobs, and spaces.toml's keys."""
 
 from __future__ import annotations
 
@@ -96,14 +96,15 @@ def fleet_table() -> list[str]:
 
 
 TABLES = {"SERVE-FLAGS": serve_table, "SPACE-KNOBS": space_table, "FLEET-KEYS": fleet_table}
+PAGE = "docs/configuration.md"  # the page that holds the tables, from the repository root
 
 
-def with_tables(readme: str) -> str:
-    """The README with every generated table rewritten between its markers (each must be present once)."""
+def with_tables(text: str, page: str = PAGE) -> str:
+    """The page with every generated table rewritten between its markers (each must be present once)."""
     for name, rows in TABLES.items():
         pattern = re.compile(rf"(<!-- {name}:START[^>]*-->\n).*?(<!-- {name}:END -->)", re.S)
-        if len(pattern.findall(readme)) != 1:
-            raise ValueError(f"README.md: expected one <!-- {name}:START --> ... <!-- {name}:END --> block")
+        if len(pattern.findall(text)) != 1:
+            raise ValueError(f"{page}: expected one <!-- {name}:START --> ... <!-- {name}:END --> block")
         table = "\n".join(rows()) + "\n"
-        readme = pattern.sub(lambda m, table=table: m.group(1) + table + m.group(2), readme)
-    return readme
+        text = pattern.sub(lambda m, table=table: m.group(1) + table + m.group(2), text)
+    return text

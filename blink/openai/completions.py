@@ -14,36 +14,42 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
 from starlette.routing import Route
 
 from ..chat import ChatEnd
 from ..context import Context
-from ..errors import EngineFailure, InvalidRequest
-from ..http import Call, Endpoint
+from ..errors import EngineFailure
+from ..http import Body, Call, Endpoint
 from ..streams import KEEPALIVE
 from .chat import usage
 from .constraints import legacy_entries, legacy_logprobs
-from .generation import Content, Reply, as_blink_error, launch, sse, sse_response, whole
+from .generation import Content, Reply, as_blink_error, sse, sse_response, whole
 from .protocol import WIRE, bad, integer, render, sampling, streaming
 
 log = logging.getLogger("blink")
 
 
-def prompt_ids(ctx: Context, prompt: Any) -> list[int]:
-    """The prompt's token ids: a string tokenized as it is (no chat template), or token ids checked against
+@dataclass
+class CompletionRequest:
+    prompt: str | list[int]  # as sent: a string is tokenized once the request is admitted (capped count)
+    max_tokens: int  # OpenAI's default: 16
+    stream: bool
+    include_usage: bool
+    params: dict
+
+
+def prompt_of(ctx: Context, prompt: Any) -> str | list[int]:
+    """The prompt as it will be continued (no chat template): a non-empty string, or token ids checked against
     the vocabulary."""
     if isinstance(prompt, str):
         if not prompt:
             raise bad("`prompt` must not be empty", "prompt")
-        return ctx.chat_engine.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        return prompt
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        vocab = len(ctx.chat_engine.tokenizer)
-        for i, token in enumerate(prompt):
-            if not 0 <= token < vocab:
-                raise bad(f"token id {token} is outside the vocabulary (0-{vocab - 1})", "prompt", i)
+        ctx.chats.check_ids(prompt)
         return list(prompt)
     if isinstance(prompt, list) and prompt:
         raise bad(
@@ -59,7 +65,8 @@ def prompt_ids(ctx: Context, prompt: Any) -> list[int]:
     )
 
 
-def parse(ctx: Context, body: Any) -> tuple[list[int], int | None, bool, bool, dict]:
+def parse(ctx: Context, body: Any) -> CompletionRequest:
+    """Before admission: everything refusable without tokenizing."""
     if not isinstance(body, dict):
         raise bad("the body must be a JSON object with `model` and `prompt`")
     if body.get("model") is not None and not isinstance(body["model"], str):
@@ -83,46 +90,48 @@ def parse(ctx: Context, body: Any) -> tuple[list[int], int | None, bool, bool, d
     stream, include_usage = streaming(body)
     max_tokens = integer(body, "max_tokens", 1)
     params = {**sampling(body), **legacy_logprobs(body)}
-    return prompt_ids(ctx, body.get("prompt")), max_tokens, stream, include_usage, params
+    prompt = prompt_of(ctx, body.get("prompt"))
+    return CompletionRequest(prompt, 16 if max_tokens is None else max_tokens, stream, include_usage, params)
 
 
 def routes(ctx: Context) -> list[Route]:
     async def completions(call: Call):
-        if call.parts:
-            raise bad("send completion requests as JSON (application/json), not multipart", kind="unsupported_media")
-        ids, max_tokens, stream, include_usage, params = await run_in_threadpool(parse, ctx, call.body)
-        try:
-            budget = ctx.chat_engine.budget(ids, 16 if max_tokens is None else max_tokens)  # OpenAI's default: 16
-        except InvalidRequest as error:
-            raise InvalidRequest(
-                error.message.replace("conversation", "prompt"), loc=["body", "prompt"], kind=error.kind
-            ) from None
-        reply = Reply(launch(ctx, call, ids, {**params, "max_tokens": budget}, stream))
+        req: CompletionRequest = call.checked
+        rendered = await ctx.chats.tokenize(call.ticket, req.prompt, req.max_tokens)
+        reply = Reply(ctx.chats.start(call.held, rendered, req.params, call.caller, req.stream))
         head = {
             "id": "cmpl-" + uuid.uuid4().hex[:24],
             "object": "text_completion",
             "created": int(time.time()),
             "model": ctx.served_name,
         }
-        if not stream:
+        logprobs = bool(req.params.get("logprobs"))
+        if not req.stream:
             got = await whole(reply)
-            logprobs = legacy_entries(got.logprobs) if params.get("logprobs") else None
             return {
                 **head,
                 "choices": [
-                    {"index": 0, "text": got.content, "logprobs": logprobs, "finish_reason": got.final.finish_reason}
+                    {
+                        "index": 0,
+                        "text": got.content,
+                        "logprobs": legacy_entries(got.logprobs) if logprobs else None,
+                        "finish_reason": got.final.finish_reason,
+                    }
                 ],
                 "usage": usage(got.final),
             }
-        return sse_response(call, events(head, reply, include_usage, bool(params.get("logprobs"))))
+        return sse_response(call, events(head, reply, req.include_usage, logprobs))
 
-    return [
-        Route(
-            "/v1/completions",
-            Endpoint(ctx, WIRE, completions, cancel_on_disconnect=True, admit="chat"),
-            methods=["POST"],
-        )
-    ]
+    endpoint = Endpoint(
+        ctx,
+        WIRE,
+        completions,
+        body=Body("completion requests"),
+        check=lambda call: parse(ctx, call.body),
+        admit="chat",
+        cancel_on_disconnect=True,
+    )
+    return [Route("/v1/completions", endpoint, methods=["POST"])]
 
 
 async def events(head: dict, reply: Reply, include_usage: bool, logprobs: bool) -> AsyncIterator[str]:

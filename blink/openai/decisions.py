@@ -14,7 +14,7 @@ from starlette.routing import Route
 
 from ..context import Context
 from ..errors import InvalidRequest
-from ..http import Call, Endpoint
+from ..http import CHEAP_CHECK_BYTES, Body, Call, Endpoint
 from .protocol import IMAGE_PARTS, WIRE, bad, data_url
 
 
@@ -264,12 +264,17 @@ def decisions_calibration(fact: dict) -> dict:
 
 
 def routes(ctx: Context) -> list[Route]:
-    async def decisions(call: Call) -> dict:
-        if call.parts:
-            raise bad("send decision requests as JSON (application/json), not multipart", kind="unsupported_media")
+    def check(call: Call) -> tuple[Mapped, Any]:
         mapped = to_systemone(call.body)
         try:
-            decided = await ctx.service.decide(mapped.body, call.timing, caller=call.caller, ticket=call.ticket)
+            return mapped, ctx.service.check(mapped.body)
+        except InvalidRequest as error:
+            raise mapped.relocate(error) from None
+
+    async def decisions(call: Call) -> dict:
+        mapped, checked = call.checked
+        try:
+            decided = await ctx.service.run(checked, call.ticket, call.caller, call.timing)
         except InvalidRequest as error:
             raise mapped.relocate(error) from None
         n = decided.input_tokens
@@ -287,4 +292,13 @@ def routes(ctx: Context) -> list[Route]:
             "calibration": decisions_calibration(decided.calibration),
         }
 
-    return [Route("/v1/decisions", Endpoint(ctx, WIRE, decisions, admit="decide"), methods=["POST"])]
+    endpoint = Endpoint(
+        ctx,
+        WIRE,
+        decisions,
+        body=Body("decision requests"),
+        check=check,
+        admit="decide",
+        inline_below=CHEAP_CHECK_BYTES,
+    )
+    return [Route("/v1/decisions", endpoint, methods=["POST"])]

@@ -1,7 +1,6 @@
 """One generation behind an OpenAI route (chat, responses, completions): started the same way, read the same way.
 
-`launch` takes a chat slot for the exchange (529 when none is free) and starts `ctx.chat` through one
-blink.streams.GeneratorStream, closed when the exchange ends however it ends. `Reply` reads that stream as
+The chat service (blink.chat_service) renders, counts and starts the generation; `Reply` reads its stream as
 the wires need it: reasoning (`<think>` text, with thinking on, blink.reasoning), content, tool calls
 (blink.toolcalls, parsed from the content only), and the final blink.chat.ChatEnd. `whole` collects a reply
 for a non-streamed answer.
@@ -19,10 +18,10 @@ from dataclasses import dataclass, field
 from starlette.responses import StreamingResponse
 
 from ..chat import ChatEnd
-from ..context import Context
+from ..chat_service import ChatService
 from ..errors import BlinkError, EngineFailure
 from ..http import Call
-from ..reasoning import ReasoningSplit, opens_thinking
+from ..reasoning import ReasoningSplit
 from ..streams import KEEPALIVE, GeneratorStream
 from ..toolcalls import ToolStream, parse
 
@@ -43,14 +42,6 @@ def sse_response(call: Call, events: AsyncIterator[str]) -> StreamingResponse:
     return StreamingResponse(
         events, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )
-
-
-def launch(ctx: Context, call: Call, ids: list[int], params: dict, streamed: bool) -> GeneratorStream:
-    """Start generating `ids` with `params` (blink.chat.ChatEngine.generate's); the exchange holds its `chat`
-    admission place (blink.http.Endpoint) until it ends."""
-    stream = GeneratorStream(lambda: ctx.chat(ids, params, call.caller), ctx.sse_keepalive_s if streamed else None)
-    call.held.push_async_callback(stream.aclose)
-    return stream
 
 
 @dataclass
@@ -91,16 +82,14 @@ class Reply:
     @classmethod
     def of_chat(
         cls,
-        ctx: Context,
+        chats: ChatService,
         stream: GeneratorStream,
         ids: list[int],
         tool_names: list[str] | None,
         parallel_calls: bool = True,
     ) -> Reply:
         """A chat turn's reply: reasoning split when the server thinks (the prompt may have opened the block)."""
-        engine = ctx.chat_engine
-        thinking = bool(getattr(engine, "enable_thinking", False))
-        inside = thinking and opens_thinking(engine.tokenizer.decode(ids[-8:]))
+        thinking, inside = chats.thinking(ids)
         return cls(stream, tool_names=tool_names, thinking=thinking, inside=inside, parallel_calls=parallel_calls)
 
     def _content(self, text: str, logprobs: list | None):

@@ -23,13 +23,12 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
 from starlette.routing import Route
 
 from ..chat import ChatEnd
 from ..context import Context
 from ..errors import EngineFailure
-from ..http import Call, Endpoint
+from ..http import Body, Call, Endpoint
 from ..streams import KEEPALIVE
 from .chat import start
 from .constraints import responses_params
@@ -214,7 +213,7 @@ class Shape:
             "background": False,
         }
         self.model = ctx.served_name
-        tokenizer = ctx.chat_engine.tokenizer
+        tokenizer = ctx.chats.tokenizer
         self.count = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def body(
@@ -297,26 +296,35 @@ def output_of(got: Whole) -> list[dict]:
 
 
 def routes(ctx: Context) -> list[Route]:
-    async def responses(call: Call):
-        if call.parts:
-            raise bad("send responses requests as JSON (application/json), not multipart", kind="unsupported_media")
+    def check(call: Call) -> ChatRequest:
+        """Before admission: the request parsed, its constraints compiled, its input servable by this model."""
         req = parse_responses(call.body)
-        req.params.update(await run_in_threadpool(responses_params, call.body, req.tools))
+        req.params.update(responses_params(call.body, req.tools))
+        ctx.chats.check(req.messages)
+        return req
+
+    async def responses(call: Call):
+        req = call.checked
         shape = Shape(ctx, call.body, req)
         stream, ids = await start(ctx, call, req)
         names = [t["function"]["name"] for t in req.tools] if req.tools else None
-        reply = Reply.of_chat(ctx, stream, ids, names, req.parallel_tool_calls)
+        reply = Reply.of_chat(ctx.chats, stream, ids, names, req.parallel_tool_calls)
         if not req.stream:
             got = await whole(reply)
             status = "incomplete" if got.final.finish_reason == "length" and not got.calls else "completed"
             return shape.body(status, output_of(got), got.final, _reasoning_tokens(shape.count, got.reasoning))
         return sse_response(call, events(shape, reply))
 
-    return [
-        Route(
-            "/v1/responses", Endpoint(ctx, WIRE, responses, cancel_on_disconnect=True, admit="chat"), methods=["POST"]
-        )
-    ]
+    endpoint = Endpoint(
+        ctx,
+        WIRE,
+        responses,
+        body=Body("responses requests"),
+        check=check,
+        admit="chat",
+        cancel_on_disconnect=True,
+    )
+    return [Route("/v1/responses", endpoint, methods=["POST"])]
 
 
 class _Events:

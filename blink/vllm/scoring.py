@@ -31,7 +31,7 @@ MAX_LABEL_IDS = 128
 
 
 class VllmScorer:
-    """`score_many` with the contract of `Engine.score_many`, answered by vLLM replicas."""
+    """`score` with the contract of `blink.backend.Backend.score`, answered by vLLM replicas."""
 
     def __init__(self, replicas: Replicas, *, workers: int = 16, max_label_ids: int = MAX_LABEL_IDS):
         self.replicas = replicas
@@ -46,7 +46,7 @@ class VllmScorer:
     def route(self, plan: list[Prompt]) -> Route:
         return route_for(self.prompts(plan))
 
-    def score_many(self, plans: list[list[Prompt]], caller=None) -> list[Scored]:
+    def score(self, plans: list[list[Prompt]], caller=None) -> list[Scored]:
         """Scores many requests, each on its own replica (in parallel): one `Scored` per plan, with its scores or
         its own typed error (`Overloaded` when no replica could take it, `InvalidRequest` when the model server
         refused it as malformed); never raises for one request's sake. `caller` is moot here (the batch runner's
@@ -58,14 +58,14 @@ class VllmScorer:
 
     def _outcome(self, plan: list[Prompt]) -> tuple:
         try:
-            return self.score(plan), None
+            return self.score_one(plan), None
         except BlinkError as error:
             return None, error
         except Exception as error:  # noqa: BLE001 - each request keeps its own outcome
             log.exception("scoring through vLLM failed")
             return None, EngineFailure(f"the model server failed on this request: {type(error).__name__}: {error}")
 
-    def score(self, plan: list[Prompt]) -> list[list[list[float]]]:
+    def score_one(self, plan: list[Prompt]) -> list[list[list[float]]]:
         """Label scores per prompt, per read, of one request: all its reads on one replica, in one completion
         request per chunk of its labels (the union over its questions: a few more gathered columns cost nothing
         next to one more request)."""

@@ -115,7 +115,7 @@ def test_synthetic_labels_drawn_at_a_known_temperature_are_fitted_back(engine):
     10 % of beta, so it has teeth: a fit off by a factor of 1.5 fails it."""
     t0, draws, rng = 0.1, 40, random.Random(15)
     prepared = [engine.prepare(body(100 + i)) for i in range(40)]
-    results = engine.score_many([p.prompts for p in prepared])
+    results = engine.score([p.prompts for p in prepared])
     by_type: dict = {}
     for p, scored in zip(prepared, results):
         assert scored.error is None

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from blink.errors import InvalidRequest
+from blink.errors import InvalidRequest, StartupError
 
 REQUEST = {
     "state": {"message": "I was charged twice. Please fix this today."},
@@ -82,12 +82,12 @@ def test_limits_locate_the_question(engine):
     assert info.value.loc == ["body", "questions", "wide"] and info.value.kind == "too_many_options"
 
 
-def test_score_many_gives_each_request_its_own_outcome(engine):
+def test_score_gives_each_request_its_own_outcome(engine):
     good = engine.prepare(REQUEST).prompts
     from blink.plan import Prompt, Read
 
     broken = [Prompt([1, 2, 3], [Read(2, [10**9])])]  # a label id past the vocabulary: this one request fails
-    out = engine.score_many([good, broken, good])
+    out = engine.score([good, broken, good])
     assert [scored.error is None for scored in out] == [True, False, True]
     assert out[0].scores == out[2].scores
     assert len({scored.compute_s for scored in out}) == 1 and out[0].compute_s > 0  # the one call's seconds
@@ -102,7 +102,7 @@ def test_an_error_keeps_its_type_across_the_gpu_boundary(engine):
     from blink.plan import Prompt, Read, Scored
 
     broken = [Prompt([1, 2, 3], [Read(2, [10**9])])]
-    (scored,) = pickle.loads(pickle.dumps(engine.score_many([broken])))
+    (scored,) = pickle.loads(pickle.dumps(engine.score([broken])))
     assert type(scored.error) is EngineFailure and scored.error.status == 500
     assert scored.error.message.startswith("the model failed on this request: IndexError")
     with pytest.raises(EngineFailure):
@@ -122,16 +122,21 @@ def test_the_service_gives_each_request_its_own_answers_or_error(engine):
     its own, the others answered as if alone."""
     import asyncio
 
-    from blink.service import DecisionService, Timing
+    from blink.admission import KEYED, Admission
+    from blink.backend import LocalBackend
+    from blink.service import DecisionService
 
     bad = {"state": "s", "questions": {"q": {"type": "boolean"}}}
     other = {"state": "another state entirely", "questions": {"x": {"type": "noul", "instructions": "Yes?"}}}
-    service = DecisionService(engine, window_ms=2000, max_batch=16)
+    service = DecisionService(engine, LocalBackend(engine, None), window_ms=2000, max_batch=16)
+    admission = Admission.standard()
+
+    async def decide(body):
+        async with admission.admit("decide", KEYED, service.check, body) as (checked, ticket):
+            return await service.run(checked, ticket)
 
     async def together():
-        return await asyncio.gather(
-            *(service.decide(b, Timing()) for b in (REQUEST, bad, other)), return_exceptions=True
-        )
+        return await asyncio.gather(*(decide(b) for b in (REQUEST, bad, other)), return_exceptions=True)
 
     out = asyncio.run(together())
     assert service.batcher.batches == 1 and service.batcher.requests == 2  # the good two shared one call
@@ -158,14 +163,14 @@ def test_pass_settings_reach_the_executor(demo_dir):
         {"model": str(demo_dir)}, env={"BLINK_PASS_COST_TOKENS": "0", "BLINK_PASS_CACHE_MIB": "16"}
     )
     assert (settings.pass_cost_tokens, settings.pass_cache_mib) == (0.0, 16.0)
-    with pytest.raises(SystemExit, match="BLINK_PASS_COST_TOKENS"):
+    with pytest.raises(StartupError, match="BLINK_PASS_COST_TOKENS"):
         Settings.from_values({}, env={"BLINK_PASS_COST_TOKENS": "-1"})
 
-    ctx = build_context(settings, loaded=load(str(demo_dir)), warmup=False)
-    executor = ctx.engine.executor
+    ctx = build_context(settings, warmup=False)
+    executor = ctx.planner.executor
     assert executor.pass_cost_tokens == 0.0
     assert executor.max_cells == 16 * 2**20 // executor.kv_bytes_per_token()
-    assert ctx.health["passes"] == {"pass_cost_tokens": 0.0, "max_rows": 64, "pass_cache_mib": 16}
+    assert ctx.current_health()["passes"] == {"pass_cost_tokens": 0.0, "max_rows": 64, "pass_cache_mib": 16}
     default = Engine(load(str(demo_dir))).executor  # CPU defaults
     assert default.pass_cost_tokens == Executor.PASS_COST_TOKENS["cpu"]
     assert default.max_cells == Executor.PASS_CACHE_BYTES["cpu"] // default.kv_bytes_per_token()

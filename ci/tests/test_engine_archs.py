@@ -9,6 +9,7 @@ import random
 import pytest
 
 from blink.engine import WARMUP
+from blink.errors import StartupError
 from helpers import random_request, worst
 
 pytestmark = pytest.mark.slow
@@ -81,16 +82,14 @@ def test_the_prefix_cache_changes_no_answer_on_plain_attention(qwen3_loaded):
     for _ in range(2):  # the second round resumes every state from the cache
         for body in bodies:
             prepared = on.prepare(body)
-            (a,), (b,) = on.score_many([prepared.prompts]), off.score_many([prepared.prompts])
+            (a,), (b,) = on.score([prepared.prompts]), off.score([prepared.prompts])
             assert a.error is None and b.error is None
             assert worst(on.answer(prepared, a.result()), off.answer(prepared, b.result())) <= 1e-6
             cached.append(a.cached_tokens)
     assert cached[:3] == [0] * 3 and all(cached[3:])
     # a batch mixing saved states and a new one, and a longer state resumed from a saved start
     mixed = [on.prepare(body) for body in [bodies[0], random_request(rng, 2), bodies[1]]]
-    for prepared, a, b in zip(
-        mixed, on.score_many([p.prompts for p in mixed]), off.score_many([p.prompts for p in mixed])
-    ):
+    for prepared, a, b in zip(mixed, on.score([p.prompts for p in mixed]), off.score([p.prompts for p in mixed])):
         assert worst(on.answer(prepared, a.result()), off.answer(prepared, b.result())) <= 1e-6
     assert on.executor.prefix_cache.stats()["entries"] >= 4
 
@@ -135,5 +134,5 @@ def test_a_model_the_executor_cannot_serve_is_refused_at_start(tmp_path, arch, l
         )
     getattr(transformers, arch)(config).save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
-    with pytest.raises(SystemExit, match=loaded_as):
+    with pytest.raises(StartupError, match=loaded_as):
         Engine(load(str(tmp_path)))

@@ -12,47 +12,17 @@ import json
 import os
 import socket
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 import zstandard
 
-from helpers import ARTIFACTS, Watch, blink_serve, rss, running
+from helpers import MB, ServerProcess, blink_serve, running, text_of, watching
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-MB = 2**20
 QUESTION = {"type": "noul", "instructions": "Is this about the weather?"}
 SECRET = "hostile-secret-in-query-4242"
-
-
-def pid_on_port(port: int) -> int:
-    """The server process listening on `port` (found from /proc, no extra dependency)."""
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if (
-                b"blink" in argv
-                and b"serve" in argv
-                and b"--port" in argv
-                and argv[argv.index(b"--port") + 1 : argv.index(b"--port") + 2] == [str(port).encode()]
-            ):
-                return int(entry.name)
-    raise RuntimeError(f"no server process on port {port}")
-
-
-class Server:
-    def __init__(self, url: str):
-        self.url = url
-        self.port = int(url.rsplit(":", 1)[1])
-        self.pid = pid_on_port(self.port)
-
-    def log_text(self) -> str:
-        return "\n".join(p.read_text(errors="replace") for p in ARTIFACTS.glob(f"*-{self.port}.log"))
 
 
 @pytest.fixture(scope="module")
@@ -63,12 +33,7 @@ def hostile(demo_root, demo_dir):
     argv = blink_serve("--batch-window-ms", "10", "--max-queued-requests", "8", "--max-batch-requests", "8")
     argv[argv.index("demo")] = str(demo_dir)
     with running(argv, demo_root, name="serve-hostile") as url:
-        yield Server(url)
-
-
-def watching(server: Server) -> Watch:
-    """/healthz latency (worst) and the server's RSS (peak) while a hostile request runs."""
-    return Watch(server.url, lambda: rss(server.pid))
+        yield ServerProcess(url)
 
 
 def systemone(url: str, content: bytes, headers: dict | None = None, timeout: float = 60) -> httpx.Response:
@@ -87,11 +52,6 @@ def assert_systemone_4xx(r: httpx.Response, kind: str | None = None) -> dict:
     if kind is not None:
         assert body["detail"][0]["type"] == kind
     return body
-
-
-def text_of(n: int) -> str:
-    unit = "The quick brown fox jumps over the lazy dog near the river bank. "
-    return (unit * (n // len(unit) + 1))[:n]
 
 
 def healthy(url: str) -> None:
@@ -211,8 +171,10 @@ def overload_bodies(n: int) -> list[dict]:
 
 
 def server_total_s(r: httpx.Response) -> float:
+    """The server's own time on a request: its total, less the wait for the client's body to arrive (read before a
+    place is sought: on a loaded machine that wait is the sending client's, not the server's work)."""
     timing = dict(part.strip().split(";dur=") for part in r.headers["server-timing"].split(","))
-    return float(timing["total"]) / 1000
+    return (float(timing["total"]) - float(timing.get("body", 0))) / 1000
 
 
 async def _offer(url: str, bodies: list[dict], retries: int):

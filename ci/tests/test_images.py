@@ -474,8 +474,9 @@ def test_image_decoding_memory_is_bounded_and_given_back():
     budget, and the memory comes back afterwards."""
     import threading
 
-    from blink.image_guard import DecodeBudget, give_back_memory
+    from blink.image_guard import DecodeBudget
     from blink.images import ImageLimits, decode_all
+    from blink.memory import give_back_memory
 
     raw = {f"<image:{i}>": png(size=(2000, 2000), noise=True) for i in range(2)}
     limits = ImageLimits(max_image_bytes=64 * 2**20)

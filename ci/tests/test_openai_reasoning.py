@@ -24,17 +24,14 @@ RESPONSE_TOOLS = [{"type": "function", **t["function"]} for t in TOOLS]
 def thinking(demo_dir):
     from blink.chat import ChatEngine
     from blink.loading import Loaded, load
-    from blink.server import build_context, create_app
+    from blink.server import ServedModel, build_context, build_engine, create_app
     from blink.settings import Settings
 
     loaded = load(str(demo_dir))
     model = ScriptedModel(loaded.model.config, loaded.tokenizer)
     engine = ChatEngine(Loaded(model, loaded.tokenizer, loaded.root), enable_thinking=True)
-    ctx = build_context(
-        Settings(model=str(demo_dir), served_model_name="blink-thinks", enable_thinking=True),
-        loaded=loaded,
-        chat_engine=engine,
-    )
+    settings = Settings(model=str(demo_dir), served_model_name="blink-thinks", enable_thinking=True)
+    ctx = build_context(settings, ServedModel(loaded, build_engine(settings, loaded), engine))
     served = Served(create_app(ctx))
     yield served.url
     served.stop()

@@ -29,15 +29,14 @@ def scripted(demo_dir):
     from blink.auth import ApiKey
     from blink.chat import ChatEngine
     from blink.loading import Loaded, load
-    from blink.server import build_context, create_app
+    from blink.server import ServedModel, build_context, build_engine, create_app
     from blink.settings import Settings
 
     loaded = load(str(demo_dir))
     model = ScriptedModel(loaded.model.config, loaded.tokenizer)
     engine = ChatEngine(Loaded(model, loaded.tokenizer, loaded.root))
-    ctx = build_context(
-        Settings(model=str(demo_dir), served_model_name="blink-scripted"), loaded=loaded, chat_engine=engine
-    )
+    settings = Settings(model=str(demo_dir), served_model_name="blink-scripted")
+    ctx = build_context(settings, ServedModel(loaded, build_engine(settings, loaded), engine))
     open_server = Served(create_app(ctx))
     keyed = Served(create_app(dataclasses.replace(ctx, auth=ApiKey("sekret-key-123"))))
     yield SimpleNamespace(url=open_server.url, keyed_url=keyed.url, model=model, ctx=ctx, tokenizer=loaded.tokenizer)
@@ -160,7 +159,7 @@ def test_stop_strings_end_generation_and_are_not_sent(client):
 
 
 def test_keep_alive_comments_while_waiting_for_the_first_token(scripted, monkeypatch):
-    monkeypatch.setattr(scripted.ctx, "sse_keepalive_s", 0.25)
+    monkeypatch.setattr(scripted.ctx.chats, "keepalive_s", 0.25)
     body = {"model": "x", "messages": ask("slow"), "stream": True, "stream_options": {"include_usage": True}}
     lines = []
     with httpx.stream("POST", scripted.url + "/v1/chat/completions", json=body, timeout=30) as r:
@@ -251,7 +250,7 @@ def test_stream_left_before_its_first_chunk_gives_its_slot_back(scripted):
     from blink.loading import Loaded
     from blink.server import create_app
 
-    model = ScriptedModel(scripted.ctx.chat_engine.model.config, scripted.tokenizer)
+    model = ScriptedModel(scripted.ctx.chats.engine.model.config, scripted.tokenizer)
     engine = ChatEngine(Loaded(model, scripted.tokenizer, None))
     ctx = dataclasses.replace(
         scripted.ctx,

@@ -53,7 +53,7 @@ def test_cached_answers_equal_uncached_alone_and_in_batches(engines):
     for _ in range(2):  # the second round finds every state saved
         for body in bodies:
             prepared = on.prepare(body)
-            (a,), (b,) = on.score_many([prepared.prompts]), off.score_many([prepared.prompts])
+            (a,), (b,) = on.score([prepared.prompts]), off.score([prepared.prompts])
             answers.append(on.answer(prepared, a.result()))
             assert worst(answers[-1], off.answer(prepared, b.result())) <= 1e-6
             assert b.cached_tokens == 0
@@ -62,9 +62,7 @@ def test_cached_answers_equal_uncached_alone_and_in_batches(engines):
     assert answers[:3] == answers[3:]  # a repeat from the cache is bit-identical (the saved state is the same)
     # a batch mixing saved states and new ones, with a state twice
     mixed = [on.prepare(body) for body in bodies[:2] + [random_request(rng, 2), bodies[0]]]
-    for prepared, a, b in zip(
-        mixed, on.score_many([p.prompts for p in mixed]), off.score_many([p.prompts for p in mixed])
-    ):
+    for prepared, a, b in zip(mixed, on.score([p.prompts for p in mixed]), off.score([p.prompts for p in mixed])):
         assert worst(on.answer(prepared, a.result()), off.answer(prepared, b.result())) <= 1e-6
 
 
@@ -162,7 +160,7 @@ def test_questions_seen_before_answer_byte_identically_to_a_fresh_parse(engine):
             assert [(p.ids, p.reads, p.state_end) for p in with_memo.prompts] == [
                 (p.ids, p.reads, p.state_end) for p in without.prompts
             ]
-            (scored,) = engine.score_many([without.prompts])
+            (scored,) = engine.score([without.prompts])
             a, b = memo_engine.answer(with_memo, scored.result()), plain.answer(without, scored.result())
             assert json.dumps(a) == json.dumps(b)
     assert len(memo_engine.questions.entries) == sum(len(q) for q in asked)
@@ -243,14 +241,14 @@ def test_a_new_state_after_a_system_prompt_seen_before_resumes_from_it(engines):
     head = on.prompts.once.head
     assert system_end == len(on.prompts.tokenizer.encode(head + f"system: {SYSTEM}\n\n", add_special_tokens=False))
     assert all(p.system_end == system_end < p.state_end for x in prepared for p in x.prompts)
-    (first,) = on.score_many([prepared[0].prompts])
+    (first,) = on.score([prepared[0].prompts])
     assert first.cached_tokens == 0
-    (second,) = on.score_many([prepared[1].prompts])  # a new conversation after the same system prompt
+    (second,) = on.score([prepared[1].prompts])  # a new conversation after the same system prompt
     assert second.cached_tokens == system_end
-    batch = on.score_many([p.prompts for p in prepared[2:]] + [prepared[0].prompts])
+    batch = on.score([p.prompts for p in prepared[2:]] + [prepared[0].prompts])
     assert [s.cached_tokens for s in batch] == [system_end, system_end, prepared[0].prompts[0].state_end]
     scored = [first, second, *batch[:2]]
-    for p, a, b in zip(prepared, scored, off.score_many([p.prompts for p in prepared])):
+    for p, a, b in zip(prepared, scored, off.score([p.prompts for p in prepared])):
         assert worst(on.answer(p, a.result()), off.answer(p, b.result())) <= 1e-6
     # a short system prompt, or a state that merely mentions one, has no save point of its own
     assert on.prepare({"state": "system: be brief\n\nuser: hi", "questions": questions}).prompts[0].system_end == 0
@@ -296,17 +294,17 @@ def test_requests_about_saved_states_still_share_their_suffix_passes(engines):
     prepared = [
         on.prepare({"state": " ".join(rng.choice(words) for _ in range(80)), "questions": questions}) for _ in range(4)
     ]
-    on.score_many([p.prompts for p in prepared])  # every state saved
+    on.score([p.prompts for p in prepared])  # every state saved
     forwards = []
     run = on.executor._forward
     on.executor._forward = lambda *args: forwards.append(args[0].shape[0]) or run(*args)
     try:
-        again = on.score_many([p.prompts for p in prepared])
+        again = on.score([p.prompts for p in prepared])
     finally:
         on.executor._forward = run
     assert all(s.cached_tokens == p.prompts[0].state_end for s, p in zip(again, prepared))
     assert len(forwards) <= 2 and max(forwards) >= 4, forwards  # one request alone would be 2 rows a pass at most
-    for p, a, b in zip(prepared, again, off.score_many([p.prompts for p in prepared])):
+    for p, a, b in zip(prepared, again, off.score([p.prompts for p in prepared])):
         assert worst(on.answer(p, a.result()), off.answer(p, b.result())) <= 1e-6
 
 
@@ -340,7 +338,7 @@ def test_an_image_prefix_is_saved_keyed_by_its_pixels(demo_root):
     assert end > 0 and prepared[1].prompts[0].state_end == end and prepared[0].prompts[0].images
     cached = []
     for p in prepared:
-        (a,), (b,) = on.score_many([p.prompts]), off.score_many([p.prompts])
+        (a,), (b,) = on.score([p.prompts]), off.score([p.prompts])
         assert worst(on.answer(p, a.result()), off.answer(p, b.result())) <= 1e-6
         cached.append(a.cached_tokens)
     assert prepared[2].prompts[0].ids == prepared[1].prompts[0].ids  # the blue image: the same ids as the red...

@@ -13,7 +13,7 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blink import safejson
+from blink import safejson, tokens
 from blink.errors import BlinkError, InvalidRequest, PayloadTooLarge
 
 MB = 2**20
@@ -140,13 +140,13 @@ def tokenizer(demo_dir):
 
 def test_capped_tokens_is_exact_within_the_limit(tokenizer):
     encode = lambda s: tokenizer(s, add_special_tokens=False)["input_ids"]  # noqa: E731
-    longest = safejson.longest_token_chars(tokenizer)
+    longest = tokens.longest_token_chars(tokenizer)
     for text in ["hi", "The quick brown fox " * 50, "数字和文字 " * 40, " " * 900]:
         exact = len(encode(text))
-        assert safejson.capped_tokens(encode, text, exact, longest) == exact
-        assert safejson.capped_tokens(encode, text, exact + 10, longest) == exact
+        assert tokens.capped_tokens(encode, text, exact, longest) == exact
+        assert tokens.capped_tokens(encode, text, exact + 10, longest) == exact
         if exact > 2:
-            assert safejson.capped_tokens(encode, text, exact - 2, longest) is None
+            assert tokens.capped_tokens(encode, text, exact - 2, longest) is None
 
 
 def test_capped_tokens_refuses_a_huge_text_without_tokenizing_it_whole(tokenizer):
@@ -156,22 +156,22 @@ def test_capped_tokens_refuses_a_huge_text_without_tokenizing_it_whole(tokenizer
         calls.append(len(s))
         return tokenizer(s, add_special_tokens=False)["input_ids"]
 
-    longest = safejson.longest_token_chars(tokenizer)
+    longest = tokens.longest_token_chars(tokenizer)
     text = "The quick brown fox jumps over the lazy dog. " * 200_000  # 9 MB, ~2M tokens
     t = time.perf_counter()
-    assert safejson.capped_tokens(encode, text, 4096, longest) is None
+    assert tokens.capped_tokens(encode, text, 4096, longest) is None
     took = time.perf_counter() - t
     assert sum(calls) <= 4096 * 4 * 2, calls  # only a prefix proportional to the limit was tokenized
     assert took < 2.0
     calls.clear()
-    assert safejson.capped_tokens(encode, "x" * (4096 * longest + 1), 4096, longest) is None
+    assert tokens.capped_tokens(encode, "x" * (4096 * longest + 1), 4096, longest) is None
     assert calls == []  # past the character bound: refused untokenized
 
 
 @pytest.fixture(scope="module")
 def cap(tokenizer):
     """One TokenCap for every example (building one reads the whole vocabulary, a second or more each)."""
-    return safejson.TokenCap(tokenizer)
+    return tokens.TokenCap(tokenizer)
 
 
 @settings(max_examples=150, deadline=None, derandomize=True)

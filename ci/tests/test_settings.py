@@ -1,8 +1,8 @@
 """The settings schema (blink/settings.py): one declaration per knob, and everything that reads it agrees.
 
-The README's tables are what the schema says; `serve --help` names every variable; a bad variable stops
+docs/configuration.md's tables are what the schema says; `serve --help` names every variable; a bad variable stops
 start-up naming it; spaces.toml and the `BLINK_*` variables take exactly the same values (every bound of every
-knob, both ways); the Space refuses a constant no knob owns; the chat defaults the README states are the engine's.
+knob, both ways); the Space refuses a constant no knob owns; the chat defaults the docs state are the engine's.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import sys
 
 import pytest
 
+from blink.errors import StartupError
 from blink.settings import Integer, Listen, Number, Settings, SpaceSettings, knobs, resolve_space
 from fleet import ConfigError
-from fleet.docs import with_tables
+from fleet.docs import PAGE, with_tables
 from fleet.schema import KNOBS_AT, parse_space
 from helpers import ROOT, blink_serve, free_port, running
 
@@ -31,9 +32,9 @@ def table_with(location: str, value) -> dict:
     return table
 
 
-def test_readme_tables_match_the_schema():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert with_tables(readme) == readme, "README.md's knob tables drifted: run `python build.py --readme`"
+def test_docs_tables_match_the_schema():
+    page = (ROOT / PAGE).read_text(encoding="utf-8")
+    assert with_tables(page, PAGE) == page, f"{PAGE}'s knob tables drifted: run `python build.py --docs`"
 
 
 def test_serve_help_names_every_flag_and_its_variable():
@@ -90,7 +91,7 @@ def test_spaces_toml_and_the_variables_agree_on_every_bound(location, k):
         try:
             resolve_space({}, env={k.env: str(value)})
             env_ok = True
-        except SystemExit as exc:
+        except StartupError as exc:
             env_ok = False
             assert k.env in str(exc) or "DURATION_MIN_S" in str(exc), str(exc)
         assert fleet_ok == env_ok, f"{location}={value}: spaces.toml {fleet_ok}, {k.env} {env_ok}"
@@ -102,7 +103,7 @@ def test_max_output_tokens_range_is_the_same_everywhere():
     parse_space("alpha", table_with("limits.max_output_tokens", 32768))
     with pytest.raises(ConfigError, match=r"limits.max_output_tokens: must be 1-32768"):
         parse_space("alpha", table_with("limits.max_output_tokens", 32769))
-    with pytest.raises(SystemExit, match="BLINK_MAX_OUTPUT_TOKENS"):
+    with pytest.raises(StartupError, match="BLINK_MAX_OUTPUT_TOKENS"):
         resolve_space({}, env={"BLINK_MAX_OUTPUT_TOKENS": "32769"})
 
 
@@ -132,7 +133,7 @@ def test_numbers_are_not_coerced_from_toml():
 
 
 def test_the_space_refuses_a_constant_no_knob_owns():
-    with pytest.raises(SystemExit, match="CHAT_TEMPLATE_KWARGS set no knob"):
+    with pytest.raises(StartupError, match="CHAT_TEMPLATE_KWARGS set no knob"):
         resolve_space({"MODEL": "demo", "CHAT_TEMPLATE_KWARGS": {"enable_thinking": True}}, env={})
 
 
@@ -145,9 +146,9 @@ def test_space_values_are_overridden_by_their_variables_and_checked():
     assert space.title == settings.served_name == "demo"
     assert settings.max_output_tokens == 1024  # the Space's default, not the server's
     assert Settings.from_values({}, env={}).max_output_tokens == 4096
-    with pytest.raises(SystemExit, match="BLINK_DURATION_MAX_S='0'"):
+    with pytest.raises(StartupError, match="BLINK_DURATION_MAX_S='0'"):
         resolve_space({}, env={"BLINK_DURATION_MAX_S": "0"})
-    with pytest.raises(SystemExit, match="DURATION_MIN_S: 9 is above duration_max_s"):
+    with pytest.raises(StartupError, match="DURATION_MIN_S: 9 is above duration_max_s"):
         resolve_space({"DURATION_MIN_S": 9, "DURATION_MAX_S": 5}, env={})
 
 
@@ -178,7 +179,7 @@ def test_every_space_knob_has_a_fleet_key_and_every_default_parses():
 
 @pytest.mark.parametrize("do_sample", [True, False])
 def test_chat_sampling_defaults_come_from_generation_config_only_when_it_samples(demo_dir, do_sample):
-    """The README's claim: generation_config.json's temperature/top_p/top_k are the defaults only with
+    """docs/api-openai.md's claim: generation_config.json's temperature/top_p/top_k are the defaults only with
     do_sample = true; a greedy config leaves OpenAI's 1 / 1 / off."""
     from blink.chat import ChatEngine
     from blink.loading import load
@@ -196,7 +197,7 @@ def test_chat_sampling_defaults_come_from_generation_config_only_when_it_samples
 @pytest.mark.parametrize("knob", ["BLINK_GRADIO_UI_NEEDS_KEY", "BLINK_GRADIO_API_NEEDS_KEY"])
 def test_a_gradio_knob_that_asks_for_the_key_does_not_start_without_one(knob):
     """Without a key it would guard nothing: the Space must not start looking guarded and stay open."""
-    with pytest.raises(SystemExit, match=f"{knob} is on but no API key is set"):
+    with pytest.raises(StartupError, match=f"{knob} is on but no API key is set"):
         resolve_space({}, env={knob: "1"})
     _, space = resolve_space({}, env={knob: "1", "BLINK_API_KEY": "sk-test-key"})
     assert getattr(space, knob.removeprefix("BLINK_").lower()) is True
@@ -216,7 +217,7 @@ def test_the_vllm_engine_needs_its_replicas_and_refuses_what_it_cannot_send():
         ({"BLINK_ENGINE": "sglang"}, "must be one of local, vllm"),
         ({"BLINK_ENGINE": "vllm", "BLINK_ENGINE_URL": "http://a", "BLINK_VISION": "1"}, "VISION: vision needs engine"),
     ]:
-        with pytest.raises(SystemExit, match=refusal):
+        with pytest.raises(StartupError, match=refusal):
             Settings.from_values({}, env=env)
     settings, _ = resolve_space({}, env={"BLINK_ENGINE": "vllm", "BLINK_ENGINE_URL": "http://a"})
     assert settings.engine == "vllm" and settings.engine_url == ("http://a",)  # the Space in front of replicas

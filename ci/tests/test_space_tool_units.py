@@ -17,22 +17,25 @@ pytestmark = pytest.mark.space
 
 @pytest.fixture(scope="module")
 def ctx_and_callers(demo_dir):
-    from blink.server import build_context
+    from blink.backend import LocalBackend
+    from blink.server import build_context, load_served
     from blink.settings import Settings
 
     settings = Settings.from_values(
         {"model": str(demo_dir), "max_concurrent_chats": 1, "chat_slot_wait_s": 0, "api_key": "sk-unit-key"}, env={}
     )
     callers = []
-    ctx = None
 
-    def score_batch(plans, caller):  # the Space's batch step, minus the GPU: it records whom it runs as
-        callers.append(caller)
-        return ctx.engine.score_many(plans)
+    class RecordingBackend(LocalBackend):  # the Space's backend, minus the GPU: it records whom it runs as
+        def score(self, plans, caller=None):
+            callers.append(caller)
+            return super().score(plans, caller)
 
+    served = load_served(settings)
     ctx = build_context(
         settings,
-        decide=score_batch,
+        served,
+        RecordingBackend(served.planner, served.chat_engine),
         warmup=False,
         caller_of=lambda request: zerogpu.caller_from_headers(request.headers),
     )

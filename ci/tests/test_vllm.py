@@ -188,7 +188,7 @@ def test_scores_equal_a_plain_forward(vllm_replicas, qwen3_engine):
     with Replicas([url for url, _ in vllm_replicas]) as replicas:
         scorer = VllmScorer(replicas)
         prepared = [qwen3_engine.prepare(body) for body in DECISIONS]
-        out = scorer.score_many([p.prompts for p in prepared])
+        out = scorer.score([p.prompts for p in prepared])
         worst = 0.0
         for p, scored in zip(prepared, out):
             assert scored.error is None, scored.error
@@ -221,7 +221,7 @@ def test_more_labels_than_one_vllm_request_takes(vllm_replicas, qwen3_engine):
     prepared = qwen3_engine.prepare(body)
     assert len(prepared.prompts[0].reads[0].label_ids) == 200  # vLLM takes 128 per request
     with Replicas([vllm_replicas[0][0]]) as replicas:
-        (scored,) = VllmScorer(replicas).score_many([prepared.prompts])
+        (scored,) = VllmScorer(replicas).score([prepared.prompts])
     assert scored.error is None, scored.error
     scores = scored.scores
     reference = [plain_logprobs(qwen3_engine.executor.model, prompt) for prompt in prepared.prompts]
@@ -247,7 +247,7 @@ def test_the_same_state_goes_to_the_same_replica(vllm_replicas, qwen3_engine):
         before = {url: metric(url, "vllm:request_success_total") for url in urls}
         hits_before = {url: metric(url, "vllm:prefix_cache_hits_total") for url in urls}
         for body in asks:  # one at a time: no load, so affinity alone decides
-            (scored,) = scorer.score_many([qwen3_engine.prepare(body).prompts])
+            (scored,) = scorer.score([qwen3_engine.prepare(body).prompts])
             assert scored.error is None
         served = {url: metric(url, "vllm:request_success_total") - before[url] for url in urls}
         hits = {url: metric(url, "vllm:prefix_cache_hits_total") - hits_before[url] for url in urls}
@@ -262,7 +262,7 @@ def test_the_same_state_goes_to_the_same_replica(vllm_replicas, qwen3_engine):
         ]
         counts = {url: r["served"] for url, r in zip(urls, replicas.health(probe=False)["replicas"])}
         for body in others:
-            scorer.score_many([qwen3_engine.prepare(body).prompts])
+            scorer.score([qwen3_engine.prepare(body).prompts])
         after = {r["url"]: r["served"] for r in replicas.health(probe=False)["replicas"]}
         assert all(after[url] > counts[url] for url in urls), (counts, after)
 
@@ -280,7 +280,7 @@ def test_a_busy_replica_spills_to_the_next_and_then_529(vllm_replicas, qwen3_eng
         prompt = next(p for p in ([n + 1] * 8 for n in range(64)) if replicas.order(route_for([p]))[0] is home)
         held = [replicas.start_stream(route_for([prompt]), {"prompt": prompt, "max_tokens": 2000, "stream": True})]
         assert held[0][0] is home
-        (scored,) = scorer.score_many([plan])
+        (scored,) = scorer.score([plan])
         assert scored.error is None
         assert (home.served, other.served) == (0, 1)  # spilled to the next replica of its order
         # both busy: no replica can take it -> Overloaded (529 with Retry-After)
@@ -288,17 +288,17 @@ def test_a_busy_replica_spills_to_the_next_and_then_529(vllm_replicas, qwen3_eng
             replicas.start_stream(route_for([[7] * 8]), {"prompt": [7] * 8, "max_tokens": 2000, "stream": True})
         )
         assert {r.url for r, _ in held} == set(urls)
-        (scored,) = scorer.score_many([plan])
+        (scored,) = scorer.score([plan])
         assert isinstance(scored.error, Overloaded), scored.error
         with pytest.raises(Overloaded) as refused:
-            scorer.score(plan)
+            scorer.score_one(plan)
         assert refused.value.status == 529 and refused.value.headers["Retry-After"]
         for replica, response in held:
             replicas.finish(replica, response)
         assert [r["in_flight"] for r in replicas.health(probe=False)["replicas"]] == [0, 0]
         # free again: the state now follows its prefix to where it was last served
         served = home.served, other.served  # the held streams count as served once closed
-        (scored,) = scorer.score_many([plan])
+        (scored,) = scorer.score([plan])
         assert scored.error is None and (home.served, other.served) == (served[0], served[1] + 1)
 
 
@@ -415,11 +415,11 @@ def test_failover_when_a_replica_dies(vllm_replicas, qwen3_engine, blink_on_vllm
         scorer = VllmScorer(replicas)
         plan = qwen3_engine.prepare(DECISIONS[1]).prompts
         home, other = replicas.order(scorer.route(plan))
-        (scored,) = scorer.score_many([plan])
+        (scored,) = scorer.score([plan])
         before = scored.scores
         assert scored.error is None and home.served == 1
         stop_group(dict(vllm_replicas)[home.url])  # the replica this state lives on dies
-        (scored,) = scorer.score_many([plan])
+        (scored,) = scorer.score([plan])
         after = scored.scores
         assert scored.error is None, scored.error
         assert other.served == 1 and max_difference(before, after) < 1e-4  # retried on the other one
@@ -432,5 +432,5 @@ def test_failover_when_a_replica_dies(vllm_replicas, qwen3_engine, blink_on_vllm
         states = {row["url"]: row["state"] for row in httpx.get(blink_on_vllm + "/healthz").json()["vllm"]["replicas"]}
         assert states == {home.url: "down", other.url: "up"}
     with Replicas([home.url]) as dead:  # nothing left to try: 529
-        (scored,) = VllmScorer(dead).score_many([plan])
+        (scored,) = VllmScorer(dead).score([plan])
         assert isinstance(scored.error, Overloaded), scored.error

@@ -27,7 +27,7 @@ from blink.admission import Admission
 from blink.auth import ApiKey
 from blink.context import Context
 from blink.errors import InvalidRequest, NoRoute, Overloaded, PayloadTooLarge, QuotaExceeded, Unauthorized
-from blink.http import Endpoint, not_routed
+from blink.http import Body, Endpoint, not_routed
 from blink.limits import Limits
 from blink.openai import constraints, protocol
 from helpers import UNROUTED, check_unrouted
@@ -57,15 +57,26 @@ class Handlers:
 
 
 def context(**fields) -> Context:
-    """A real Context; the decision service and chat are not used by these routes."""
-    return Context(service=None, served_name="blink-unit", chat=None, chat_engine=None, **fields)
+    """A real Context; the decision service and the chat service are not used by these routes."""
+    return Context(service=None, chats=None, served_name="blink-unit", **fields)
+
+
+def refuse_marked(call):
+    """The route's check (before admission): a body that says {"refuse": true} is refused by it."""
+    if isinstance(call.body, dict) and call.body.get("refuse") is True:
+        raise InvalidRequest("refused by the check", loc=["body", "refuse"], kind="checked")
+    return "checked"
 
 
 def tiny_app(ctx: Context, handler: Handlers) -> Starlette:
     routes = [
-        Route(SYSTEMONE, Endpoint(ctx, systemone.WIRE, handler, admit="decide"), methods=["POST"]),
-        Route(CHAT, Endpoint(ctx, protocol.WIRE, handler, admit="chat"), methods=["POST"]),
-        Route("/v1/models", Endpoint(ctx, protocol.WIRE, handler, read_body=False), methods=["GET"]),
+        Route(
+            SYSTEMONE,
+            Endpoint(ctx, systemone.WIRE, handler, body=Body(multipart=True), check=refuse_marked, admit="decide"),
+            methods=["POST"],
+        ),
+        Route(CHAT, Endpoint(ctx, protocol.WIRE, handler, body=Body("chat requests"), admit="chat"), methods=["POST"]),
+        Route("/v1/models", Endpoint(ctx, protocol.WIRE, handler), methods=["GET"]),
     ]
     return Starlette(
         routes=routes
@@ -224,7 +235,13 @@ def test_a_full_gate_is_529_with_retry_after_and_the_place_comes_back(handler):
             r = client.post(SYSTEMONE, json={"a": 1})
             systemone_error(r, 529, "overloaded_error")
             assert int(r.headers["retry-after"]) >= 1 and not handler.calls
+            # the route's check comes before admission: a request it refuses is refused at once, not with 529
+            systemone_error_detail = client.post(SYSTEMONE, json={"refuse": True}).json()["detail"]
+            assert systemone_error_detail == [
+                {"type": "checked", "loc": ["body", "refuse"], "msg": "refused by the check"}
+            ]
         assert client.post(SYSTEMONE, json={"a": 1}).status_code == 200
+        assert handler.calls[-1].checked == "checked"  # what the check made of the body reaches the handler
         assert sum(ctx.admission.state()["decide"]["held"].values()) == 0  # the handler's place was given back
 
 
@@ -346,6 +363,8 @@ def test_multipart_gives_the_request_part_as_the_body_and_the_rest_as_parts(clie
         "body": {"state": {"photo": {"$asset": "photo"}}},
         "parts": {"photo": ["image/png", "\x89PNG-bytes"]},
     }
+    refused = client.post(CHAT, content=content, headers={"content-type": ctype})  # a JSON-only route
+    assert openai_error(refused, 400, "invalid_request_error")["code"] == "unsupported_media"
     zipped = client.post(
         SYSTEMONE, content=gzip.compress(content), headers={"content-type": ctype, "content-encoding": "gzip"}
     )
@@ -622,10 +641,12 @@ def test_chat_and_responses_params():
 @pytest.fixture(scope="module")
 def app(engine, demo_dir):
     """blink.server.create_app over the session's demo engine, with a key; its lifespan (the MCP server) runs."""
-    from blink.server import build_context, create_app
+    from blink.server import ServedModel, build_chat_engine, build_context, create_app
     from blink.settings import Settings
 
-    ctx = build_context(Settings(model=str(demo_dir), api_key=KEY), engine=engine, warmup=False)
+    settings = Settings(model=str(demo_dir), api_key=KEY)
+    served = ServedModel(engine.loaded, engine, build_chat_engine(settings, engine.loaded))
+    ctx = build_context(settings, served, warmup=False)
     with TestClient(create_app(ctx), raise_server_exceptions=False) as client:
         yield client
 

@@ -2,9 +2,9 @@
 
 - servers on loopback: `free_port`, `server_env`, `launch`, `wait_healthy`, `stop_group`, `running`,
   `blink_serve`, `SERVERS` (servers stopped after their fixture's last test), and `Served` (a real app on an
-  in-process uvicorn); `rss` and `Watch` (a server's memory and /healthz while a request runs; bench/hostile.py
-  builds on it);
-- request and answer helpers: `random_request`, `probabilities`, `worst`, `uncached`, `png`;
+  in-process uvicorn); `rss`, `Watch` and `watching` (a server's memory and /healthz while a request runs;
+  bench/hostile.py builds on Watch), `ServerProcess` (a `blink serve` by its URL: pid, log);
+- request and answer helpers: `random_request`, `probabilities`, `worst`, `uncached`, `png`, `text_of`, `MB`;
 - wire contracts: `UNROUTED` and `check_unrouted` (unknown /v1/ paths and methods), `run_jevcompat` and
   `assert_all_pass` (the conformance suite);
 - clients: `mcp_call` (one MCP session), `bearer`, `form_args` (the UI's Decide event, as the page sends it).
@@ -231,7 +231,43 @@ class Watch:
         return self.health_max, self.peak - self.base, self.rss() - self.base
 
 
+def pid_on_port(port: int) -> int:
+    """The `blink serve` process listening on `port` (found from /proc, no extra dependency)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if (
+                b"blink" in argv
+                and b"serve" in argv
+                and b"--port" in argv
+                and argv[argv.index(b"--port") + 1 : argv.index(b"--port") + 2] == [str(port).encode()]
+            ):
+                return int(entry.name)
+    raise RuntimeError(f"no server process on port {port}")
+
+
+class ServerProcess:
+    """A running `blink serve` by its URL: its port, its process id (for its RSS) and its log."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.port = int(url.rsplit(":", 1)[1])
+        self.pid = pid_on_port(self.port)
+
+    def log_text(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in ARTIFACTS.glob(f"*-{self.port}.log"))
+
+
+def watching(server: ServerProcess) -> Watch:
+    """/healthz latency (worst) and the server's RSS (peak) while a hostile request runs."""
+    return Watch(server.url, lambda: rss(server.pid))
+
+
 # --- requests and answers -------------------------------------------------------------------------------------------
+MB = 2**20
 WORDS = "order refund parcel late broken screen billing charge twice angry calm please today account".split()
 
 
@@ -282,6 +318,12 @@ def uncached(body: dict) -> dict:
     served from the cache and says so; its answers, and everything else, are the same."""
     usage = {k: v for k, v in body.get("usage", {}).items() if k != "x_cached_tokens"}
     return {**body, "usage": usage}
+
+
+def text_of(n: int) -> str:
+    """`n` characters of plain English."""
+    unit = "The quick brown fox jumps over the lazy dog near the river bank. "
+    return (unit * (n // len(unit) + 1))[:n]
 
 
 def png(color=(200, 30, 30), size=(300, 200), noise=False) -> bytes:

@@ -1,0 +1,52 @@
+"""The backend seam: where forward passes run. The routes, the decision service and the chat service talk to a
+`Backend` and never know which one it is.
+
+Three implementations, one contract (plain data in and out, the caller passed explicitly):
+- `LocalBackend` (here): blink's executor and the chat engine in this process (`python -m blink serve`, tests);
+- `ZeroGpuBackend` (space/zerogpu.py): the same two steps inside `@spaces.GPU` functions, as the caller who asked,
+  so their ZeroGPU quota pays;
+- `VllmBackend` (blink/vllm): token ids sent to vLLM replicas.
+
+`score(plans, caller)` takes a batch of decisions (one list of `plan.Prompt` per request) and returns one
+`plan.Scored` per request, never raising; `generate(ids, params, caller)` is a plain generator of text deltas
+(`str`, or `Delta` with logprobs) and exactly one final `ChatEnd`; `health()` is the backend's part of /healthz.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from .plan import Prompt, Scored
+
+
+class Backend(Protocol):
+    def score(self, plans: list[list[Prompt]], caller: Any) -> list[Scored]: ...
+
+    def generate(self, ids: list[int], params: dict, caller: Any) -> Iterator[Any]: ...
+
+    def health(self) -> dict: ...
+
+
+class LocalBackend:
+    """Both steps in this process: the caller chooses no quota here."""
+
+    def __init__(self, engine, chat_engine):
+        self.engine, self.chat_engine = engine, chat_engine  # blink.engine.Engine, blink.chat.ChatEngine
+
+    def score(self, plans: list[list[Prompt]], caller: Any = None) -> list[Scored]:
+        return self.engine.score(plans)
+
+    def generate(self, ids: list[int], params: dict, caller: Any = None) -> Iterator[Any]:
+        return self.chat_engine.generate(ids, params)
+
+    def health(self) -> dict:
+        executor = self.engine.executor
+        return {
+            "prefix_cache": executor.prefix_cache.stats(),
+            "passes": {
+                "pass_cost_tokens": executor.pass_cost_tokens,
+                "max_rows": executor.max_rows,
+                "pass_cache_mib": executor.pass_cache_bytes / 2**20,
+            },
+        }

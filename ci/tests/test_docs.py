@@ -1,0 +1,94 @@
+"""The README and docs/ say what is: the README stays a front door, its examples call the port its first command
+serves, every relative link and anchor resolves, every `BLINK_*` variable they name exists, every repository path
+they name under bench/, ci/, fleet/ and docs/ exists, and `build.py --docs` (old name `--readme`) rewrites the
+knob tables. (The tables themselves: test_settings.py::test_docs_tables_match_the_schema.)"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import build
+from blink.settings import Listen, Settings, SpaceSettings, knobs
+from helpers import ROOT
+
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+
+
+def text(path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(path) -> set[str]:
+    prose = FENCE.sub("", text(path))
+    return {slug(m.group(1)) for m in re.finditer(r"^#{1,6} (.+)$", prose, re.M)}
+
+
+def test_the_readme_is_a_front_door():
+    lines = text(README).count("\n")
+    assert lines <= 250, f"README.md has {lines} lines: the reference belongs in docs/"
+
+
+def test_the_readme_examples_call_the_port_its_first_command_serves():
+    readme = text(README)
+    served = re.search(r"GRADIO_SERVER_PORT=(\d+)", readme)
+    assert served, "README.md's first command names no GRADIO_SERVER_PORT"
+    called = set(re.findall(r"127\.0\.0\.1:(\d+)", readme))
+    port = served.group(1)
+    assert called == {port}, f"README.md's examples call {sorted(called)}; the first command serves {port}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_and_anchor_resolves(page):
+    prose = FENCE.sub("", text(page))
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", prose):
+        if re.match(r"[a-z]+:", target):
+            continue  # https:, mailto:
+        file, _, anchor = target.partition("#")
+        path = (page.parent / file).resolve() if file else page
+        if not path.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and path.suffix == ".md" and anchor not in anchors(path):
+            broken.append(f"{target}: no heading with that anchor")
+    assert not broken, f"{page.relative_to(ROOT)}: {broken}"
+
+
+def test_every_blink_variable_named_exists():
+    variables = {k.env for schema in (Listen, Settings, SpaceSettings) for k in knobs(schema)}
+    code = "\n".join(text(p) for pattern in ("*.py", "*.sh") for p in ROOT.rglob(pattern) if ".venv" not in str(p))
+    unknown = {
+        f"{page.relative_to(ROOT)}: {name}"
+        for page in PAGES
+        for name in re.findall(r"\bBLINK_[A-Z][A-Z0-9_]*\b", text(page))
+        if name not in variables and name not in code
+    }
+    assert not unknown, f"variables no knob or code reads: {sorted(unknown)}"
+
+
+def test_every_repository_path_named_exists():
+    made = ("ci/artifacts/", "bench/out/", "bench/.whl")  # what the tests and benchmarks write (.gitignore)
+    missing = {
+        f"{page.relative_to(ROOT)}: {path}"
+        for page in PAGES
+        for path in re.findall(r"`((?:bench|ci|fleet|docs)/[\w./-]*\w)`", text(page))
+        if not (ROOT / path).exists() and not path.startswith(made)
+    }
+    assert not missing, f"paths that are not in the repository: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("flag", ["--docs", "--readme"])
+def test_build_rewrites_the_docs_tables_under_both_names(monkeypatch, capsys, flag):
+    calls = []
+    monkeypatch.setattr(build, "write_docs", lambda: calls.append(flag) or False)
+    assert build.main([flag]) == 0
+    assert calls == [flag]
+    assert "docs/configuration.md: tables already up to date" in capsys.readouterr().out
