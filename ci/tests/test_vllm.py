@@ -169,12 +169,15 @@ def qwen3_engine(qwen3_dir):
 
 
 def plain_logprobs(model, prompt) -> list[list[float]]:
-    """The reference: one transformers forward of the whole prompt, full-vocabulary log-softmax at each read."""
+    """The reference: one transformers forward of the whole prompt, full-vocabulary log-softmax at each read.
+    Logits only at the reads (`logits_to_keep`): a 200-option prompt's logits at every position are ~1 GB."""
     import torch
 
+    positions = torch.tensor([r.position for r in prompt.reads])
     with torch.no_grad():
-        logprobs = torch.log_softmax(model(torch.tensor([prompt.ids])).logits[0].float(), dim=-1)
-    return [(logprobs[r.position, r.label_ids] / r.temperature).tolist() for r in prompt.reads]
+        logits = model(torch.tensor([prompt.ids]), logits_to_keep=positions).logits[0]
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
+    return [(logprobs[i, r.label_ids] / r.temperature).tolist() for i, r in enumerate(prompt.reads)]
 
 
 def max_difference(a, b) -> float:
