@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "ci" / "tests")]
 for var, value in (
     ("HF_HUB_OFFLINE", "1"),
     ("TRANSFORMERS_OFFLINE", "1"),
@@ -43,6 +43,8 @@ for var, value in (
 import httpx  # noqa: E402
 import zstandard  # noqa: E402
 from servers import Server, blink_serve  # noqa: E402
+
+import helpers  # noqa: E402
 
 RESULTS = ROOT / "bench" / "hostile-results.json"
 MB = 2**20
@@ -73,50 +75,23 @@ def prefix_cache_mib(s: Server) -> float:
         return 0.0
 
 
-class Watch:
-    """While a case runs: /healthz latency (worst) and the server's RSS (peak), sampled in threads."""
+class Watch(helpers.Watch):
+    """While a case runs: /healthz latency (worst, failures counted) and the server's RSS (peak, its process tree),
+    sampled in threads (ci/tests/helpers.Watch, as the tests watch theirs); done() reports them with the prefix
+    cache's share of what was kept."""
 
     def __init__(self, server: Server):
         self.server = server
         self.cache_base = prefix_cache_mib(server)
-        self.base = server.rss()
-        self.peak = self.base
-        self.health_max = 0.0
-        self.health_fail = 0
-        self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._rss, daemon=True),
-            threading.Thread(target=self._health, daemon=True),
-        ]
-        for t in self._threads:
-            t.start()
-
-    def _rss(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self.server.rss())
-            self._stop.wait(0.02)
-
-    def _health(self) -> None:
-        with httpx.Client(timeout=60) as client:
-            while not self._stop.is_set():
-                t = time.perf_counter()
-                try:
-                    client.get(self.server.url + "/healthz")
-                except httpx.HTTPError:
-                    self.health_fail += 1
-                self.health_max = max(self.health_max, time.perf_counter() - t)
-                self._stop.wait(0.05)
+        super().__init__(server.url, server.rss, health_timeout=60)
 
     def done(self, settle_s: float = 2.0) -> dict:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=65)
-        time.sleep(settle_s)  # what the server gives back, it gives back soon
+        health_max, peak, kept = super().done(settle_s)
         return {
-            "healthz_max_s": round(self.health_max, 3),
+            "healthz_max_s": round(health_max, 3),
             "healthz_failed": self.health_fail,
-            "rss_peak_mb": round((self.peak - self.base) / MB),
-            "rss_kept_mb": round((self.server.rss() - self.base) / MB),
+            "rss_peak_mb": round(peak / MB),
+            "rss_kept_mb": round(kept / MB),
             "prefix_cache_mb": round(prefix_cache_mib(self.server) - self.cache_base),  # of the kept, the cache's
         }
 

@@ -34,7 +34,7 @@ import httpx  # noqa: E402
 import workload  # noqa: E402
 from servers import closed_loop  # noqa: E402
 
-from conftest import running  # noqa: E402
+from helpers import running  # noqa: E402
 
 CLIENTS = {1: 24, 16: 6, 64: 3}  # concurrent clients -> requests each
 STATE_TOKENS = 64

@@ -1,4 +1,4 @@
-"""The servers the benchmarks measure, started and stopped as the tests start theirs (ci/tests/conftest.py): a free
+"""The servers the benchmarks measure, started and stopped as the tests start theirs (ci/tests/helpers): a free
 loopback port, its own session (stopping it stops what it forked), its log, ready when its health route answers,
 with no BLINK_* variable of the caller's leaking in."""
 
@@ -17,7 +17,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "ci" / "tests"))
 
-from conftest import blink_serve, free_port, launch, server_env, stop_group, wait_healthy  # noqa: E402
+from helpers import blink_serve, free_port, launch, server_env, stop_group, wait_healthy  # noqa: E402
 
 # where `--model demo` finds (or builds) its model, as blink.demo.demo_model_dir looks for it in this process
 DEMO_ROOT = Path(os.environ.get("BLINK_DEMO_DIR") or Path.home() / ".cache" / "blink")

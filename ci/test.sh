@@ -7,5 +7,13 @@ bash ci/setup.sh
 # lint and format first: a minute saved when the suite would fail on style anyway (ruff.toml)
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+# no merge-conflict marker left in a tracked text file
+MARKERS='^(<{7} |>{7} |={7}$)'
+TEXT=('*.md' '*.py' '*.sh' '*.toml' '*.txt' '*.yml' '*.yaml' '*.json')
+if git grep -qE "$MARKERS" -- "${TEXT[@]}"; then
+  git grep -nE "$MARKERS" -- "${TEXT[@]}" >&2
+  echo "merge-conflict markers in the tracked files above" >&2
+  exit 1
+fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TOKENIZERS_PARALLELISM=false
 exec .venv/bin/python -m pytest "$@"

@@ -1,35 +1,42 @@
 """Shared fixtures: the demo model (built once per run, offline) and real servers on loopback.
 
-Servers are real processes (`python -m blink serve ...`), reached over HTTP by real clients.
+Servers are real processes (`python -m blink serve ...`), reached over HTTP by real clients. The helpers the
+fixtures and the tests share live in ci/tests/helpers/ (a test file imports those, never another test file or
+this one); the markers are listed in pytest.ini and explained in ci/tests/README.md.
+
+Memory: the whole run stays in one pytest process beside the servers it starts, so what a module leaves behind
+is given back when it ends (`gc` and glibc's heap trim, after its module-scoped fixtures are torn down), and a
+session server is stopped after the last test that uses it (not at the end of the session).
 """
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-ARTIFACTS = ROOT / "ci" / "artifacts"
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from helpers import SERVERS, blink_serve, running
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def give_back_memory() -> None:
+    """Free what is unreachable and return the freed heap to the operating system (glibc keeps it otherwise)."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield  # the item's fixtures are finalized (a module's, after its last test)
+    items = item.session.items
+    SERVERS.release_after(items[items.index(nextitem) :] if nextitem is not None else [])
+    if nextitem is None or nextitem.module is not item.module:
+        give_back_memory()
 
 
 @pytest.fixture(scope="session")
@@ -48,96 +55,19 @@ def demo_dir(demo_root) -> Path:
     return demo_root / "demo-model"
 
 
-def server_env(demo_root: Path, extra: dict | None = None) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BLINK_")}
-    env.update(
-        {
-            "BLINK_DEMO_DIR": str(demo_root),
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_VERBOSITY": "error",
-            "PYTHONPATH": str(ROOT),
-        }
-    )
-    env.update(extra or {})
-    return env
-
-
-def launch(argv: list[str], port: int, env: dict, log: Path, cwd=None) -> subprocess.Popen:
-    """A server process (`{port}` in `argv` becomes `port`), its output in `log`, in its own session: stopping it
-    (stop_group) stops what it forked too (ZeroGPU's worker processes)."""
-    argv = [a.replace("{port}", str(port)) for a in argv]
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as fh:
-        return subprocess.Popen(
-            argv, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=cwd or ROOT, start_new_session=True
-        )
-
-
-def wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout: float = 300, path: str = "/healthz") -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
-        try:
-            if httpx.get(url + path, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"server not healthy after {timeout}s:\n{log.read_text()[-4000:]}")
-
-
-def stop_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the server's whole process group, then SIGKILL whatever is left of it."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # forked children that outlived their parent
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=15)
-
-
-@contextmanager
-def running(
-    argv: list[str], demo_root: Path, env: dict | None = None, port: int | None = None, cwd=None, name: str = "server"
-):
-    """Run a server process on a free loopback port; yield its base URL; stop it afterwards."""
-    port = port or free_port()
-    log = ARTIFACTS / f"{name}-{port}.log"
-    full_env = server_env(demo_root, env)
-    full_env.setdefault("GRADIO_SERVER_PORT", str(port))
-    proc = launch(argv, port, full_env, log, cwd)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc, log)
-        yield url
-    finally:
-        stop_group(proc)
-
-
-def blink_serve(*flags: str, model: str = "demo") -> list[str]:
-    return [sys.executable, "-m", "blink", "serve", "--model", model, "--port", "{port}", *flags]
-
-
 @pytest.fixture(scope="session")
 def server(demo_root):
     """The standalone server with the demo model, open (no key), batching off."""
-    with running(blink_serve(), demo_root, name="serve") as url:
-        yield url
+    yield SERVERS.start("server", running(blink_serve(), demo_root, name="serve"))
+    SERVERS.stop("server")
 
 
 @pytest.fixture(scope="session")
 def keyed_server(demo_root):
     """The standalone server with an API key."""
-    with running(blink_serve(), demo_root, env={"BLINK_API_KEY": "sekret-key-123"}, name="serve-keyed") as url:
-        yield url
+    env = {"BLINK_API_KEY": "sekret-key-123"}
+    yield SERVERS.start("keyed_server", running(blink_serve(), demo_root, env=env, name="serve-keyed"))
+    SERVERS.stop("keyed_server")
 
 
 @pytest.fixture(scope="session")
@@ -147,10 +77,3 @@ def engine(demo_dir):
     from blink.loading import load
 
     return Engine(load(str(demo_dir)))
-
-
-def uncached(body: dict) -> dict:
-    """A System One body without the prefix-state cache's note (`usage.x_cached_tokens`): a state asked again is
-    served from the cache and says so; its answers, and everything else, are the same."""
-    usage = {k: v for k, v in body.get("usage", {}).items() if k != "x_cached_tokens"}
-    return {**body, "usage": usage}

@@ -12,6 +12,10 @@ import httpx
 import pytest
 import zstandard
 
+from helpers import UNROUTED, check_unrouted
+
+pytestmark = pytest.mark.e2e
+
 GOOD = {"state": "hello", "questions": {"q": {"type": "noul", "instructions": "ok?"}}}
 
 
@@ -84,7 +88,7 @@ def test_bad_request_gets_a_located_422(server, name):
 
 
 def test_too_long_state_is_refused_not_truncated(demo_root):
-    from conftest import blink_serve, running
+    from helpers import blink_serve, running
 
     with running(blink_serve("--max-context-tokens", "200"), demo_root, name="serve-small-ctx") as url:
         r = post(url, json.dumps({"state": "word " * 400, "questions": {"long": {"type": "noul"}}}).encode())
@@ -152,30 +156,6 @@ def test_unknown_fields_are_ignored(server):
 def test_unknown_path_is_404_with_request_id(server):
     r = httpx.get(server + "/v1/nothing-here")
     assert r.status_code == 404 and r.headers["x-typesafe-request-id"].startswith("req_")
-
-
-UNROUTED = [
-    ("GET", "/v1/nothing-here", 404),
-    ("POST", "/v1/embeddings", 404),
-    ("GET", "/v1/responses", 405),
-    ("GET", "/v1/chat/completions", 405),
-    ("DELETE", "/v1/models", 405),
-    ("GET", "/v1/systemone", 405),
-    ("POST", "/v1/systemone/batch", 404),
-]
-
-
-def check_unrouted(r: httpx.Response, path: str, status: int) -> None:
-    """An unknown path or method under /v1/: the wire's own error shape, with a request id."""
-    assert r.status_code == status and r.headers["x-typesafe-request-id"].startswith("req_")
-    body = r.json()
-    if path.startswith("/v1/systemone"):
-        assert isinstance(body["error"], str) and body["detail"]["error_type"] == "not_found_error"
-    else:
-        assert body["error"]["type"] == "invalid_request_error" and path in body["error"]["message"]
-        assert r.headers["x-request-id"] == r.headers["x-typesafe-request-id"]
-    if status == 405:
-        assert r.headers["allow"] and r.request.method not in r.headers["allow"]
 
 
 @pytest.mark.parametrize("method,path,status", UNROUTED)

@@ -23,7 +23,9 @@ import pytest
 import yaml
 
 from build import SHARED_FILES as SHARED  # the fleet's shared files, as build.py copies them
-from conftest import ROOT, running
+from helpers import ROOT, running
+
+pytestmark = pytest.mark.space
 
 MISSING = [name for name in SHARED if not (ROOT / name).is_file()]
 
@@ -193,6 +195,7 @@ def test_requirements_are_pinned_and_agree():
 
 
 @pytest.mark.parametrize("name", NAMES[:1])
+@pytest.mark.e2e
 def test_built_space_starts_and_answers_healthz(dist, demo_root, name):
     if "app.py" in MISSING:
         pytest.skip("app.py not written yet")
@@ -471,14 +474,3 @@ def test_build_check_runs_without_torch_pillow_or_transformers():
     done = subprocess.run([sys.executable, "-c", BLOCKER], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ok blink-4b" in done.stdout and "heavy modules: []" in done.stdout, done.stdout
-
-
-def test_no_tracked_file_holds_merge_conflict_markers():
-    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    marker = re.compile(r"^(<{7} |>{7} |={7}$)", re.M)
-    hits = []
-    for name in tracked.split():
-        path = ROOT / name
-        if path.suffix in {".md", ".py", ".sh", ".toml", ".txt", ".yml", ".yaml", ".json"} and path.is_file():
-            hits += [f"{name}:{m.group(0)}" for m in marker.finditer(path.read_text(errors="replace"))]
-    assert not hits, hits

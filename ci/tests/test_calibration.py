@@ -26,7 +26,9 @@ from blink.calibration import (
     probabilities,
     weights_fingerprint,
 )
-from conftest import ROOT, blink_serve, running, server_env
+from helpers import ROOT, blink_serve, running, server_env
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 WORDS = (
     "parcel refund invoice courier screen battery router login invoice warranty locker voucher outage "

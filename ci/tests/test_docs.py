@@ -11,7 +11,7 @@ import pytest
 
 import build
 from blink.settings import Listen, Settings, SpaceSettings, knobs
-from conftest import ROOT
+from helpers import ROOT
 
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]

@@ -11,6 +11,8 @@ import pytest
 
 from blink.durations import DurationEstimator
 
+pytestmark = pytest.mark.space
+
 
 def test_whole_seconds_at_least_one_and_survives_spaces_conversion():
     est = DurationEstimator(min_s=1, max_s=300, overhead_s=0.0)

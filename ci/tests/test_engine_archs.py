@@ -7,11 +7,12 @@ from __future__ import annotations
 import random
 
 import pytest
-from test_executor import random_request
-from test_prefix_cache import worst
 
 from blink.engine import WARMUP
 from blink.errors import StartupError
+from helpers import random_request, worst
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

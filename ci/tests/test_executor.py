@@ -7,33 +7,7 @@ import random
 
 import pytest
 
-WORDS = "order refund parcel late broken screen billing charge twice angry calm please today account".split()
-
-
-def random_request(rng: random.Random, n_questions: int) -> dict:
-    state = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 400)))
-    if rng.random() < 0.5:
-        state = {"ticket": state, "meta": {"priority": rng.randint(1, 5)}}
-    questions = {}
-    for i in range(n_questions):
-        instructions = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 40)))
-        kind = rng.choice(["noul", "choice", "score"])
-        if kind == "noul":
-            questions[f"q{i}"] = {"type": "noul", "instructions": instructions}
-        elif kind == "choice":
-            n = rng.choice([2, 3, 7, 26, 40])
-            questions[f"q{i}"] = {
-                "type": "choice",
-                "instructions": instructions,
-                "criteria": {f"{rng.choice(WORDS)}-{j}": None for j in range(n)},
-            }
-        else:
-            questions[f"q{i}"] = {
-                "type": "score",
-                "instructions": instructions,
-                "criteria": [rng.choice(WORDS) for _ in range(rng.randint(2, 10))],
-            }
-    return {"state": state, "questions": questions}
+from helpers import WORDS, random_request
 
 
 def max_diff(a: list[float], b: list[float]) -> float:

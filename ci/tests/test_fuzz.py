@@ -4,7 +4,7 @@ with Retry-After, never a 5xx; and the server still healthy afterwards.
 Two sources of input, both seeded (derandomized) and bounded so CI stays fast:
 - hypothesis strategies here: valid-ish bodies of each wire, then broken ones (fields dropped, retyped,
   nested, oversized, invalid Unicode, bytes that are not JSON at all);
-- schemathesis, from the OpenAPI description in blink/openapi.py (the app serves none of its own).
+- schemathesis, from the OpenAPI description in ci/tests/openapi_schema.py (the app serves none of its own).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 EXAMPLES = 25  # per property, seeded: the whole file fits ~3 min on a quiet 2-core machine
 
@@ -185,9 +187,6 @@ def check(r: httpx.Response, wire: str) -> None:
 def client(server):
     with httpx.Client(base_url=server, timeout=60) as c:
         yield c
-    # after all of it: still serving
-    r = httpx.post(server + "/v1/systemone", json={"state": "ok", "questions": {"q": {"type": "noul"}}}, timeout=60)
-    assert r.status_code == 200 and httpx.get(server + "/healthz", timeout=10).json()["ok"] is True
 
 
 @FUZZ
@@ -252,7 +251,7 @@ def test_fuzz_content_encodings(client, encoding, content):
 def _schemathesis_schema():
     import schemathesis
 
-    from blink.openapi import schema
+    from openapi_schema import schema
 
     return schemathesis.openapi.from_dict(schema())
 
@@ -311,3 +310,11 @@ def test_unrouted_requests_answer_in_the_wire_shape(server, method, path):
 def test_a_content_part_with_a_non_string_type_is_a_400(server, route, body):
     r = httpx.post(server + route, json=body, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", r.text[:300]
+
+
+def test_the_server_still_serves_after_the_fuzzing(server):
+    """Last in this file (pytest runs a file's tests in order): after all of the above, a plain decision is
+    answered and /healthz says ok."""
+    r = httpx.post(server + "/v1/systemone", json={"state": "ok", "questions": {"q": {"type": "noul"}}}, timeout=60)
+    assert r.status_code == 200, r.text[:300]
+    assert httpx.get(server + "/healthz", timeout=10).json()["ok"] is True

@@ -15,7 +15,9 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from blink.guard import BodyDeadline, ScrubQuery, SlowClientLimits, tune, uvicorn_options
-from conftest import free_port
+from helpers import free_port
+
+pytestmark = pytest.mark.e2e
 
 LIMITS = SlowClientLimits(header_s=1.0, keep_alive_s=1, body_idle_s=1.0, body_total_s=3.0, max_connections=64)
 

@@ -11,59 +11,18 @@ import asyncio
 import json
 import os
 import socket
-import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 import zstandard
 
-from conftest import blink_serve, running
+from helpers import MB, ServerProcess, blink_serve, running, text_of, watching
 
-MB = 2**20
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
 QUESTION = {"type": "noul", "instructions": "Is this about the weather?"}
 SECRET = "hostile-secret-in-query-4242"
-
-
-def pid_on_port(port: int) -> int:
-    """The server process listening on `port` (found from /proc, no extra dependency)."""
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if (
-                b"blink" in argv
-                and b"serve" in argv
-                and b"--port" in argv
-                and argv[argv.index(b"--port") + 1 : argv.index(b"--port") + 2] == [str(port).encode()]
-            ):
-                return int(entry.name)
-    raise RuntimeError(f"no server process on port {port}")
-
-
-def rss(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:  # the server is gone: the test that needed it fails on its own terms
-        pass
-    return 0
-
-
-class Server:
-    def __init__(self, url: str):
-        self.url = url
-        self.port = int(url.rsplit(":", 1)[1])
-        self.pid = pid_on_port(self.port)
-
-    def log_text(self) -> str:
-        from conftest import ARTIFACTS
-
-        return "\n".join(p.read_text(errors="replace") for p in ARTIFACTS.glob(f"*-{self.port}.log"))
 
 
 @pytest.fixture(scope="module")
@@ -74,45 +33,7 @@ def hostile(demo_root, demo_dir):
     argv = blink_serve("--batch-window-ms", "10", "--max-queued-requests", "8", "--max-batch-requests", "8")
     argv[argv.index("demo")] = str(demo_dir)
     with running(argv, demo_root, name="serve-hostile") as url:
-        yield Server(url)
-
-
-class Watch:
-    """/healthz latency (worst) and the server's RSS (peak) while a hostile request runs."""
-
-    def __init__(self, server: Server):
-        self.server, self.base = server, rss(server.pid)
-        self.peak, self.health_max = self.base, 0.0
-        self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._rss, daemon=True),
-            threading.Thread(target=self._health, daemon=True),
-        ]
-        for t in self._threads:
-            t.start()
-
-    def _rss(self):
-        while not self._stop.is_set():
-            self.peak = max(self.peak, rss(self.server.pid))
-            self._stop.wait(0.02)
-
-    def _health(self):
-        with httpx.Client(timeout=30) as client:
-            while not self._stop.is_set():
-                t = time.perf_counter()
-                try:
-                    client.get(self.server.url + "/healthz")
-                except httpx.HTTPError:
-                    pass
-                self.health_max = max(self.health_max, time.perf_counter() - t)
-                self._stop.wait(0.05)
-
-    def done(self) -> tuple[float, int, int]:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=35)
-        time.sleep(1.0)
-        return self.health_max, self.peak - self.base, rss(self.server.pid) - self.base
+        yield ServerProcess(url)
 
 
 def systemone(url: str, content: bytes, headers: dict | None = None, timeout: float = 60) -> httpx.Response:
@@ -131,11 +52,6 @@ def assert_systemone_4xx(r: httpx.Response, kind: str | None = None) -> dict:
     if kind is not None:
         assert body["detail"][0]["type"] == kind
     return body
-
-
-def text_of(n: int) -> str:
-    unit = "The quick brown fox jumps over the lazy dog near the river bank. "
-    return (unit * (n // len(unit) + 1))[:n]
 
 
 def healthy(url: str) -> None:
@@ -334,7 +250,7 @@ def test_a_zstd_bomb_is_refused_fast_in_bounded_memory_and_healthz_stays_live(ho
     body = json.dumps({"state": text_of(8 * MB), "questions": {"q": QUESTION}}).encode()
     packed = zstandard.ZstdCompressor(level=10).compress(body)
     assert len(packed) < 64 * 1024
-    watch = Watch(hostile)
+    watch = watching(hostile)
     t = time.perf_counter()
     try:
         r = systemone(hostile.url, packed, {"content-encoding": "zstd"}, timeout=12)
@@ -348,7 +264,7 @@ def test_a_zstd_bomb_is_refused_fast_in_bounded_memory_and_healthz_stays_live(ho
 
 
 def test_a_huge_chat_message_is_refused_in_bounded_memory(hostile):
-    watch = Watch(hostile)
+    watch = watching(hostile)
     try:
         r = httpx.post(
             hostile.url + "/v1/chat/completions",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import io
-import random
 import struct
 import tracemalloc
 import zlib
@@ -14,16 +13,9 @@ import pytest
 from PIL import Image as PILImage
 from typesafe_sdk import Choice, Image, Noul, TypeSafeClient
 
-from conftest import blink_serve, running
+from helpers import blink_serve, png, running
 
-
-def png(color=(200, 30, 30), size=(300, 200), noise=False) -> bytes:
-    image = PILImage.new("RGB", size, color)
-    if noise:  # incompressible, so the body is large
-        image = PILImage.frombytes("RGB", size, random.Random(0).randbytes(size[0] * size[1] * 3))
-    out = io.BytesIO()
-    image.save(out, "PNG")
-    return out.getvalue()
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def huge_png_header(width=50_000, height=50_000) -> bytes:

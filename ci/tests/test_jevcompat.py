@@ -2,34 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-import sys
-from pathlib import Path
+import pytest
 
-from conftest import ARTIFACTS
+from helpers import assert_all_pass, run_jevcompat
 
-
-def run_jevcompat(url: str, *extra: str) -> dict:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    report = ARTIFACTS / f"jevcompat{'-key' if extra else ''}.json"
-    exe = shutil.which("jevcompat", path=str(Path(sys.executable).parent)) or "jevcompat"
-    proc = subprocess.run(
-        [exe, "test", url, "--json", str(report), *extra], capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    return json.loads(report.read_text())
-
-
-def assert_all_pass(report: dict, skipped_ok: set[str]) -> None:
-    failed = {
-        r["id"]: r["reason"] or r["findings"]
-        for r in report["results"]
-        if r["status"] not in ("pass",) and r["id"] not in skipped_ok
-    }
-    assert not failed, failed
-    assert not report["aborted"]
+pytestmark = pytest.mark.e2e
 
 
 def test_jevcompat_open_server(server):

@@ -9,7 +9,9 @@ import sys
 import httpx
 import pytest
 
-from conftest import ROOT, blink_serve, running, server_env
+from helpers import ROOT, blink_serve, running, server_env
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_weights_manifest_verified(tmp_path, demo_dir, demo_root):

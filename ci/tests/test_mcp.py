@@ -3,12 +3,12 @@ without a key; the answers are the ones `/v1/systemone` gives for the same body.
 
 from __future__ import annotations
 
-import asyncio
-
 import httpx
 import pytest
 
-from conftest import uncached
+from helpers import bearer, mcp_call, uncached
+
+pytestmark = pytest.mark.e2e
 
 QUESTIONS = {
     "spam": {"type": "noul", "instructions": "Is this message spam?"},
@@ -22,19 +22,8 @@ QUESTIONS = {
 STATE = "My parcel never arrived and I was charged twice. Please help today."
 
 
-async def _session(url: str, key: str | None, work):
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamablehttp_client
-
-    headers = {"Authorization": f"Bearer {key}"} if key else None
-    async with streamablehttp_client(url + "/mcp", headers=headers) as (read, write, _):
-        async with ClientSession(read, write) as session:
-            await session.initialize()
-            return await work(session)
-
-
 def call(url: str, work, key: str | None = None):
-    return asyncio.run(_session(url, key, work))
+    return mcp_call(url + "/mcp", work, bearer(key))
 
 
 def test_decide_tool_is_listed_with_a_schema(server):
@@ -65,9 +54,12 @@ def test_a_bad_question_is_a_tool_error_naming_it(server):
 
 
 def test_the_key_guards_mcp(keyed_server):
-    # the client wraps httpx's 401 in an exception group; the raw request below checks the status itself
-    with pytest.raises(Exception):  # noqa: B017
-        call(keyed_server, lambda s: s.list_tools())
+    # the client raises httpx's 401 inside an exception group (its task group's); the raw request below checks the
+    # status and the challenge header themselves
+    for key in (None, "wrong"):
+        with pytest.raises(ExceptionGroup) as info:
+            call(keyed_server, lambda s: s.list_tools(), key=key)
+        assert info.group_contains(httpx.HTTPStatusError, match="401 Unauthorized"), info.value.exceptions
     reply = httpx.post(
         keyed_server + "/mcp",
         json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},

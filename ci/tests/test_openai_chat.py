@@ -9,6 +9,8 @@ import httpx
 import openai
 import pytest
 
+pytestmark = pytest.mark.e2e
+
 MESSAGES = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hello to the team."}]
 
 

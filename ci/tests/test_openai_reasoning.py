@@ -1,5 +1,5 @@
 """Reasoning and the Responses wire's items, on a server that thinks (`enable_thinking`), with outputs scripted
-(the demo model can't decide to think or to call a tool): the scripted model of test_openai_tools writes
+(the demo model can't decide to think or to call a tool): the scripted model (ci/tests/helpers/scripted.py) writes
 `<think>…</think>` and tool calls; everything after it is the real code (blink.chat's decode loop, the real app
 on uvicorn on loopback) read by the real `openai` SDK and pydantic-ai's `openai:` shorthand (Responses).
 """
@@ -9,7 +9,11 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
-from test_openai_tools import TOOLS, ScriptedModel, Served, ask
+
+from helpers import Served
+from helpers.scripted import TOOLS, ScriptedModel, ask
+
+pytestmark = pytest.mark.e2e
 
 REASONING = "The user asks about Paris.\nIt is mild there."
 ANSWER = "The weather in Paris is mild."

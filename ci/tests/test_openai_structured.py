@@ -16,6 +16,8 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
+pytestmark = pytest.mark.e2e
+
 
 class Ticket(BaseModel):
     title: str = Field(max_length=12)

@@ -14,7 +14,9 @@ import openai
 import pytest
 import zstandard
 
-from conftest import blink_serve, running
+from helpers import blink_serve, running
+
+pytestmark = pytest.mark.e2e
 
 ORIGIN = "https://app.example"
 

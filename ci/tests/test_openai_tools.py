@@ -11,120 +11,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
-import threading
 import time
 from types import SimpleNamespace
 
 import httpx
 import openai
 import pytest
-import torch
 
-from conftest import free_port
+from helpers import Served
+from helpers.scripted import FORMATS, SCRIPTS, TOOLS, ScriptedModel, ask
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Weather for a city",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "search",
-            "description": "Web search",
-            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
-        },
-    },
-]
-
-SCRIPTS = {
-    "tagged": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
-    "tagged2": (
-        'I will look both up.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n'
-        '</tool_call>\n<tool_call>\n{"name": "search", "arguments": {"q": "Oslo events"}}\n</tool_call>'
-    ),
-    "xml": ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"),
-    "namexml": '<function_call><name>get_weather</name><arguments>{"city": "Paris"}</arguments></function_call>',
-    "bare": '{"name": "get_weather", "arguments": {"city": "Paris"}}',
-    "fenced": '```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```',
-    "prose": 'A call looks like {"name": "get_weather", "arguments": {"city": "Paris"}} in JSON.',
-    "plain": "The weather in Paris is mild today, with light wind from the west.",
-    "stopper": "alpha beta STOP gamma delta",
-    # with thinking on (ci/tests/test_openai_reasoning.py)
-    "think": "<think>\nThe user asks about Paris.\nIt is mild there.\n</think>\n\nThe weather in Paris is mild.",
-    "thinkcall": (
-        '<think>\nI should look it up.\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": '
-        '{"city": "Paris"}}\n</tool_call>'
-    ),
-}
-FORMATS = ["tagged", "xml", "namexml", "bare", "fenced"]
-
-
-class ScriptedModel(torch.nn.Module):
-    """A stand-in for the network only: the next token comes from a script, not from weights.
-    Script `forever` never ends (for disconnects); `slow` waits before its first token (keep-alives);
-    `boom` fails after a few tokens (errors mid-stream)."""
-
-    def __init__(self, config, tokenizer, step_delay: float = 0.0):
-        super().__init__()
-        self.config = config
-        self.generation_config = SimpleNamespace(eos_token_id=tokenizer.eos_token_id, do_sample=False)
-        self.tokenizer = tokenizer
-        self.anchor = torch.nn.Parameter(torch.zeros(1))
-        self.vocab = len(tokenizer)
-        self.step_delay = step_delay
-        self.forwards = 0
-
-    def forward(self, input_ids, cache=None, **kwargs):
-        self.forwards += 1
-        state = getattr(cache, "_script", None)
-        if state is None:  # prefill: pick the script named in the prompt
-            prompt = self.tokenizer.decode(input_ids[0].tolist())
-            name = re.findall(r"script=(\w+)", prompt)[-1]
-            state = cache._script = {"name": name, "queue": [], "steps": 0}
-            if name == "slow":
-                time.sleep(1.2)
-                state["queue"] = self.tokenizer.encode("finally here")
-            elif name in SCRIPTS:
-                state["queue"] = self.tokenizer.encode(SCRIPTS[name])
-        state["steps"] += 1
-        if state["name"] == "forever":
-            time.sleep(0.02)
-            token = self.tokenizer.encode(" tick")[0]
-        elif state["name"] == "boom" and state["steps"] > 3:
-            raise RuntimeError("the accelerator caught fire")
-        elif state["name"] == "boom":
-            token = self.tokenizer.encode(" ok")[0]
-        else:
-            token = state["queue"].pop(0) if state["queue"] else self.tokenizer.eos_token_id
-        time.sleep(self.step_delay)
-        logits = torch.full((1, 1, self.vocab), -1e4)
-        logits[0, 0, token] = 1e4
-        return SimpleNamespace(logits=logits)
-
-
-class Served:
-    def __init__(self, app):
-        import uvicorn
-
-        self.port = free_port()
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.time() + 30
-        while not self.server.started:
-            assert time.time() < deadline, "uvicorn did not start"
-            time.sleep(0.05)
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def stop(self):
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
+pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
@@ -150,10 +47,6 @@ def scripted(demo_dir):
 @pytest.fixture(scope="module")
 def client(scripted):
     return openai.OpenAI(base_url=scripted.url + "/v1", api_key="unused", max_retries=0, timeout=60)
-
-
-def ask(name: str) -> list[dict]:
-    return [{"role": "user", "content": f"What's the weather in Paris? script={name}"}]
 
 
 def collect_stream(stream):

@@ -16,9 +16,10 @@ import time
 import httpx
 import pytest
 import zstandard
-from test_hostile import MB, Server, Watch, text_of
 
-from conftest import blink_serve, running
+from helpers import MB, ServerProcess, blink_serve, running, text_of, watching
+
+pytestmark = pytest.mark.e2e
 
 QUESTION = {"type": "noul", "instructions": "Is this about the weather?"}
 SLOT_WAIT_S = 20
@@ -39,7 +40,7 @@ def small(demo_root, demo_dir):
     )
     argv[argv.index("demo")] = str(demo_dir)
     with running(argv, demo_root, name="serve-pipeline") as url:
-        yield Server(url)
+        yield ServerProcess(url)
 
 
 def zstd(body: dict) -> bytes:
@@ -68,7 +69,7 @@ ROUTES = {
 def test_a_few_kb_that_decode_past_the_context_are_refused_in_bounded_memory(small, route):
     packed = zstd(ROUTES[route])
     assert len(packed) < 8 * 1024
-    watch = Watch(small)
+    watch = watching(small)
     try:
         r = httpx.post(
             small.url + route,
@@ -92,7 +93,7 @@ def test_a_tool_call_past_the_context_is_refused_over_mcp_in_bounded_memory(smal
         "method": "tools/call",
         "params": {"name": "decide", "arguments": {"state": text_of(3 * MB), "questions": {"q": QUESTION}}},
     }
-    watch = Watch(small)
+    watch = watching(small)
     try:
         r = httpx.post(
             small.url + "/mcp",

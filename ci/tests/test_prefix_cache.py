@@ -9,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from test_executor import random_request
 
 from blink.plan import Prompt
 from blink.questions import parse_decision
+from helpers import random_request, worst
 
 
 @pytest.fixture(scope="module")
@@ -23,21 +23,6 @@ def engines(engine):
 
     engine.executor.prefix_cache = PrefixCache(64 << 20)
     return engine, Engine(engine.loaded, prefix_cache_bytes=0)
-
-
-def probabilities(value) -> list[float]:
-    """Every number in the answers (probabilities, confidences), in order."""
-    if isinstance(value, dict):
-        return [x for v in value.values() for x in probabilities(v)]
-    if isinstance(value, list):
-        return [x for v in value for x in probabilities(v)]
-    return [float(value)] if isinstance(value, (int, float)) and not isinstance(value, bool) else []
-
-
-def worst(a: dict, b: dict) -> float:
-    pa, pb = probabilities(a), probabilities(b)
-    assert len(pa) == len(pb) and pa
-    return max(abs(x - y) for x, y in zip(pa, pb))
 
 
 def test_rendering_once_equals_the_library(engine):
@@ -115,6 +100,7 @@ def test_the_cache_stays_in_its_budget(engines):
         cache.max_bytes = saved
 
 
+@pytest.mark.e2e
 def test_a_server_under_concurrent_requests(server):
     """Repeated and new states sent at once to a real server (its own cache): every answer equals the first one
     for its body, and usage says what the cache spared on both wires."""
@@ -269,6 +255,7 @@ def test_a_new_state_after_a_system_prompt_seen_before_resumes_from_it(engines):
     assert on.prepare({"state": "user: " + SYSTEM, "questions": questions}).prompts[0].system_end == 0
 
 
+@pytest.mark.e2e
 def test_decisions_report_the_system_prompt_as_cached_for_a_new_conversation(server, engine):
     """/v1/decisions with a system message: a new user message after the same system prompt reports the system
     prompt's tokens as `input_tokens_details.cached_tokens`, and its answers equal a fresh server's reading (the
@@ -327,11 +314,10 @@ def test_an_image_prefix_is_saved_keyed_by_its_pixels(demo_root):
     text before the image."""
     import base64
 
-    from test_images import png
-
     from blink.demo import demo_model_dir
     from blink.engine import Engine
     from blink.loading import load
+    from helpers import png
 
     loaded = load(str(demo_model_dir(vision=True)), vision=True)
     on, off = Engine(loaded, prefix_cache_bytes=64 << 20), Engine(loaded, prefix_cache_bytes=0)

@@ -17,7 +17,7 @@ from biased_demo import QUESTION, TEAMS, biased_copy
 from blink.answers import normalized
 from blink.engine import Engine
 from blink.loading import load
-from conftest import running
+from helpers import running
 
 BODY = {
     "state": "My parcel never arrived and the tracking page says it was delivered.",

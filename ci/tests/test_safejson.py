@@ -168,10 +168,15 @@ def test_capped_tokens_refuses_a_huge_text_without_tokenizing_it_whole(tokenizer
     assert calls == []  # past the character bound: refused untokenized
 
 
+@pytest.fixture(scope="module")
+def cap(tokenizer):
+    """One TokenCap for every example (building one reads the whole vocabulary, a second or more each)."""
+    return tokens.TokenCap(tokenizer)
+
+
 @settings(max_examples=150, deadline=None, derandomize=True)
 @given(text=st.text(max_size=200), limit=st.integers(min_value=1, max_value=120))
-def test_token_cap_fits_exactly_when_the_full_count_fits(tokenizer, text, limit):
+def test_token_cap_fits_exactly_when_the_full_count_fits(cap, text, limit):
     """The byte shortcut (no tokenize at all for a text of no more bytes than the limit) never lets through a
     text the full count refuses, nor refuses one it allows."""
-    cap = tokens.TokenCap(tokenizer)
     assert cap.fits(text, limit) == (len(cap.encode(text)) <= limit)

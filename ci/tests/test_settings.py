@@ -14,10 +14,10 @@ import pytest
 
 from blink.errors import StartupError
 from blink.settings import Integer, Listen, Number, Settings, SpaceSettings, knobs, resolve_space
-from conftest import ROOT, blink_serve, free_port, running
 from fleet import ConfigError
 from fleet.docs import PAGE, with_tables
 from fleet.schema import KNOBS_AT, parse_space
+from helpers import ROOT, blink_serve, free_port, running
 
 BASE = {"model": "org/alpha-model", "revision": "v2.1", "short_description": "alpha", "description": "The alpha Space."}
 
@@ -235,6 +235,7 @@ def test_serve_refuses_the_vllm_engine_without_replicas():
     assert done.returncode != 0 and "--engine-url: engine vllm needs the replicas' URLs" in done.stderr, done.stderr
 
 
+@pytest.mark.e2e
 def test_healthz_is_not_ok_while_every_vllm_replica_is_down(demo_root):
     """A server whose every replica is down says so at the top of /healthz, where load balancers look."""
     import httpx

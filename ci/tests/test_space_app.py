@@ -10,7 +10,9 @@ import httpx
 import pytest
 from gradio_page import PageValidationError, page_call, values_only
 
-from conftest import ARTIFACTS, ROOT, running, uncached
+from helpers import ARTIFACTS, ROOT, SERVERS, UNROUTED, bearer, check_unrouted, form_args, mcp_call, running, uncached
+
+pytestmark = [pytest.mark.e2e, pytest.mark.space]
 
 KEY = "sk-space-Zq81-unusual-key-value"
 APP = [sys.executable, str(ROOT / "app.py")]
@@ -19,22 +21,23 @@ SPACE_ENV = {"BLINK_MODEL": "demo", "BLINK_UI_CHAT_MAX_TOKENS": "6", "BLINK_MAX_
 
 @pytest.fixture(scope="module")
 def space(demo_root):
-    with running(APP, demo_root, env=SPACE_ENV, name="space") as url:
-        yield url
+    """The three Spaces of this module each stop after their last test (helpers.SERVERS), not at its end."""
+    yield SERVERS.start("space", running(APP, demo_root, env=SPACE_ENV, name="space"))
+    SERVERS.stop("space")
 
 
 @pytest.fixture(scope="module")
 def keyed_space(demo_root):
     env = {**SPACE_ENV, "BLINK_API_KEY": KEY, "BLINK_GRADIO_API_NEEDS_KEY": "true"}
-    with running(APP, demo_root, env=env, name="space-keyed") as url:
-        yield url
+    yield SERVERS.start("keyed_space", running(APP, demo_root, env=env, name="space-keyed"))
+    SERVERS.stop("keyed_space")
 
 
 @pytest.fixture(scope="module")
 def login_space(demo_root):
     env = {**SPACE_ENV, "BLINK_API_KEY": KEY, "BLINK_GRADIO_UI_NEEDS_KEY": "1"}
-    with running(APP, demo_root, env=env, name="space-login") as url:
-        yield url
+    yield SERVERS.start("login_space", running(APP, demo_root, env=env, name="space-login"))
+    SERVERS.stop("login_space")
 
 
 def test_models_systemone_and_gradio_on_one_port(space):
@@ -90,28 +93,7 @@ def test_ui_decision_and_api_decision_are_the_same_code_path(space):
     before = httpx.get(space + "/healthz").json()["batching"]["requests"]
     body = {"state": "The parcel is late.", "questions": {"late": {"type": "noul", "instructions": "Is it late?"}}}
     api = httpx.post(space + "/v1/systemone", json=body, timeout=60).json()
-    _, raw = page_call(
-        space,
-        "decide_form",
-        "The parcel is late.",
-        1,
-        "late",
-        "noul",
-        "Is it late?",
-        "",
-        "q2",
-        "noul",
-        "",
-        "",
-        "q3",
-        "noul",
-        "",
-        "",
-        "q4",
-        "noul",
-        "",
-        "",
-    )
+    _, raw = page_call(space, "decide_form", *form_args("The parcel is late.", ("late", "noul", "Is it late?", "")))
     assert raw["answers"] == api["answers"]  # same engine, same prompt: same probabilities
     assert httpx.get(space + "/healthz").json()["batching"]["requests"] == before + 2
 
@@ -146,8 +128,6 @@ def test_ui_page_serves_with_theme_and_caveat(space):
 
 def test_unrouted_v1_requests_answer_in_the_wire_shape_on_the_space(space):
     """The routes grafted onto Gradio answer unknown /v1/ paths and methods themselves, in each wire's shape."""
-    from test_bad_input import UNROUTED, check_unrouted
-
     for method, path, status in UNROUTED:
         check_unrouted(httpx.request(method, space + path), path, status)
     assert httpx.get(space + "/config").status_code == 200  # Gradio's own routes are untouched
@@ -178,28 +158,7 @@ def test_api_key_guards_v1_only_and_never_leaks(keyed_space, demo_root):
     # /healthz and the UI stay open
     health = httpx.get(url + "/healthz")
     assert health.status_code == 200 and health.json()["api_key_required"] is True
-    _, raw = page_call(
-        url,
-        "decide_form",
-        "hello",
-        1,
-        "q",
-        "noul",
-        "Greeting?",
-        "",
-        "q2",
-        "noul",
-        "",
-        "",
-        "q3",
-        "noul",
-        "",
-        "",
-        "q4",
-        "noul",
-        "",
-        "",
-    )
+    _, raw = page_call(url, "decide_form", *form_args("hello", ("q", "noul", "Greeting?", "")))
     assert raw["answers"]["q"]["type"] == "noul"
     # the key appears nowhere: health, error bodies, the UI's config, the log
     assert KEY not in health.text and KEY not in r.text and KEY not in m.text
@@ -207,14 +166,6 @@ def test_api_key_guards_v1_only_and_never_leaks(keyed_space, demo_root):
     port = url.rsplit(":", 1)[1]
     log = (ARTIFACTS / f"space-keyed-{port}.log").read_text()
     assert KEY not in log
-
-
-def slots(*questions):
-    """The Decide event's 16 question-slot inputs: the given (id, type, instructions, options), then blanks."""
-    out = [v for q in questions for v in q]
-    for i in range(len(questions), 4):
-        out += [f"q{i + 1}", "noul", "", ""]
-    return out
 
 
 @pytest.mark.parametrize(
@@ -242,7 +193,7 @@ def test_ui_refuses_a_bad_form_naming_the_box(space, state, questions, box, word
     concerns, and the page gets it as a 422 naming the box); nothing reaches the model."""
     before = httpx.get(space + "/healthz").json()["batching"]["requests"]
     with pytest.raises(PageValidationError) as info:
-        page_call(space, "decide_form", state, len(questions), *slots(*questions))
+        page_call(space, "decide_form", *form_args(state, *questions))
     assert f"{box}: " in str(info.value) and words in str(info.value), str(info.value)
     assert httpx.get(space + "/healthz").json()["batching"]["requests"] == before
 
@@ -250,14 +201,14 @@ def test_ui_refuses_a_bad_form_naming_the_box(space, state, questions, box, word
 def test_ui_and_api_agree_on_an_empty_state_and_empty_instructions(space):
     """Both are accepted, as the wire accepts them (a question can stand alone; criteria can say what is asked):
     the form sends what /v1/systemone answers, and the answers are the API's own."""
-    _, raw = page_call(space, "decide_form", "   ", 1, *slots(("urgent", "noul", "Is 2 + 2 = 4?", "")))
+    _, raw = page_call(space, "decide_form", *form_args("   ", ("urgent", "noul", "Is 2 + 2 = 4?", "")))
     api = httpx.post(
         space + "/v1/systemone",
         json={"state": "", "questions": {"urgent": {"type": "noul", "instructions": "Is 2 + 2 = 4?"}}},
         timeout=60,
     )
     assert api.status_code == 200 and set(raw["answers"]) == set(api.json()["answers"]) == {"urgent"}
-    _, raw = page_call(space, "decide_form", "A ticket.", 1, *slots(("team", "choice", "  ", "billing\nshipping")))
+    _, raw = page_call(space, "decide_form", *form_args("A ticket.", ("team", "choice", "  ", "billing\nshipping")))
     api = httpx.post(
         space + "/v1/systemone",
         json={
@@ -276,7 +227,7 @@ def test_ui_answers_name_the_level_and_warn_about_broken_json(space):
     top = max(raw["answers"]["sentiment"]["probabilities"].items(), key=lambda kv: kv[1])[0]
     assert f"level: <b>{levels[int(top)]}</b> ({int(top) + 1} of 5)" in bars
     bars, raw = page_call(
-        space, "decide_form", '{"ticket": "charged twice",', 1, *slots(("urgent", "noul", "Urgent?", ""))
+        space, "decide_form", *form_args('{"ticket": "charged twice",', ("urgent", "noul", "Urgent?", ""))
     )
     assert "looks like JSON but does not parse" in bars and "sent as plain text" in bars
     assert raw["answers"]["urgent"]["type"] == "noul"
@@ -317,25 +268,10 @@ def systemone(url: str, key: str | None = None) -> dict:
     return uncached(reply.json())
 
 
-def mcp_call(url: str, work, headers: dict | None = None):
-    import asyncio
-
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamablehttp_client
-
-    async def session():
-        async with streamablehttp_client(url + "/gradio_api/mcp/", headers=headers) as (read, write, _):
-            async with ClientSession(read, write) as mcp:
-                await mcp.initialize()
-                return await work(mcp)
-
-    return asyncio.run(session())
-
-
 def mcp_decide(url: str, key: str | None = None):
     """The `decide` tool called over MCP with STATE and QUESTIONS, with `key` as the bearer key (None: no key)."""
-    headers = {"Authorization": f"Bearer {key}"} if key else None
-    return mcp_call(url, lambda mcp: mcp.call_tool("decide", {"state": STATE, "questions": QUESTIONS}), headers)
+    decide = {"state": STATE, "questions": QUESTIONS}
+    return mcp_call(url + "/gradio_api/mcp/", lambda mcp: mcp.call_tool("decide", decide), bearer(key))
 
 
 def tool_body(result) -> dict:
@@ -401,7 +337,7 @@ def test_the_js_client_calls_decide_with_keyword_arguments(space):
 
 
 def test_mcp_on_the_space_lists_and_calls_decide(space):
-    tools = mcp_call(space, lambda mcp: mcp.list_tools()).tools
+    tools = mcp_call(space + "/gradio_api/mcp/", lambda mcp: mcp.list_tools()).tools
     assert [t.name for t in tools] == ["decide"]  # the UI's events are not tools
     tool = tools[0]
     assert "probability for every option" in tool.description
@@ -411,7 +347,9 @@ def test_mcp_on_the_space_lists_and_calls_decide(space):
     assert "noul" in schema["properties"]["questions"]["description"]
     result = mcp_decide(space)
     assert uncached(tool_body(result)) == systemone(space)
-    refused = mcp_call(space, lambda mcp: mcp.call_tool("decide", {"state": "x", "questions": BAD}))
+    refused = mcp_call(
+        space + "/gradio_api/mcp/", lambda mcp: mcp.call_tool("decide", {"state": "x", "questions": BAD})
+    )
     assert refused.isError and "question 'pick'" in refused.content[0].text
 
 

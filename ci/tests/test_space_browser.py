@@ -13,7 +13,9 @@ import sys
 
 import pytest
 
-from conftest import ARTIFACTS, ROOT, running
+from helpers import ARTIFACTS, ROOT, running
+
+pytestmark = [pytest.mark.e2e, pytest.mark.space, pytest.mark.browser, pytest.mark.slow]
 
 CHROMEDRIVER = "/usr/bin/chromedriver"
 

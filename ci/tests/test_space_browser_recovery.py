@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import ARTIFACTS, ROOT, running
+from helpers import ARTIFACTS, ROOT, running
 
 CHROMEDRIVER = "/usr/bin/chromedriver"
 CONTEXT = 256  # a small context window, so a long chat message is refused

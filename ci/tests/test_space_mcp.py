@@ -17,7 +17,7 @@ import sys
 import httpx
 import pytest
 
-from conftest import ROOT, running, uncached
+from helpers import ROOT, running, uncached
 
 KEY = "sk-space-mcp-Kq72-unusual"
 APP = [sys.executable, str(ROOT / "app.py")]

@@ -10,7 +10,9 @@ import gradio as gr
 import pytest
 
 import zerogpu
-from conftest import uncached
+from helpers import uncached
+
+pytestmark = pytest.mark.space
 
 
 @pytest.fixture(scope="module")

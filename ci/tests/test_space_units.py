@@ -15,6 +15,8 @@ from blink.batching import Batcher
 from blink.errors import EngineFailure, GPUUnavailable, QuotaExceeded
 from blink.plan import Scored
 
+pytestmark = pytest.mark.space
+
 
 # the titles and messages `spaces` 0.51.3 raises (spaces/zero/client.py, wrappers.py)
 @pytest.mark.parametrize(
@@ -314,7 +316,7 @@ def test_app_reads_top_to_bottom_and_builds_its_context_complete():
     import ast
     import builtins
 
-    from conftest import ROOT
+    from helpers import ROOT
 
     tree = ast.parse((ROOT / "app.py").read_text())
     bound: set[str] = set(dir(builtins))

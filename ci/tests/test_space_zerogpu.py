@@ -17,7 +17,9 @@ import httpx
 import pytest
 from fake_zerogpu import FakeScheduler
 
-from conftest import ROOT, running
+from helpers import ROOT, mcp_call, running
+
+pytestmark = [pytest.mark.e2e, pytest.mark.space, pytest.mark.zerogpu, pytest.mark.slow]
 
 VENV = ROOT / ".venv-zerogpu"
 PYTHON = VENV / "bin" / "python"
@@ -173,24 +175,14 @@ def test_ui_decision_through_the_scheduler(zspace):
 def test_mcp_and_gradio_api_callers_spend_their_own_quota(zspace):
     """Gradio's MCP server passes the caller's headers on to the `decide` endpoint, and blink's /mcp reads them
     itself: the scheduler sees the MCP caller's x-ip-token, as it sees a gradio_client caller's."""
-    import asyncio
-
     from gradio_client import Client
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamablehttp_client
 
     url, fake = zspace
-
-    async def mcp_decide(path: str, token: str):
-        async with streamablehttp_client(url + path, headers={"x-ip-token": token}) as (r, w, _):
-            async with ClientSession(r, w) as session:
-                await session.initialize()
-                return await session.call_tool("decide", DECISION)
 
     # Gradio's MCP server, and blink's own /mcp (served by the Space too): each caller's own token
     for path, token in (("/gradio_api/mcp/", "tok-dave"), ("/mcp", "tok-frank")):
         mark = fake.mark()
-        result = asyncio.run(mcp_decide(path, token))
+        result = mcp_call(url + path, lambda s: s.call_tool("decide", DECISION), {"x-ip-token": token})
         assert not result.isError, result.content
         assert set(json.loads(result.content[0].text)["answers"]) == set(DECISION["questions"])
         schedules = fake.since(mark, "/schedule")
@@ -282,7 +274,7 @@ def test_streamed_chat_disconnect_releases_the_gpu(zspace):
 
 
 def test_caller_tokens_never_reach_the_log(zspace):
-    from conftest import ARTIFACTS
+    from helpers import ARTIFACTS
 
     url, fake = zspace
     assert fake.seen("/schedule")

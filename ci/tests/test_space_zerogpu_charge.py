@@ -16,7 +16,7 @@ import pytest
 from fake_zerogpu import FakeScheduler
 from gradio_page import page_call
 
-from conftest import ROOT, running
+from helpers import ROOT, running
 
 VENV = ROOT / ".venv-zerogpu"
 BLACKWELL = "NVIDIA RTX PRO 6000 Blackwell Server Edition"

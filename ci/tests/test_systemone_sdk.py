@@ -16,6 +16,8 @@ from typesafe_sdk import (
     TypeSafeUnprocessableEntityError,
 )
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture()
 def client(server, monkeypatch):

@@ -5,7 +5,7 @@ run loudly if it can't, never skips), two replicas started by `ci/vllm-serve.sh`
 Scores are compared with a plain transformers forward on the same weights (fp32 on both sides; the bound
 asserted is 1e-4, the difference measured is ~1e-6) and with blink's own executor, routing by what vLLM itself
 counts (its /metrics), blink's own `serve --engine vllm` in front of the replicas, and failover by killing a replica
-(the last test: the session's replicas are one fewer after it).
+(the last test: the module's replicas are one fewer after it).
 
 Cost: the venv (cached after the first build: a few seconds), ~100-150 s for the two replicas to start side by
 side, ~25 s for each one's first request; the timings land in ci/artifacts/vllm-timing.json.
@@ -26,11 +26,11 @@ import httpx
 import pytest
 
 from blink.errors import Overloaded
-from conftest import ARTIFACTS, ROOT, free_port, running, stop_group
+from helpers import ARTIFACTS, ROOT, assert_all_pass, free_port, run_jevcompat, running, stop_group
 
 START_TIMEOUT_S = 900  # two replicas side by side on two shared cores
-# the first test pays for the session's set-up: building .venv-vllm on a clean machine (~6 min) and the replicas
-pytestmark = pytest.mark.timeout(2400)
+# the first test pays for the module's set-up: building .venv-vllm on a clean machine (~6 min) and the replicas
+pytestmark = [pytest.mark.timeout(2400), pytest.mark.e2e, pytest.mark.vllm, pytest.mark.slow]
 TIMING: dict = {}
 
 LONG_STATE = (
@@ -77,7 +77,7 @@ DECISIONS = [
 ]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def qwen3_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("qwen3") / "qwen3-demo"
     subprocess.run(
@@ -90,7 +90,7 @@ def qwen3_dir(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def vllm_venv() -> None:
     started = time.perf_counter()
     proc = subprocess.run(["bash", "ci/vllm-venv.sh"], cwd=ROOT, capture_output=True, text=True, timeout=3600)
@@ -115,7 +115,7 @@ def wait_up(url: str, proc: subprocess.Popen, log: Path, deadline: float) -> Non
     raise RuntimeError(f"vLLM not up after {START_TIMEOUT_S}s:\n{log.read_text()[-6000:]}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def vllm_replicas(vllm_venv, qwen3_dir):
     """Two real vLLM replicas of the qwen3 demo model, fp32 (as the transformers reference), [(url, process)]."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -159,7 +159,7 @@ def vllm_replicas(vllm_venv, qwen3_dir):
         (ARTIFACTS / "vllm-timing.json").write_text(json.dumps(TIMING, indent=1) + "\n")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def qwen3_engine(qwen3_dir):
     """blink's engine on the qwen3 model, for `prepare` (prompts, reads) and `answer`."""
     from blink.engine import Engine
@@ -169,12 +169,15 @@ def qwen3_engine(qwen3_dir):
 
 
 def plain_logprobs(model, prompt) -> list[list[float]]:
-    """The reference: one transformers forward of the whole prompt, full-vocabulary log-softmax at each read."""
+    """The reference: one transformers forward of the whole prompt, full-vocabulary log-softmax at each read.
+    Logits only at the reads (`logits_to_keep`): a 200-option prompt's logits at every position are ~1 GB."""
     import torch
 
+    positions = torch.tensor([r.position for r in prompt.reads])
     with torch.no_grad():
-        logprobs = torch.log_softmax(model(torch.tensor([prompt.ids])).logits[0].float(), dim=-1)
-    return [(logprobs[r.position, r.label_ids] / r.temperature).tolist() for r in prompt.reads]
+        logits = model(torch.tensor([prompt.ids]), logits_to_keep=positions).logits[0]
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
+    return [(logprobs[i, r.label_ids] / r.temperature).tolist() for i, r in enumerate(prompt.reads)]
 
 
 def max_difference(a, b) -> float:
@@ -328,7 +331,7 @@ def test_chat_streams_the_same_text_as_the_local_engine(vllm_replicas, qwen3_eng
         assert sum(r["in_flight"] for r in replicas.health(probe=False)["replicas"]) == 0
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def blink_on_vllm(vllm_replicas, qwen3_dir):
     """blink's own server (its wires, templates, answers) with vLLM answering: `serve --engine vllm`."""
     urls = ",".join(url for url, _ in vllm_replicas)
@@ -339,8 +342,6 @@ def blink_on_vllm(vllm_replicas, qwen3_dir):
 
 
 def test_jevcompat_through_blink_to_vllm(blink_on_vllm):
-    from test_jevcompat import assert_all_pass, run_jevcompat
-
     started = time.perf_counter()
     report = run_jevcompat(blink_on_vllm)
     TIMING["jevcompat_s"] = round(time.perf_counter() - started, 1)
@@ -382,6 +383,7 @@ def close_answers(a: dict, b: dict, bound: float = 1e-5) -> bool:
     return a == b
 
 
+@pytest.mark.space
 def test_the_space_in_front_of_vllm(vllm_replicas, qwen3_dir, blink_on_vllm):
     """app.py with BLINK_ENGINE=vllm (a CPU Space in front of a cluster): no weights here and no GPU call, the
     replicas answer its API and its UI's documented endpoint, as they answer `serve --engine vllm`."""
@@ -408,7 +410,7 @@ def test_the_space_in_front_of_vllm(vllm_replicas, qwen3_dir, blink_on_vllm):
 
 
 def test_failover_when_a_replica_dies(vllm_replicas, qwen3_engine, blink_on_vllm):
-    """Last: kills one of the session's replicas."""
+    """Last: kills one of the module's replicas."""
     from blink.vllm import Replicas, VllmScorer
 
     urls = [url for url, _ in vllm_replicas]

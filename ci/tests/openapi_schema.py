@@ -1,4 +1,5 @@
-"""An OpenAPI 3.1 description of blink's /v1 routes, written by hand.
+"""An OpenAPI 3.1 description of blink's /v1 routes, written by hand, for the tests only (it is no part of the
+runtime package: the Spaces copy blink/ and serve no schema).
 
 The routes read their own bodies (see blink/http.py), so FastAPI cannot generate a schema for them, and the
 app serves none (`openapi_url=None`). This one describes the request bodies the wires accept and the error
