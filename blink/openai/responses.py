@@ -21,6 +21,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from starlette.routing import Route
@@ -203,11 +204,11 @@ class Shape:
             "previous_response_id": None,
             "reasoning": {"effort": None, "summary": None},
             "store": False,
-            "temperature": req.params.get("temperature"),
+            "temperature": req.params.temperature,
             "text": body.get("text") or {"format": {"type": "text"}},
             "tool_choice": body.get("tool_choice") or "auto",
             "tools": body.get("tools") or [],
-            "top_p": req.params.get("top_p"),
+            "top_p": req.params.top_p,
             "truncation": "disabled",
             "user": body.get("user"),
             "background": False,
@@ -299,7 +300,7 @@ def routes(ctx: Context) -> list[Route]:
     def check(call: Call) -> ChatRequest:
         """Before admission: the request parsed, its constraints compiled, its input servable by this model."""
         req = parse_responses(call.body)
-        req.params.update(responses_params(call.body, req.tools))
+        req.params = replace(req.params, **responses_params(call.body, req.tools))
         ctx.chats.check(req.messages)
         return req
 
