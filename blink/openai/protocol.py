@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,6 +112,22 @@ def text_of(content: Any, *loc) -> str | list:
     if any(block["type"] == "image" for block in blocks):
         return blocks
     return "\n".join(texts)
+
+
+def input_items(
+    items: list, handlers: dict[str, Callable[[dict, int], None]], unsupported: Callable[[Any, int], BlinkError]
+) -> None:
+    """Responses-style `input` items (Responses, Decisions), in order: each must be an object, and goes to the
+    handler of its `type` (`message` when it has none) as `handler(item, index)`; a type with no handler is
+    refused with `unsupported(type, index)`."""
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise bad("an input item must be an object", "input", i)
+        kind = item.get("type", "message")
+        handler = handlers.get(kind) if isinstance(kind, str) else None  # a client's type may be unhashable
+        if handler is None:
+            raise unsupported(kind, i)
+        handler(item, i)
 
 
 def _message(raw: Any, i: int) -> dict:
