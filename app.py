@@ -58,6 +58,7 @@ import theme  # noqa: E402
 import ui  # noqa: E402
 from blink import durations, guard  # noqa: E402
 from blink.backend import LocalBackend  # noqa: E402
+from blink.plan import GenerationParams  # noqa: E402
 from blink.server import api_routes, build_context, load_served, mcp_endpoint  # noqa: E402
 from zerogpu import (  # noqa: E402
     GpuCall,
@@ -90,7 +91,7 @@ def gpu_score(plans, seconds: int):
 
 
 @spaces.GPU(duration=GpuCall.duration, size=decorator_size(GPU_SIZE))
-def gpu_generate(ids, params, seconds: int):
+def gpu_generate(ids, params: GenerationParams, seconds: int):
     """ChatEngine.generate in the GPU worker; its final ChatEnd carries the compute seconds measured there."""
     yield from CHAT_ENGINE.generate(ids, params)
 

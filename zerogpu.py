@@ -43,7 +43,7 @@ from starlette.requests import Request
 from blink.chat import ChatEnd
 from blink.durations import Charge
 from blink.errors import BlinkError, EngineFailure, GPUUnavailable, QuotaExceeded
-from blink.plan import processed_tokens
+from blink.plan import GenerationParams, processed_tokens
 
 log = logging.getLogger("blink.space")
 
@@ -296,11 +296,11 @@ class ZeroGpuBackend:
             call.used(out[0].compute_s)  # a blink.plan.Scored per plan, each carrying the call's seconds
         return out
 
-    def generate(self, ids, params, caller) -> Iterator:
+    def generate(self, ids, params: GenerationParams, caller) -> Iterator:
         """A chat turn as a plain generator (str deltas, then one ChatEnd), asking for its prompt tokens (prefill)
         and output budget (decode). Closing it (a client that disconnected) closes the GPU generator, which stops
         the worker and releases the GPU."""
-        budget = int(params.get("max_tokens") or self.max_output_tokens)
+        budget = int(params.max_tokens or self.max_output_tokens)
         with GpuCall(
             "chat",
             self.estimator,
@@ -310,7 +310,7 @@ class ZeroGpuBackend:
             decode_tokens=budget,
             max_s=self.generate_max_s,
         ) as call:
-            yield from call.stream(self.gpu_generate(list(ids), dict(params), seconds=call.seconds))
+            yield from call.stream(self.gpu_generate(list(ids), params, seconds=call.seconds))
 
     def health(self) -> dict:
         charge = self.estimator.charge()

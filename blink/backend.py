@@ -8,8 +8,9 @@ Three implementations, one contract (plain data in and out, the caller passed ex
 - `VllmBackend` (blink/vllm): token ids sent to vLLM replicas.
 
 `score(plans, caller)` takes a batch of decisions (one list of `plan.Prompt` per request) and returns one
-`plan.Scored` per request, never raising; `generate(ids, params, caller)` is a plain generator of text deltas
-(`str`, or `Delta` with logprobs) and exactly one final `ChatEnd`; `health()` is the backend's part of /healthz.
+`plan.Scored` per request, never raising; `generate(ids, params, caller)` (`params`: a `plan.GenerationParams`) is a
+plain generator of text deltas (`str`, or `Delta` with logprobs) and exactly one final `ChatEnd`; `health()` is the
+backend's part of /healthz.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from .plan import Prompt, Scored
+from .plan import GenerationParams, Prompt, Scored
 
 
 class Backend(Protocol):
     def score(self, plans: list[list[Prompt]], caller: Any) -> list[Scored]: ...
 
-    def generate(self, ids: list[int], params: dict, caller: Any) -> Iterator[Any]: ...
+    def generate(self, ids: list[int], params: GenerationParams, caller: Any) -> Iterator[Any]: ...
 
     def health(self) -> dict: ...
 
@@ -37,7 +38,7 @@ class LocalBackend:
     def score(self, plans: list[list[Prompt]], caller: Any = None) -> list[Scored]:
         return self.engine.score(plans)
 
-    def generate(self, ids: list[int], params: dict, caller: Any = None) -> Iterator[Any]:
+    def generate(self, ids: list[int], params: GenerationParams, caller: Any = None) -> Iterator[Any]:
         return self.chat_engine.generate(ids, params)
 
     def health(self) -> dict:

@@ -5,8 +5,8 @@ template: tools are rendered by the template (`tools=`), thinking is off (`enabl
 optional server system prompt goes first when the conversation has none. A conversation longer than the
 context limit is refused (400 naming `messages`), never cut.
 
-`ChatEngine.generate(ids, params)` is the GPU step. It takes plain data (a list of token ids and a plain
-dict of sampling parameters) and yields plain data: `str` text deltas (`Delta`, text and token logprobs, when
+`ChatEngine.generate(ids, params)` is the GPU step. It takes plain data (a list of token ids and a
+blink.plan.GenerationParams) and yields plain data: `str` text deltas (`Delta`, text and token logprobs, when
 logprobs are asked), then exactly one final `ChatEnd` (finish reason, token counts, and the compute seconds
 measured where it ran). Nothing else crosses:
 no tensors, no exceptions that need our classes on the other side. So on ZeroGPU it is wrapped in
@@ -28,6 +28,7 @@ from typing import Any
 from .errors import InvalidRequest, param_of
 from .limits import Limits
 from .logprobs import TokenLogprobs
+from .plan import GenerationParams
 from .structured import Grammars
 from .text import IncrementalDecoder, StopStrings
 from .tokens import TokenCap
@@ -48,7 +49,7 @@ class ChatEnd:
 @dataclass(frozen=True)
 class Delta:
     """A text delta and the logprobs of the tokens whose text it completes (yielded instead of `str` when
-    `params["logprobs"]`). Each entry is OpenAI's `{token, logprob, bytes, top_logprobs: [{token, logprob,
+    `params.logprobs`). Each entry is OpenAI's `{token, logprob, bytes, top_logprobs: [{token, logprob,
     bytes}]}`; `text` is empty only in a last Delta that carries tokens cut by a stop string."""
 
     text: str
@@ -60,6 +61,76 @@ class Rendered:
     ids: list[int]
     max_tokens: int  # the output budget after clamping to the cap and the room left in the context
     images: list = field(default_factory=list)  # blink.plan.Image per image in `ids` (vision models)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """A generation's sampling values, the engine's defaults filled in where its params left them unset."""
+
+    max_tokens: int
+    temperature: float  # 0: greedy
+    top_p: float
+    top_k: int  # 0: off
+    seed: int | None  # None: the request fixed none
+
+    @classmethod
+    def from_params(cls, params: GenerationParams, defaults: dict, max_output_tokens: int) -> Sampling:
+        def value(name: str):
+            given = getattr(params, name)
+            return defaults[name] if given is None else given
+
+        return cls(
+            max_tokens=int(params.max_tokens or max_output_tokens),
+            temperature=float(value("temperature")),
+            top_p=float(value("top_p")),
+            top_k=int(value("top_k")),
+            seed=None if params.seed is None else int(params.seed),
+        )
+
+
+class _Decoding:
+    """One generation's state between its steps: the sampling values, the seeded sampler, the KV cache and the
+    next step's input, the grammar, the logprobs, and the text filters (incremental decoder, stop strings)."""
+
+    def __init__(self, engine: ChatEngine, ids: list[int], params: GenerationParams):
+        import torch
+        from transformers import DynamicCache
+
+        self.sampling = Sampling.from_params(params, engine.defaults, engine.max_output_tokens)
+        seed = self.sampling.seed if self.sampling.seed is not None else random.getrandbits(63)
+        self.matcher = engine.grammars.matcher(params.constraint) if params.constraint else None
+        self.logprobs = (
+            TokenLogprobs(engine.tokenizer, engine.hidden_ids, int(params.top_logprobs or 0))
+            if params.logprobs
+            else None
+        )
+        model = engine.model
+        self.device = next(model.parameters()).device
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(seed % (1 << 63))
+        self.decoder = IncrementalDecoder(engine.tokenizer, engine.hidden_ids)
+        self.stopper = StopStrings([s for s in params.stop if s])
+        self.eos = set(engine.eos_ids)
+        self.cache = DynamicCache(config=model.config)
+        self.step_input = torch.tensor([ids], dtype=torch.long, device=self.device)
+        self.distribution = None  # the last step's, kept only for logprobs
+        with torch.inference_mode():
+            self.extra, self.rope_delta = engine._first_step(ids, list(params.images), self.device)
+
+    @property
+    def grammar_complete(self) -> bool:
+        return self.matcher is not None and self.matcher.is_stopped()
+
+    def push(self, token: int) -> tuple[str, bool]:
+        """A generated token in: the text it lets out (held back while it could still become a stop string) and
+        whether a stop string completed."""
+        if self.logprobs is not None:
+            self.logprobs.push(token, self.distribution)
+        return self.stopper.push(self.decoder.push(token))
+
+    def delta_of(self, text: str):
+        """What the generator yields for `text`: the text, or a Delta with the logprobs of the tokens it completes."""
+        return Delta(text, self.logprobs.sent_text(text)) if self.logprobs is not None else text
 
 
 class ChatEngine:
@@ -233,91 +304,68 @@ class ChatEngine:
         return rendered
 
     # the GPU step ----------------------------------------------------------------------------------------
-    def generate(self, ids: list[int], params: dict) -> Iterator[Any]:
+    def generate(self, ids: list[int], params: GenerationParams) -> Iterator[Any]:
         """Yield text deltas (`str`, or `Delta` when logprobs are asked), then one `ChatEnd`.
 
-        `params`: `max_tokens` (int), `temperature` (0 = greedy), `top_p`, `top_k` (0 = off), `seed`
-        (int or None), `stop` (list of strings), `constraint` (a constraint `blink.structured.check_constraint`
-        returned, or None), `logprobs` (bool), `top_logprobs` (0-20). Missing sampling values take the engine's
-        defaults."""
+        `params`: a blink.plan.GenerationParams (its sampling values left None take the engine's defaults)."""
         import time
 
-        import torch
-        from transformers import DynamicCache
-
         started = time.perf_counter()
-        max_tokens = int(params.get("max_tokens") or self.max_output_tokens)
-        temperature = float(
-            params["temperature"] if params.get("temperature") is not None else self.defaults["temperature"]
-        )
-        top_p = float(params["top_p"] if params.get("top_p") is not None else self.defaults["top_p"])
-        top_k = int(params["top_k"] if params.get("top_k") is not None else self.defaults["top_k"])
-        stops = [s for s in (params.get("stop") or []) if s]
-        seed = params.get("seed")
-        seed = int(seed) if seed is not None else random.getrandbits(63)
-        matcher = self.grammars.matcher(params["constraint"]) if params.get("constraint") else None
-        logprobs = (
-            TokenLogprobs(self.tokenizer, self.hidden_ids, int(params.get("top_logprobs") or 0))
-            if params.get("logprobs")
-            else None
-        )
-
-        model = self.model
-        device = next(model.parameters()).device
-        generator = torch.Generator(device=device)
-        generator.manual_seed(seed % (1 << 63))
-        decoder = IncrementalDecoder(self.tokenizer, self.hidden_ids)
-        stopper = StopStrings(stops)
-        eos = set(self.eos_ids)
-        produced = 0
-        finish = "length"
-        images = params.get("images") or []
-        # Inference mode is thread-local, and a consumer may resume this generator on another thread (Gradio
-        # and anyio do): so it is entered per step, never held across a `yield`.
-        cache = DynamicCache(config=model.config)
-        step_input = torch.tensor([ids], dtype=torch.long, device=device)
-        with torch.inference_mode():
-            extra, delta = self._first_step(ids, images, device)
-        while produced < max_tokens:
-            with torch.inference_mode():
-                if self.vision and not extra:  # explicit positions: never the model's stored rope deltas
-                    n = len(ids) + produced - 1
-                    extra = {
-                        "position_ids": torch.tensor(
-                            [[[n]], [[n + delta]], [[n + delta]], [[n + delta]]], device=device
-                        )
-                    }
-                out = model(input_ids=step_input, cache=cache, use_cache=True, logits_to_keep=1, **extra)
-                extra = {}
-                logits = out.logits[0, -1].float()
-                if matcher is not None:  # EOS stays masked until the grammar accepts
-                    self.grammars.apply_mask(logits, matcher)
-                token, distribution = _sample(
-                    logits, temperature, top_p, top_k, generator, keep_distribution=logprobs is not None
-                )
-            if matcher is not None and not matcher.consume_token(token):
-                raise RuntimeError(f"the grammar refused token {token} it allowed: {matcher.get_error()}")
-            if token in eos:
+        run = _Decoding(self, ids, params)
+        produced, finish = 0, "length"
+        while produced < run.sampling.max_tokens:
+            token = self._step(run, len(ids) + produced)
+            if token in run.eos:
                 finish = "stop"
                 break
             produced += 1
-            if logprobs is not None:
-                logprobs.push(token, distribution)
-            text, hit = stopper.push(decoder.push(token))
+            text, hit = run.push(token)
             if text:
-                yield Delta(text, logprobs.sent_text(text)) if logprobs is not None else text
-            if hit or (matcher is not None and matcher.is_stopped()):  # the grammar is complete: only EOS is left
+                yield run.delta_of(text)
+            if hit or run.grammar_complete:  # the grammar is complete: only EOS is left
                 finish = "stop"
                 break
-            step_input = torch.tensor([[token]], dtype=torch.long, device=device)
-        if finish != "stop" or not stopper.hit:
-            tail, _ = stopper.push(decoder.flush(), final=True)
+        yield from self._flush(run, stopped=finish == "stop" and run.stopper.hit)
+        yield ChatEnd(finish, len(ids), produced, time.perf_counter() - started)
+
+    def _step(self, run: _Decoding, position: int) -> int:
+        """One forward step (the prompt's, then one per token) and the token sampled from it, which the grammar
+        (if any) consumes. Inference mode is thread-local, and a consumer may resume the generator on another
+        thread (Gradio and anyio do): so it is entered per step, never held across a `yield`."""
+        import torch
+
+        with torch.inference_mode():
+            if self.vision and not run.extra:  # explicit positions: never the model's stored rope deltas
+                n, shifted = position - 1, position - 1 + run.rope_delta
+                run.extra = {
+                    "position_ids": torch.tensor([[[n]], [[shifted]], [[shifted]], [[shifted]]], device=run.device)
+                }
+            out = self.model(input_ids=run.step_input, cache=run.cache, use_cache=True, logits_to_keep=1, **run.extra)
+            run.extra = {}
+            logits = out.logits[0, -1].float()
+            if run.matcher is not None:  # EOS stays masked until the grammar accepts
+                self.grammars.apply_mask(logits, run.matcher)
+            s = run.sampling
+            token, distribution = _sample(
+                logits, s.temperature, s.top_p, s.top_k, run.generator, keep_distribution=run.logprobs is not None
+            )
+        if run.matcher is not None and not run.matcher.consume_token(token):
+            raise RuntimeError(f"the grammar refused token {token} it allowed: {run.matcher.get_error()}")
+        run.distribution = distribution
+        run.step_input = torch.tensor([[token]], dtype=torch.long, device=run.device)
+        return token
+
+    @staticmethod
+    def _flush(run: _Decoding, stopped: bool) -> Iterator[Any]:
+        """The text the decoder and the stop-string filter still hold (none once a stop string ended it), and
+        the logprobs of tokens a stop string cut (sent with empty text)."""
+        if not stopped:
+            tail, _ = run.stopper.push(run.decoder.flush(), final=True)
             if tail:
-                yield Delta(tail, logprobs.sent_text(tail)) if logprobs is not None else tail
-        cut = logprobs.partly_sent() if logprobs is not None else []
+                yield run.delta_of(tail)
+        cut = run.logprobs.partly_sent() if run.logprobs is not None else []
         if cut:
             yield Delta("", cut)
-        yield ChatEnd(finish, len(ids), produced, time.perf_counter() - started)
 
     def _first_step(self, ids: list[int], images: list, device) -> tuple[dict, int]:
         """The prompt step's extra inputs on a vision-language model (pixels, grids, Qwen's 3-D positions)

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
 from .chat import ChatEngine, Rendered
 from .errors import InvalidRequest
+from .plan import GenerationParams
 from .reasoning import opens_thinking
 from .streams import GeneratorStream
 from .tokens import TokenCap, capped_tokens
@@ -101,13 +103,11 @@ class ChatService:
 
     # generate ----------------------------------------------------------------------------------------------------
     def start(
-        self, held: AsyncExitStack, rendered: Rendered, params: dict, caller: Any, streamed: bool
+        self, held: AsyncExitStack, rendered: Rendered, params: GenerationParams, caller: Any, streamed: bool
     ) -> GeneratorStream:
-        """Generate `rendered` with `params` (blink.chat.ChatEngine.generate's) as `caller`; the stream is closed
-        when the exchange (`held`) ends."""
-        params = {**params, "max_tokens": rendered.max_tokens}
-        if rendered.images:
-            params["images"] = rendered.images
+        """Generate `rendered` with `params` (its output budget and images are the rendering's) as `caller`; the
+        stream is closed when the exchange (`held`) ends."""
+        params = replace(params, max_tokens=rendered.max_tokens, images=tuple(rendered.images))
         ids = rendered.ids
         stream = GeneratorStream(
             lambda: self.backend.generate(ids, params, caller), self.keepalive_s if streamed else None
@@ -117,7 +117,7 @@ class ChatService:
 
     def generate_sync(self, rendered: Rendered, caller: Any) -> Iterator[Any]:
         """The UI's blocking generator (it runs in Gradio's worker thread)."""
-        return self.backend.generate(rendered.ids, {"max_tokens": rendered.max_tokens}, caller)
+        return self.backend.generate(rendered.ids, GenerationParams(max_tokens=rendered.max_tokens), caller)
 
     def thinking(self, ids: list[int]) -> tuple[bool, bool]:
         """(thinking on, the prompt opened the `<think>` block itself)."""

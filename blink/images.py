@@ -94,11 +94,25 @@ def gather(body: dict, parts: dict, limits: ImageLimits) -> tuple[dict, dict[str
     """The request with every image as a placeholder, the raw bytes per placeholder, and the placeholders
     that go first (the `images` list). Checks counts, bytes, parts and references; decodes nothing."""
     body = dict(body)
-    raw: dict[str, bytes] = {}
-    first: list[str] = []
-    assets = body.pop("assets", None)
+    raw = _asset_bytes(body.pop("assets", None), parts)
+    uris: list = []
+    body["state"] = _lift_data_uris(body.get("state"), uris)
+    for placeholder, data in uris:
+        raw[placeholder] = decode_base64(placeholder, data, ["body", "state"])
+    first = _listed_bytes(body.pop("images", None), raw)
+    check_count(len(raw), limits, ["body", "assets"])
+    for name, data in raw.items():
+        check_size(repr(name), data, limits, ["body", "assets", name])
+    _check_referenced(body, raw, first)
+    return body, raw, first
+
+
+def _asset_bytes(assets, parts: dict) -> dict[str, bytes]:
+    """The bytes of each of `assets` (base64, or the multipart part it names); every part must be claimed by
+    exactly one asset."""
     if assets is not None and not isinstance(assets, dict):
         raise InvalidRequest("`assets` maps placeholders to assets", loc=["body", "assets"], kind="dict_type")
+    raw: dict[str, bytes] = {}
     claimed = set()
     for name, asset in (assets or {}).items():
         loc = ["body", "assets", name]
@@ -109,17 +123,7 @@ def gather(body: dict, parts: dict, limits: ImageLimits) -> tuple[dict, dict[str
                 loc=loc,
             )
         if asset.get("part") is not None:
-            part = asset["part"]
-            if part not in parts:
-                raise InvalidRequest(
-                    f"asset {name!r} names multipart part {part!r}, which the body doesn't have",
-                    loc=loc,
-                    kind="missing_part",
-                )
-            if part in claimed:
-                raise InvalidRequest(f"multipart part {part!r} is claimed by two assets", loc=loc)
-            claimed.add(part)
-            raw[name] = parts[part][1]
+            raw[name] = _claim_part(name, asset["part"], parts, claimed, loc)
         else:
             raw[name] = decode_base64(name, asset.get("data_base64"), loc)
     unclaimed = sorted(set(parts) - claimed)
@@ -129,23 +133,37 @@ def gather(body: dict, parts: dict, limits: ImageLimits) -> tuple[dict, dict[str
             loc=["body", unclaimed[0]],
             kind="unknown_part",
         )
-    uris: list = []
-    body["state"] = _lift_data_uris(body.get("state"), uris)
-    for placeholder, data in uris:
-        raw[placeholder] = decode_base64(placeholder, data, ["body", "state"])
-    listed = body.pop("images", None)
-    if listed is not None:
-        if not isinstance(listed, list):
-            raise InvalidRequest("`images` is a list of base64 strings or data URIs", loc=["body", "images"])
-        for i, item in enumerate(listed):
-            placeholder = f"<image:list-{i}>"
-            data = item.split(",", 1)[1] if isinstance(item, str) and DATA_URI.match(item) else item
-            raw[placeholder] = decode_base64(f"images[{i}]", data, ["body", "images", i])
-            first.append(placeholder)
-    check_count(len(raw), limits, ["body", "assets"])
-    for name, data in raw.items():
-        check_size(repr(name), data, limits, ["body", "assets", name])
-    # every asset must be used: an unreferenced image is a client mistake, not something to drop silently
+    return raw
+
+
+def _claim_part(name: str, part, parts: dict, claimed: set, loc: list) -> bytes:
+    if part not in parts:
+        raise InvalidRequest(
+            f"asset {name!r} names multipart part {part!r}, which the body doesn't have", loc=loc, kind="missing_part"
+        )
+    if part in claimed:
+        raise InvalidRequest(f"multipart part {part!r} is claimed by two assets", loc=loc)
+    claimed.add(part)
+    return parts[part][1]
+
+
+def _listed_bytes(listed, raw: dict[str, bytes]) -> list[str]:
+    """The `images` list's bytes into `raw` under their placeholders, which it returns in order."""
+    if listed is None:
+        return []
+    if not isinstance(listed, list):
+        raise InvalidRequest("`images` is a list of base64 strings or data URIs", loc=["body", "images"])
+    first = []
+    for i, item in enumerate(listed):
+        placeholder = f"<image:list-{i}>"
+        data = item.split(",", 1)[1] if isinstance(item, str) and DATA_URI.match(item) else item
+        raw[placeholder] = decode_base64(f"images[{i}]", data, ["body", "images", i])
+        first.append(placeholder)
+    return first
+
+
+def _check_referenced(body: dict, raw: dict[str, bytes], first: list[str]) -> None:
+    """Every asset must be used: an unreferenced image is a client mistake, not something to drop silently."""
     texts = list(_strings(body.get("state")))
     questions = body.get("questions")
     if isinstance(questions, dict):
@@ -159,7 +177,6 @@ def gather(body: dict, parts: dict, limits: ImageLimits) -> tuple[dict, dict[str
                 loc=["body", "assets", name],
                 kind="unreferenced_asset",
             )
-    return body, raw, first
 
 
 def decode(name: str, data: bytes, limits: ImageLimits):

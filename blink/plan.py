@@ -1,14 +1,17 @@
-"""The plan of a decision and its outcome: what crosses the GPU call each way, as plain data (no torch).
+"""What crosses the GPU call each way, as plain data (no torch): the plan of a decision and its outcome, and the
+parameters of a generation.
 
 A request becomes prompts (`prompts.py`, main process), the prompts cross to the GPU call (`executor.py`; on
 ZeroGPU by pickle) and a `Scored` per request comes back. The numbers that size and bill the call
-(`processed_tokens`, `image_usage`) are read from the prompts. Everything here is plain Python, so rendering,
-batching and the Space's duration estimate import no torch.
+(`processed_tokens`, `image_usage`) are read from the prompts. A chat turn crosses as token ids and one
+`GenerationParams` (blink.chat.ChatEngine.generate, the Space's GPU chat function, blink.vllm.chat.VllmChat).
+Everything here is plain Python, so rendering, batching and the Space's duration estimate import no torch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .errors import BlinkError
 
@@ -39,6 +42,42 @@ class Prompt:
     images: list[Image] = field(default_factory=list)  # in order of appearance in `ids`
     state_end: int = 0  # tokens up to the end of the state: where the prefix-state cache saves (0: nowhere)
     system_end: int = 0  # tokens up to the end of a system prompt leading the state: a second save point (0: none)
+
+
+class RenderedPrompt(NamedTuple):
+    """One decision prompt as `blink.prompts` renders it, before its reads are resolved into a `Prompt`."""
+
+    ids: list[int]
+    marks: list[int]  # per question: the position after its answer mark (the read is at `mark - 1`)
+    questions: list  # transformers.decision.Question, in the order of `marks`
+    images: list[Image]  # in order of appearance in `ids`
+    state_end: int = 0  # as `Prompt.state_end`
+    system_end: int = 0  # as `Prompt.system_end`
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """What one generation is asked beyond its token ids. Plain data (numbers, strings, tuples, the constraint's
+    plain dict, the images' `Image`s), so it pickles to a ZeroGPU worker; frozen: a route that changes a value
+    (the output budget, the images) makes a new one with `dataclasses.replace`.
+
+    A sampling value left None takes the engine's default (the model's generation_config, else OpenAI's)."""
+
+    max_tokens: int | None = None  # None: the engine's cap
+    temperature: float | None = None  # 0: greedy
+    top_p: float | None = None
+    top_k: int | None = None  # 0: off
+    seed: int | None = None  # None: a fresh random seed per generation
+    stop: tuple[str, ...] = ()  # stop strings: the first that completes ends the text, unsent
+    constraint: dict | None = None  # what blink.structured.check_constraint returned, or None
+    logprobs: bool = False  # token logprobs with each delta (blink.chat.Delta)
+    top_logprobs: int = 0  # alternatives per token (0-20), with `logprobs`
+    images: tuple[Image, ...] = ()  # per image in the prompt's ids (vision models)
+
+    def __post_init__(self):
+        # sequences are kept as tuples whatever a caller passed (lists from the wire), so the value stays frozen
+        object.__setattr__(self, "stop", tuple(self.stop))
+        object.__setattr__(self, "images", tuple(self.images))
 
 
 @dataclass(frozen=True)

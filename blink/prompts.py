@@ -35,7 +35,7 @@ from transformers.utils.chat_template_utils import _CONTROL_TOKEN_END, _CONTROL_
 
 from .errors import InvalidRequest
 from .limits import Limits
-from .plan import Prompt, Read, processed_tokens
+from .plan import Prompt, Read, RenderedPrompt, processed_tokens
 from .prefix_encoder import PrefixReusingEncoder
 from .questions import Decision
 from .tokens import capped_tokens, longest_token_chars
@@ -154,15 +154,16 @@ class PromptBuilder:
         if capped_tokens(encode, text, self.limits.max_context_tokens, self.longest_token) is None:
             raise state_too_long(decision, self.limits.max_context_tokens)
 
-    def _library_prompts(self, decision: Decision, images: dict | None = None) -> list[tuple]:
-        """`prepare_inputs`' prompts as (ids, marks, questions, images, state_end, system_end): the reference
-        rendering (it marks neither end)."""
+    def _library_prompts(self, decision: Decision, images: dict | None = None) -> list[RenderedPrompt]:
+        """`prepare_inputs`' prompts: the reference rendering (it marks neither end)."""
         request = {"state": decision.state, "questions": decision.raw_questions}
         if images:
             request["assets"] = images
         shared = {}
         return [
-            (inputs["input_ids"][0].tolist(), inputs["marks"].tolist(), questions, split_images(inputs, shared), 0, 0)
+            RenderedPrompt(
+                inputs["input_ids"][0].tolist(), inputs["marks"].tolist(), questions, split_images(inputs, shared)
+            )
             for inputs, questions in prepare_inputs(self.config, request, self.processor or self.tokenizer)
         ]
 
@@ -240,9 +241,9 @@ class OnceRenderer:
     def _has_control(self, text: str) -> bool:
         return any(token in text for token in self.control)
 
-    def render(self, decision: Decision, max_tokens: int | None = None) -> list[tuple] | None:
-        """(ids, marks, questions, images, state_end, system_end) per question, or None where the library must
-        render. A state whose chat head alone passes `max_tokens` is refused (422)."""
+    def render(self, decision: Decision, max_tokens: int | None = None) -> list[RenderedPrompt] | None:
+        """One prompt per question, or None where the library must render. A state whose chat head alone passes
+        `max_tokens` is refused (422)."""
         if not self.enabled:
             return None
         state = self.state_template.render(state=decision.state)
@@ -258,7 +259,7 @@ class OnceRenderer:
         out = []
         for q, part in zip(decision.questions, parts):
             ids = head + part
-            out.append((ids, [len(ids)], [q], [], len(head), system_end))
+            out.append(RenderedPrompt(ids, [len(ids)], [q], [], len(head), system_end))
         return out
 
     def _system_end(self, state: str, head: list[int]) -> int:
@@ -270,7 +271,7 @@ class OnceRenderer:
         ids = self.tokenizer.encode(self.head + state[:cut], add_special_tokens=False)
         return len(ids) if len(ids) < len(head) and head[: len(ids)] == ids else 0
 
-    def with_state_end(self, rendered: list[tuple]) -> list[tuple]:
+    def with_state_end(self, rendered: list[RenderedPrompt]) -> list[RenderedPrompt]:
         """The library's prompts (images among them) with the state's end marked where it can be found: every
         prompt ends with its question's part as rendering once tokenizes it, and what comes before is the same in
         all of them. Only a save point: a prefix cut elsewhere would be looked up under other tokens, never misread
@@ -278,13 +279,14 @@ class OnceRenderer:
         if not self.enabled:
             return rendered
         ends = []
-        for ids, marks, questions, *_ in rendered:
-            part = self._part(questions[0]) if len(questions) == 1 and marks == [len(ids)] else None
-            ends.append(len(ids) - len(part) if part and ids[len(ids) - len(part) :] == part else 0)
-        first = rendered[0][0][: ends[0]]
-        if not ends[0] or any(end != ends[0] or ids[:end] != first for end, (ids, *_) in zip(ends, rendered)):
+        for row in rendered:
+            one = len(row.questions) == 1 and row.marks == [len(row.ids)]
+            part = self._part(row.questions[0]) if one else None
+            ends.append(len(row.ids) - len(part) if part and row.ids[len(row.ids) - len(part) :] == part else 0)
+        first = rendered[0].ids[: ends[0]]
+        if not ends[0] or any(end != ends[0] or row.ids[:end] != first for end, row in zip(ends, rendered)):
             return rendered
-        return [(ids, marks, questions, images, ends[0], 0) for ids, marks, questions, images, *_ in rendered]
+        return [row._replace(state_end=ends[0], system_end=0) for row in rendered]
 
     def _head_ids(self, text: str, max_tokens: int | None) -> list[int] | None:
         """`text`'s ids, or None past `max_tokens` (found in time bounded by the limit). `capped_tokens` ends, when

@@ -61,39 +61,49 @@ def parse_question(qid: str, raw: Any, config: DecisionConfig, limits: Limits) -
     if kind == "noul" and isinstance(criteria, dict):
         question["criteria"] = {k: v for k, v in criteria.items() if k in ("true", "false")}
     if kind == "choice":
-        if not isinstance(criteria, dict):
-            raise _question_error(qid, "a choice question's `criteria` maps option names to descriptions (or null)")
-        if len(criteria) == 0:
-            raise _question_error(qid, "a choice question needs at least one option in `criteria`")
-        if len(criteria) > limits.max_options:
-            raise _question_error(
-                qid,
-                f"{len(criteria)} options; this server answers at most {limits.max_options} per choice question",
-                kind="too_many_options",
-            )
+        _check_options(qid, criteria, limits)
     if kind == "score":
-        if not isinstance(criteria, list):
-            raise _question_error(qid, "a score question's `criteria` is a list of levels, lowest first")
-        if len(criteria) == 0:
-            raise _question_error(qid, "a score question needs at least one level in `criteria`")
-        if len(criteria) > limits.max_levels:
-            raise _question_error(
-                qid,
-                f"{len(criteria)} levels; this server answers at most {limits.max_levels} per score question",
-                kind="too_many_levels",
-            )
-        for i, level in enumerate(criteria):
-            if not isinstance(level, (str, dict, list)):
-                raise InvalidRequest(
-                    f"question {qid!r}: level {i} must be a string, object or array, got "
-                    f"{'null' if level is None else type(level).__name__}",
-                    loc=["body", "questions", qid, "score", "criteria", i],
-                )
+        _check_levels(qid, criteria, limits)
     try:
         return Question.from_request(qid, question, config), question
     except ValueError as error:
         message = str(error).removeprefix(f"Question {qid!r}: ")
         raise _question_error(qid, message) from None
+
+
+def _check_options(qid: str, criteria: Any, limits: Limits) -> None:
+    """A choice question's `criteria`: a map of at least one and at most `max_options` options."""
+    if not isinstance(criteria, dict):
+        raise _question_error(qid, "a choice question's `criteria` maps option names to descriptions (or null)")
+    if len(criteria) == 0:
+        raise _question_error(qid, "a choice question needs at least one option in `criteria`")
+    if len(criteria) > limits.max_options:
+        raise _question_error(
+            qid,
+            f"{len(criteria)} options; this server answers at most {limits.max_options} per choice question",
+            kind="too_many_options",
+        )
+
+
+def _check_levels(qid: str, criteria: Any, limits: Limits) -> None:
+    """A score question's `criteria`: a list of one to `max_levels` levels, each a string, object or array."""
+    if not isinstance(criteria, list):
+        raise _question_error(qid, "a score question's `criteria` is a list of levels, lowest first")
+    if len(criteria) == 0:
+        raise _question_error(qid, "a score question needs at least one level in `criteria`")
+    if len(criteria) > limits.max_levels:
+        raise _question_error(
+            qid,
+            f"{len(criteria)} levels; this server answers at most {limits.max_levels} per score question",
+            kind="too_many_levels",
+        )
+    for i, level in enumerate(criteria):
+        if not isinstance(level, (str, dict, list)):
+            raise InvalidRequest(
+                f"question {qid!r}: level {i} must be a string, object or array, got "
+                f"{'null' if level is None else type(level).__name__}",
+                loc=["body", "questions", qid, "score", "criteria", i],
+            )
 
 
 class QuestionMemo:

@@ -1,7 +1,7 @@
 """Structured outputs: a constraint as plain data, checked in the main process, enforced by token masks in the decode
 loop.
 
-A constraint is a plain dict (it crosses to the GPU worker inside `params["constraint"]`):
+A constraint is a plain dict (it crosses to the GPU worker as `GenerationParams.constraint`, blink.plan):
 
 - `{"type": "json_object"}`: any JSON object;
 - `{"type": "json_schema", "schema": {...}, "strict": true}`: an instance of the schema (enforced either way: a

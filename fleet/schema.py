@@ -293,7 +293,21 @@ def parse_space(name: str, table) -> Space:
     if not isinstance(table, dict):
         raise ConfigError(where, None, "must be a table")
     given = flatten(where, table)
-    card, values = {}, {}
+    card = _card(where, given)
+    values = _knob_values(where, name, given)
+    at = {k.name: location for location, k in KNOBS_AT.items()}
+    try:
+        settings = Settings(**{k.name: values.get(k.name, k.space_default) for k in knobs(Settings)})
+        space = SpaceSettings(**{k.name: values[k.name] for k in knobs(SpaceSettings)})
+    except BadSetting as exc:
+        raise ConfigError(where, at[exc.name], str(exc)) from None
+    _check_together(where, settings)
+    return Space(name, card, settings, space)
+
+
+def _card(where: str, given: dict) -> dict:
+    """The fleet-only keys (the Hub card, the push), each checked or defaulted."""
+    card = {}
     for location, key in FLEET_ONLY.items():
         if location not in given:
             if key.default is REQUIRED:
@@ -304,6 +318,12 @@ def parse_space(name: str, table) -> Space:
             card[location] = key.check(given[location])
         except ValueError as exc:
             raise ConfigError(where, location, str(exc)) from None
+    return card
+
+
+def _knob_values(where: str, name: str, given: dict) -> dict:
+    """The settings' values by knob name: each given one checked, the others the Space's defaults."""
+    values = {}
     for location, knob in KNOBS_AT.items():
         if location not in given:
             if knob.name in REQUIRED_KNOBS:
@@ -314,12 +334,11 @@ def parse_space(name: str, table) -> Space:
             values[knob.name] = knob_value(knob, given[location])
         except ValueError as exc:
             raise ConfigError(where, location, str(exc)) from None
-    at = {k.name: location for location, k in KNOBS_AT.items()}
-    try:
-        settings = Settings(**{k.name: values.get(k.name, k.space_default) for k in knobs(Settings)})
-        space = SpaceSettings(**{k.name: values[k.name] for k in knobs(SpaceSettings)})
-    except BadSetting as exc:
-        raise ConfigError(where, at[exc.name], str(exc)) from None
+    return values
+
+
+def _check_together(where: str, settings: Settings) -> None:
+    """The settings that are only valid with (or without) another."""
     if settings.adapter and not settings.adapter_revision:
         raise ConfigError(where, "adapter_revision", "required with adapter: pin a tag, branch or 40-hex commit")
     if settings.adapter_revision and not settings.adapter:
@@ -328,7 +347,6 @@ def parse_space(name: str, table) -> Space:
         raise ConfigError(where, "vision.tower", "a vision tower needs vision.enabled = true")
     if settings.served_model_name in settings.model_aliases:
         raise ConfigError(where, "model_aliases", f"repeats served_model_name {settings.served_model_name!r}")
-    return Space(name, card, settings, space)
 
 
 def check_fleet_table(table) -> dict:

@@ -21,7 +21,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from starlette.routing import Route
 
@@ -67,7 +67,7 @@ async def start(ctx: Context, call: Call, req: ChatRequest) -> tuple[GeneratorSt
 def check_chat(ctx: Context, body) -> ChatRequest:
     """Before admission: the request parsed, its constraints compiled, its messages servable by this model."""
     req = parse_chat(body)
-    req.params.update(chat_params(body, req.tools))
+    req.params = replace(req.params, **chat_params(body, req.tools))
     ctx.chats.check(req.messages)
     return req
 

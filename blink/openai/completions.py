@@ -14,7 +14,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from starlette.routing import Route
@@ -23,6 +23,7 @@ from ..chat import ChatEnd
 from ..context import Context
 from ..errors import EngineFailure
 from ..http import Body, Call, Endpoint
+from ..plan import GenerationParams
 from ..streams import KEEPALIVE
 from .chat import usage
 from .constraints import legacy_entries, legacy_logprobs
@@ -38,7 +39,7 @@ class CompletionRequest:
     max_tokens: int  # OpenAI's default: 16
     stream: bool
     include_usage: bool
-    params: dict
+    params: GenerationParams
 
 
 def prompt_of(ctx: Context, prompt: Any) -> str | list[int]:
@@ -89,7 +90,7 @@ def parse(ctx: Context, body: Any) -> CompletionRequest:
         )
     stream, include_usage = streaming(body)
     max_tokens = integer(body, "max_tokens", 1)
-    params = {**sampling(body), **legacy_logprobs(body)}
+    params = replace(sampling(body), **legacy_logprobs(body))
     prompt = prompt_of(ctx, body.get("prompt"))
     return CompletionRequest(prompt, 16 if max_tokens is None else max_tokens, stream, include_usage, params)
 
@@ -105,7 +106,7 @@ def routes(ctx: Context) -> list[Route]:
             "created": int(time.time()),
             "model": ctx.served_name,
         }
-        logprobs = bool(req.params.get("logprobs"))
+        logprobs = req.params.logprobs
         if not req.stream:
             got = await whole(reply)
             return {

@@ -6,7 +6,10 @@
 - `tool_choice: "required"` or a named function -> one call (or several, unless `parallel_tool_calls: false`)
   written in the model's own markup, its arguments valid for the tool's `parameters`. With `auto`,
   `parallel_tool_calls: false` keeps the first call the model wrote (as vLLM does): nothing forces a call then.
-- `logprobs` / `top_logprobs` (0-20): the engine's params of the same names.
+- `logprobs` / `top_logprobs` (0-20): the blink.plan.GenerationParams fields of the same names.
+
+`chat_params`, `responses_params` and `legacy_logprobs` return the GenerationParams fields a request adds (a
+dict for `dataclasses.replace`).
 
 Every constraint is checked here, in the main process, before a slot is taken (blink.structured.check_constraint).
 """
@@ -87,7 +90,7 @@ def chat_logprobs(body: dict) -> dict:
 
 
 def chat_params(body: dict, tools: list[dict] | None) -> dict:
-    """The engine params a chat request adds: a constraint (a forced tool call wins over `response_format`: its
+    """The generation params a chat request adds: a constraint (a forced tool call wins over `response_format`: its
     reply is the call), and logprobs."""
     constraint = tool_constraint(tools, body.get("tool_choice"), body.get("parallel_tool_calls"))
     if constraint is None:

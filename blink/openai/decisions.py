@@ -7,7 +7,7 @@ probabilities for the same question. System One's validation errors come back wi
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.routing import Route
@@ -15,7 +15,18 @@ from starlette.routing import Route
 from ..context import Context
 from ..errors import InvalidRequest
 from ..http import CHEAP_CHECK_BYTES, Body, Call, Endpoint
-from .protocol import IMAGE_PARTS, WIRE, bad, data_url
+from .protocol import IMAGE_PARTS, WIRE, bad, data_url, input_items
+
+
+@dataclass(frozen=True)
+class QuestionPlan:
+    """One OpenAI question as the way back needs it: its kind and name, and the typed values of its answer."""
+
+    kind: str  # predicate | choice | score
+    name: str | None
+    keys: list[str] = field(default_factory=list)  # choice: System One's option names, in order
+    values: list = field(default_factory=list)  # choice: the values as sent (strings or booleans), by `keys`
+    labels: list[str] = field(default_factory=list)  # score: the levels' labels, lowest first
 
 
 @dataclass
@@ -23,7 +34,7 @@ class Mapped:
     """An OpenAI Decisions request as a System One body, and the way back for its answers and errors."""
 
     body: dict
-    questions: list[dict]  # per question: kind, name, and the typed values for the answer
+    questions: list[QuestionPlan]  # per question, in request order
 
     def relocate(self, error: InvalidRequest) -> InvalidRequest:
         """System One locations (["body","questions","questions[3]",...]) and names -> OpenAI params."""
@@ -44,20 +55,18 @@ class Mapped:
         out = []
         for i, q in enumerate(self.questions):
             raw = answers[f"questions[{i}]"]
-            if q["kind"] == "predicate":
-                out.append({"type": "predicate", "name": q["name"], "probability": raw["noul"]})
-            elif q["kind"] == "choice":
+            if q.kind == "predicate":
+                out.append({"type": "predicate", "name": q.name, "probability": raw["noul"]})
+            elif q.kind == "choice":
                 probs = raw["probabilities"]
-                by_key = dict(zip(q["keys"], q["values"]))
+                by_key = dict(zip(q.keys, q.values))
                 out.append(
                     {
                         "type": "choice",
-                        "name": q["name"],
+                        "name": q.name,
                         "choice": by_key[raw["choice"]],
                         "confidence": raw["confidence"],
-                        "probabilities": [
-                            {"value": v, "probability": probs[k]} for k, v in zip(q["keys"], q["values"])
-                        ],
+                        "probabilities": [{"value": v, "probability": probs[k]} for k, v in zip(q.keys, q.values)],
                     }
                 )
             else:
@@ -65,12 +74,12 @@ class Mapped:
                 out.append(
                     {
                         "type": "score",
-                        "name": q["name"],
+                        "name": q.name,
                         "score": raw["score"],
                         "confidence": raw["confidence"],
                         "probabilities": [
                             {"value": j, "label": label, "probability": probs[str(j)]}
-                            for j, label in enumerate(q["labels"])
+                            for j, label in enumerate(q.labels)
                         ],
                     }
                 )
@@ -116,6 +125,45 @@ def _parts_text(content: Any, *loc, allow_json: bool = True, images: list | None
     return "\n".join(texts)
 
 
+class _StateItems:
+    """Decision input items as the state's ("role", text) items: messages (their images become placeholders),
+    tool calls as `name(arguments)`, tool outputs as text."""
+
+    def __init__(self, images: list, allow_json: bool):
+        self.items: list[tuple[str, Any]] = []
+        self.images = images
+        self.allow_json = allow_json  # a lone message may be JSON (`input_json`): it stays JSON
+
+    @property
+    def handlers(self) -> dict:
+        return {
+            "message": self.message,
+            "function_call": lambda item, i: self.tool_call(item, item.get("arguments")),
+            "custom_tool_call": lambda item, i: self.tool_call(item, item.get("input")),
+            "function_call_output": self.tool_output,
+            "custom_tool_call_output": self.tool_output,
+        }
+
+    def message(self, item: dict, i: int) -> None:
+        role = item.get("role")
+        if role not in ("user", "developer", "system", "assistant"):
+            raise bad(f"`role` must be user, developer, system or assistant; got {role!r}", "input", i, "role")
+        content = _parts_text(
+            item.get("content"), "input", i, "content", allow_json=self.allow_json, images=self.images
+        )
+        self.items.append((role, content))
+
+    def tool_call(self, item: dict, args: Any) -> None:
+        self.items.append(("tool call", f"{item.get('name')}({args if isinstance(args, str) else json.dumps(args)})"))
+
+    def tool_output(self, item: dict, i: int) -> None:
+        self.items.append(("tool output", _parts_text(item.get("output"), "input", i, "output", allow_json=False)))
+
+
+def _unsupported_item(kind: Any, i: int) -> InvalidRequest:
+    return bad(f"unsupported input item type {kind!r}", "input", i, "type")
+
+
 def _input_state(value: Any, images: list) -> Any:
     if isinstance(value, str):
         return value
@@ -125,28 +173,9 @@ def _input_state(value: Any, images: list) -> Any:
             "input",
             kind="missing" if value is None else "invalid_value",
         )
-    items = []
-    for i, item in enumerate(value):
-        if not isinstance(item, dict):
-            raise bad("an input item must be an object", "input", i)
-        kind = item.get("type", "message")
-        if kind == "message":
-            role = item.get("role")
-            if role not in ("user", "developer", "system", "assistant"):
-                raise bad(f"`role` must be user, developer, system or assistant; got {role!r}", "input", i, "role")
-            items.append(
-                (
-                    role,
-                    _parts_text(item.get("content"), "input", i, "content", allow_json=len(value) == 1, images=images),
-                )
-            )
-        elif kind in ("function_call", "custom_tool_call"):
-            args = item.get("arguments") if kind == "function_call" else item.get("input")
-            items.append(("tool call", f"{item.get('name')}({args if isinstance(args, str) else json.dumps(args)})"))
-        elif kind in ("function_call_output", "custom_tool_call_output"):
-            items.append(("tool output", _parts_text(item.get("output"), "input", i, "output", allow_json=False)))
-        else:
-            raise bad(f"unsupported input item type {kind!r}", "input", i, "type")
+    state = _StateItems(images, allow_json=len(value) == 1)
+    input_items(value, state.handlers, _unsupported_item)
+    items = state.items
     if len(items) == 1 and items[0][0] == "user":
         return items[0][1]  # one user message: its text (or JSON) is the state, as /v1/systemone would take it
     return "\n\n".join(f"{role}: {text if isinstance(text, str) else json.dumps(text)}" for role, text in items)
@@ -173,6 +202,75 @@ def hints(body: dict) -> dict:
     return out
 
 
+def _predicate(q: dict, qid: str, name: str | None, instructions: Any) -> tuple[dict, QuestionPlan]:
+    return {"type": "noul", "instructions": instructions}, QuestionPlan("predicate", name)
+
+
+def _choice(q: dict, qid: str, name: str | None, instructions: Any) -> tuple[dict, QuestionPlan]:
+    """A choice question's `choices` as System One criteria (a value's key: the string, or "true"/"false")."""
+    choices = q.get("choices")
+    if not isinstance(choices, list) or len(choices) < 2:
+        raise bad("a choice question needs `choices`: a list of at least 2 {value, description}", qid, "choices")
+    criteria, keys, values = {}, [], []
+    for j, c in enumerate(choices):
+        value = c.get("value") if isinstance(c, dict) else None
+        if not isinstance(value, (str, bool)):
+            raise bad("a choice needs a `value` (a string or a boolean)", qid, "choices", j, "value")
+        key = value if isinstance(value, str) else ("true" if value else "false")
+        if key in criteria:
+            raise bad(f"choice values must be unique; {key!r} appears twice", qid, "choices", j, "value")
+        criteria[key] = _description(c, qid, "choices", j)
+        keys.append(key)
+        values.append(value)
+    question = {"type": "choice", "instructions": instructions, "criteria": criteria}
+    return question, QuestionPlan("choice", name, keys=keys, values=values)
+
+
+def _score(q: dict, qid: str, name: str | None, instructions: Any) -> tuple[dict, QuestionPlan]:
+    """A score question's `levels` as System One criteria ("label: description"), lowest first."""
+    levels = q.get("levels")
+    if not isinstance(levels, list) or not levels:
+        raise bad("a score question needs `levels`: a list of {label, description}, lowest first", qid, "levels")
+    criteria, labels = [], []
+    for j, level in enumerate(levels):
+        label = level.get("label") if isinstance(level, dict) else None
+        if not isinstance(label, str):
+            raise bad("a level needs a string `label`", qid, "levels", j, "label")
+        description = _description(level, qid, "levels", j)
+        criteria.append(f"{label}: {description}" if description else label)
+        labels.append(label)
+    return {"type": "score", "instructions": instructions, "criteria": criteria}, QuestionPlan(
+        "score", name, labels=labels
+    )
+
+
+def _description(entry: dict, *loc) -> str | None:
+    description = entry.get("description")
+    if description is not None and not isinstance(description, str):
+        raise bad("`description` must be a string", *loc, "description")
+    return description
+
+
+QUESTION_KINDS = {"predicate": _predicate, "choice": _choice, "score": _score}
+
+
+def _question(qid: str, q: Any) -> tuple[dict, QuestionPlan]:
+    """One OpenAI question as a System One question, and its plan for the way back."""
+    if not isinstance(q, dict):
+        raise bad("a question must be an object with a `type`", qid)
+    kind = q.get("type")
+    name = q.get("name")
+    if name is not None and not isinstance(name, str):
+        raise bad("`name` must be a string", qid, "name")
+    if "instructions" not in q:
+        raise bad("`instructions` is required", qid, "instructions", kind="missing")
+    instructions = _parts_text(q["instructions"], qid, "instructions", allow_json=False)
+    parse = QUESTION_KINDS.get(kind) if isinstance(kind, str) else None
+    if parse is None:
+        raise bad(f"`type` must be predicate, choice or score; got {kind!r}", qid, "type")
+    return parse(q, qid, name, instructions)
+
+
 def to_systemone(body: Any) -> Mapped:
     if not isinstance(body, dict):
         raise bad("the body must be a JSON object with `model`, `input` and `questions`")
@@ -188,63 +286,10 @@ def to_systemone(body: Any) -> Mapped:
     if not isinstance(questions, list) or not questions:
         raise bad("`questions` must be a non-empty list of questions", "questions")
     out_questions: dict = {}
-    plan: list[dict] = []
+    plan: list[QuestionPlan] = []
     for i, q in enumerate(questions):
-        qid = f"questions[{i}]"
-        if not isinstance(q, dict):
-            raise bad("a question must be an object with a `type`", qid)
-        kind = q.get("type")
-        name = q.get("name")
-        if name is not None and not isinstance(name, str):
-            raise bad("`name` must be a string", qid, "name")
-        if "instructions" not in q:
-            raise bad("`instructions` is required", qid, "instructions", kind="missing")
-        instructions = _parts_text(q["instructions"], qid, "instructions", allow_json=False)
-        if kind == "predicate":
-            out_questions[qid] = {"type": "noul", "instructions": instructions}
-            plan.append({"kind": "predicate", "name": name})
-        elif kind == "choice":
-            choices = q.get("choices")
-            if not isinstance(choices, list) or len(choices) < 2:
-                raise bad(
-                    "a choice question needs `choices`: a list of at least 2 {value, description}", qid, "choices"
-                )
-            criteria, keys, values = {}, [], []
-            for j, c in enumerate(choices):
-                value = c.get("value") if isinstance(c, dict) else None
-                if not isinstance(value, (str, bool)):
-                    raise bad("a choice needs a `value` (a string or a boolean)", qid, "choices", j, "value")
-                key = value if isinstance(value, str) else ("true" if value else "false")
-                if key in criteria:
-                    raise bad(f"choice values must be unique; {key!r} appears twice", qid, "choices", j, "value")
-                description = c.get("description")
-                if description is not None and not isinstance(description, str):
-                    raise bad("`description` must be a string", qid, "choices", j, "description")
-                criteria[key] = description
-                keys.append(key)
-                values.append(value)
-            out_questions[qid] = {"type": "choice", "instructions": instructions, "criteria": criteria}
-            plan.append({"kind": "choice", "name": name, "keys": keys, "values": values})
-        elif kind == "score":
-            levels = q.get("levels")
-            if not isinstance(levels, list) or not levels:
-                raise bad(
-                    "a score question needs `levels`: a list of {label, description}, lowest first", qid, "levels"
-                )
-            criteria, labels = [], []
-            for j, level in enumerate(levels):
-                label = level.get("label") if isinstance(level, dict) else None
-                if not isinstance(label, str):
-                    raise bad("a level needs a string `label`", qid, "levels", j, "label")
-                description = level.get("description")
-                if description is not None and not isinstance(description, str):
-                    raise bad("`description` must be a string", qid, "levels", j, "description")
-                criteria.append(f"{label}: {description}" if description else label)
-                labels.append(label)
-            out_questions[qid] = {"type": "score", "instructions": instructions, "criteria": criteria}
-            plan.append({"kind": "score", "name": name, "labels": labels})
-        else:
-            raise bad(f"`type` must be predicate, choice or score; got {kind!r}", qid, "type")
+        out_questions[f"questions[{i}]"], planned = _question(f"questions[{i}]", q)
+        plan.append(planned)
     mapped = {"state": state, "questions": out_questions}
     if images:
         mapped["assets"] = dict(images)

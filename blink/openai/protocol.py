@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import BlinkError, InvalidRequest, NoRoute, PayloadTooLarge, Unauthorized, param_of
 from ..http import Wire
+from ..plan import GenerationParams
 
 MAX_STOP_SEQUENCES = 4
 # tuples, not sets: a client's value may be unhashable (a dict), and `in` must refuse it, not raise
@@ -55,7 +57,7 @@ class ChatRequest:
     stream: bool = False
     include_usage: bool = False
     max_tokens: int | None = None
-    params: dict = field(default_factory=dict)
+    params: GenerationParams = field(default_factory=GenerationParams)
     parallel_tool_calls: bool = True  # false: the first call the model writes is the reply's only one
 
 
@@ -110,6 +112,22 @@ def text_of(content: Any, *loc) -> str | list:
     if any(block["type"] == "image" for block in blocks):
         return blocks
     return "\n".join(texts)
+
+
+def input_items(
+    items: list, handlers: dict[str, Callable[[dict, int], None]], unsupported: Callable[[Any, int], BlinkError]
+) -> None:
+    """Responses-style `input` items (Responses, Decisions), in order: each must be an object, and goes to the
+    handler of its `type` (`message` when it has none) as `handler(item, index)`; a type with no handler is
+    refused with `unsupported(type, index)`."""
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise bad("an input item must be an object", "input", i)
+        kind = item.get("type", "message")
+        handler = handlers.get(kind) if isinstance(kind, str) else None  # a client's type may be unhashable
+        if handler is None:
+            raise unsupported(kind, i)
+        handler(item, i)
 
 
 def _message(raw: Any, i: int) -> dict:
@@ -211,15 +229,15 @@ def streaming(body: dict) -> tuple[bool, bool]:
     return bool(stream), bool((options or {}).get("include_usage"))
 
 
-def sampling(body: dict) -> dict:
-    """The sampling fields every generating route takes (blink.chat.ChatEngine.generate's params)."""
-    return {
-        "temperature": number(body, "temperature", 0.0, 2.0),
-        "top_p": number(body, "top_p", 0.0, 1.0),
-        "top_k": integer(body, "top_k", 0),
-        "seed": integer(body, "seed"),
-        "stop": stop_sequences(body),
-    }
+def sampling(body: dict) -> GenerationParams:
+    """The sampling fields every generating route takes (the rest of a generation's params are added by route)."""
+    return GenerationParams(
+        temperature=number(body, "temperature", 0.0, 2.0),
+        top_p=number(body, "top_p", 0.0, 1.0),
+        top_k=integer(body, "top_k", 0),
+        seed=integer(body, "seed"),
+        stop=tuple(stop_sequences(body)),
+    )
 
 
 def stop_sequences(body: dict) -> list[str]:

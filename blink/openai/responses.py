@@ -21,19 +21,30 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from starlette.routing import Route
 
 from ..chat import ChatEnd
 from ..context import Context
-from ..errors import EngineFailure
+from ..errors import EngineFailure, InvalidRequest
 from ..http import Body, Call, Endpoint
 from ..streams import KEEPALIVE
 from .chat import start
 from .constraints import responses_params
 from .generation import Calls, Content, Reasoning, Reply, Whole, as_blink_error, sse, sse_response, whole
-from .protocol import WIRE, ChatRequest, arguments_for_template, bad, integer, render, sampling, text_of
+from .protocol import (
+    WIRE,
+    ChatRequest,
+    arguments_for_template,
+    bad,
+    input_items,
+    integer,
+    render,
+    sampling,
+    text_of,
+)
 
 log = logging.getLogger("blink")
 
@@ -77,6 +88,80 @@ def _tool_choice(choice: Any) -> Any:
     raise bad('`tool_choice` must be "none", "auto", "required" or {"type": "function", "name": ...}', "tool_choice")
 
 
+class _Conversation:
+    """Responses' input items as chat messages. A `reasoning` item's text waits for the assistant message that
+    follows it; function calls after an assistant turn (or after each other) join it as parallel calls."""
+
+    def __init__(self, messages: list[dict]):
+        self.messages = messages
+        self.thought = None  # a reasoning item's text, for the assistant turn that follows it
+
+    @property
+    def handlers(self) -> dict:
+        return {
+            "message": self.message,
+            "function_call": self.function_call,
+            "function_call_output": self.function_call_output,
+            "reasoning": self.reasoning,
+            "item_reference": self.item_reference,
+        }
+
+    def message(self, item: dict, i: int) -> None:
+        role = item.get("role")
+        if role not in ("user", "system", "developer", "assistant"):
+            raise bad(f"`role` must be user, system, developer or assistant; got {role!r}", "input", i, "role")
+        msg = {
+            "role": "system" if role == "developer" else role,
+            "content": text_of(item.get("content"), "input", i, "content"),
+        }
+        if role == "assistant" and self.thought is not None:
+            msg["reasoning_content"], self.thought = self.thought, None
+        self.messages.append(msg)
+
+    def function_call(self, item: dict, i: int) -> None:
+        if not isinstance(item.get("name"), str) or not isinstance(item.get("call_id"), str):
+            raise bad("a function_call item needs `call_id` and `name`", "input", i)
+        call = {
+            "id": item["call_id"],
+            "type": "function",
+            "function": {"name": item["name"], "arguments": arguments_for_template(item.get("arguments", {}))},
+        }
+        last = self.messages[-1] if self.messages else None
+        if last is not None and last["role"] == "assistant" and (last.get("tool_calls") or not last["content"]):
+            last.setdefault("tool_calls", []).append(call)  # parallel calls: one assistant turn
+        else:
+            self.messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+
+    def function_call_output(self, item: dict, i: int) -> None:
+        if not isinstance(item.get("call_id"), str):
+            raise bad("a function_call_output item needs `call_id`", "input", i, "call_id")
+        self.messages.append(
+            {
+                "role": "tool",
+                "tool_call_id": item["call_id"],
+                "content": text_of(item.get("output"), "input", i, "output"),
+            }
+        )
+
+    def reasoning(self, item: dict, i: int) -> None:
+        parts = item.get("content") or item.get("summary") or []
+        self.thought = "\n".join(p.get("text", "") for p in parts if isinstance(p, dict)) or None
+
+    @staticmethod
+    def item_reference(item: dict, i: int) -> None:
+        raise bad(
+            "`item_reference` needs stored items: this server stores nothing; send the item itself",
+            "input",
+            i,
+            "type",
+            kind="unsupported_value",
+        )
+
+
+def _unsupported_item(kind: Any, i: int) -> InvalidRequest:
+    return bad(f"input item type {kind!r} is not supported", "input", i, "type", kind="unsupported_value")
+
+
 def _messages(body: dict) -> list[dict]:
     messages: list[dict] = []
     instructions = body.get("instructions")
@@ -91,59 +176,9 @@ def _messages(body: dict) -> list[dict]:
         return [*messages, {"role": "user", "content": value}]
     if not isinstance(value, list) or not value:
         raise bad("`input` must be a string or a non-empty list of input items", "input")
-    reasoning = None  # a reasoning item's text, for the assistant turn that follows it
-    for i, item in enumerate(value):
-        if not isinstance(item, dict):
-            raise bad("an input item must be an object", "input", i)
-        kind = item.get("type", "message")
-        if kind == "message":
-            role = item.get("role")
-            if role not in ("user", "system", "developer", "assistant"):
-                raise bad(f"`role` must be user, system, developer or assistant; got {role!r}", "input", i, "role")
-            msg = {
-                "role": "system" if role == "developer" else role,
-                "content": text_of(item.get("content"), "input", i, "content"),
-            }
-            if role == "assistant" and reasoning is not None:
-                msg["reasoning_content"], reasoning = reasoning, None
-            messages.append(msg)
-        elif kind == "function_call":
-            if not isinstance(item.get("name"), str) or not isinstance(item.get("call_id"), str):
-                raise bad("a function_call item needs `call_id` and `name`", "input", i)
-            call = {
-                "id": item["call_id"],
-                "type": "function",
-                "function": {"name": item["name"], "arguments": arguments_for_template(item.get("arguments", {}))},
-            }
-            last = messages[-1] if messages else None
-            if last is not None and last["role"] == "assistant" and (last.get("tool_calls") or not last["content"]):
-                last.setdefault("tool_calls", []).append(call)  # parallel calls: one assistant turn
-            else:
-                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
-        elif kind == "function_call_output":
-            if not isinstance(item.get("call_id"), str):
-                raise bad("a function_call_output item needs `call_id`", "input", i, "call_id")
-            messages.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": item["call_id"],
-                    "content": text_of(item.get("output"), "input", i, "output"),
-                }
-            )
-        elif kind == "reasoning":
-            parts = item.get("content") or item.get("summary") or []
-            reasoning = "\n".join(p.get("text", "") for p in parts if isinstance(p, dict)) or None
-        elif kind == "item_reference":
-            raise bad(
-                "`item_reference` needs stored items: this server stores nothing; send the item itself",
-                "input",
-                i,
-                "type",
-                kind="unsupported_value",
-            )
-        else:
-            raise bad(f"input item type {kind!r} is not supported", "input", i, "type", kind="unsupported_value")
-    return messages
+    conversation = _Conversation(messages)
+    input_items(value, conversation.handlers, _unsupported_item)
+    return conversation.messages
 
 
 def parse_responses(body: Any) -> ChatRequest:
@@ -203,11 +238,11 @@ class Shape:
             "previous_response_id": None,
             "reasoning": {"effort": None, "summary": None},
             "store": False,
-            "temperature": req.params.get("temperature"),
+            "temperature": req.params.temperature,
             "text": body.get("text") or {"format": {"type": "text"}},
             "tool_choice": body.get("tool_choice") or "auto",
             "tools": body.get("tools") or [],
-            "top_p": req.params.get("top_p"),
+            "top_p": req.params.top_p,
             "truncation": "disabled",
             "user": body.get("user"),
             "background": False,
@@ -299,7 +334,7 @@ def routes(ctx: Context) -> list[Route]:
     def check(call: Call) -> ChatRequest:
         """Before admission: the request parsed, its constraints compiled, its input servable by this model."""
         req = parse_responses(call.body)
-        req.params.update(responses_params(call.body, req.tools))
+        req.params = replace(req.params, **responses_params(call.body, req.tools))
         ctx.chats.check(req.messages)
         return req
 
@@ -340,137 +375,191 @@ class _Events:
         return sse(event, kind)
 
 
-async def events(shape: Shape, reply: Reply) -> AsyncIterator[str]:
-    emit = _Events()
-    output = emit.output
-    yield emit("response.created", response=shape.body("in_progress", []))
-    yield emit("response.in_progress", response=shape.body("in_progress", []))
-    reasoning = message = None  # the open item, while its text is still coming
-    thought, text, logprobs = [], [], []
+class ResponseStream:
+    """The events of one streamed response. At most one reasoning item and one message are open at a time, their
+    text still coming; an item is done before the next is added (`close_open`); function calls are added whole.
+    Each method returns the event lines it made, numbered in order."""
 
-    def close_open():
-        """Finish the reasoning item and the message still open (an item is done before the next is added)."""
-        nonlocal reasoning, message
-        lines = []
-        if reasoning is not None:
-            item = reasoning_item("".join(thought), item_id=reasoning["id"])
-            index = output.index(reasoning)
-            output[index], reasoning = item, None
-            lines += [
-                emit(
-                    "response.reasoning_text.done",
-                    item_id=item["id"],
-                    output_index=index,
-                    content_index=0,
-                    text=item["content"][0]["text"] if item["content"] else "",
-                ),
-                emit("response.output_item.done", output_index=index, item=item),
-            ]
-        if message is not None:
-            part = text_part("".join(text), logprobs)
-            item = message_item([part], item_id=message["id"])
-            index = output.index(message)
-            output[index], message = item, None
-            lines += [
-                emit(
-                    "response.output_text.done",
-                    item_id=item["id"],
-                    output_index=index,
-                    content_index=0,
-                    text=part["text"],
-                    logprobs=part["logprobs"],
-                ),
-                emit("response.content_part.done", item_id=item["id"], output_index=index, content_index=0, part=part),
-                emit("response.output_item.done", output_index=index, item=item),
-            ]
-        return lines
+    def __init__(self, shape: Shape):
+        self.shape = shape
+        self.emit = _Events()
+        self.output = self.emit.output
+        self.reasoning: dict | None = None  # the open reasoning item
+        self.message: dict | None = None  # the open message
+        self.thought: list[str] = []
+        self.text: list[str] = []
+        self.logprobs: list = []
 
-    def open_message():
-        nonlocal message
-        message = message_item([], "in_progress")
-        output.append(message)
-        index = len(output) - 1
+    def start(self) -> list[str]:
         return [
-            emit("response.output_item.added", output_index=index, item=message),
-            emit(
+            self.emit("response.created", response=self.shape.body("in_progress", [])),
+            self.emit("response.in_progress", response=self.shape.body("in_progress", [])),
+        ]
+
+    def on(self, piece) -> list[str]:
+        """The lines one piece of the reply makes."""
+        if piece is KEEPALIVE:
+            return [": keep-alive\n\n"]
+        if isinstance(piece, Reasoning):
+            return self.add_reasoning(piece.text)
+        if isinstance(piece, Content):
+            return self.add_text(piece.text, piece.logprobs or [])
+        if isinstance(piece, Calls):
+            return self.close_open() + self.add_calls(piece.calls)
+        if isinstance(piece, ChatEnd):
+            return self.finish(piece)
+        return []
+
+    def open_reasoning(self) -> list[str]:
+        self.reasoning = reasoning_item("", "in_progress")
+        self.output.append(self.reasoning)
+        return [self.emit("response.output_item.added", output_index=len(self.output) - 1, item=self.reasoning)]
+
+    def add_reasoning(self, text: str) -> list[str]:
+        lines = self.open_reasoning() if self.reasoning is None else []
+        self.thought.append(text)
+        index = self.output.index(self.reasoning)
+        delta = self.emit(
+            "response.reasoning_text.delta",
+            item_id=self.reasoning["id"],
+            output_index=index,
+            content_index=0,
+            delta=text,
+        )
+        return [*lines, delta]
+
+    def open_message(self) -> list[str]:
+        self.message = message_item([], "in_progress")
+        self.output.append(self.message)
+        index = len(self.output) - 1
+        return [
+            self.emit("response.output_item.added", output_index=index, item=self.message),
+            self.emit(
                 "response.content_part.added",
-                item_id=message["id"],
+                item_id=self.message["id"],
                 output_index=index,
                 content_index=0,
                 part=text_part(""),
             ),
         ]
 
-    try:
-        async for piece in reply:
-            if piece is KEEPALIVE:
-                yield ": keep-alive\n\n"
-            elif isinstance(piece, Reasoning):
-                if reasoning is None:
-                    reasoning = reasoning_item("", "in_progress")
-                    output.append(reasoning)
-                    yield emit("response.output_item.added", output_index=len(output) - 1, item=reasoning)
-                thought.append(piece.text)
-                yield emit(
-                    "response.reasoning_text.delta",
-                    item_id=reasoning["id"],
-                    output_index=output.index(reasoning),
-                    content_index=0,
-                    delta=piece.text,
-                )
-            elif isinstance(piece, Content):
-                if message is None:
-                    for line in close_open() + open_message():
-                        yield line
-                text.append(piece.text)
-                logprobs.extend(piece.logprobs or [])
-                yield emit(
-                    "response.output_text.delta",
-                    item_id=message["id"],
-                    output_index=output.index(message),
-                    content_index=0,
-                    delta=piece.text,
-                    logprobs=piece.logprobs or [],
-                )
-            elif isinstance(piece, Calls):
-                for line in close_open():
-                    yield line
-                for c in piece.calls:
-                    added = call_item(c, "in_progress", arguments="")
-                    output.append(added)
-                    index = len(output) - 1
-                    args = c["function"]["arguments"]
-                    yield emit("response.output_item.added", output_index=index, item=added)
-                    yield emit(
-                        "response.function_call_arguments.delta", item_id=added["id"], output_index=index, delta=args
-                    )
-                    yield emit(
-                        "response.function_call_arguments.done",
-                        item_id=added["id"],
-                        output_index=index,
-                        name=added["name"],
-                        arguments=args,
-                    )
-                    output[index] = {**added, "arguments": args, "status": "completed"}
-                    yield emit("response.output_item.done", output_index=index, item=output[index])
-            elif isinstance(piece, ChatEnd):
-                calls = any(item["type"] == "function_call" for item in output)
-                if not calls and not any(item["type"] == "message" for item in output):
-                    for line in close_open() + open_message():  # an empty answer is still a message
-                        yield line
-                for line in close_open():
-                    yield line
-                status = "incomplete" if piece.finish_reason == "length" and not calls else "completed"
-                tokens = _reasoning_tokens(shape.count, "".join(thought))
-                kind = "response.incomplete" if status == "incomplete" else "response.completed"
-                yield emit(kind, response=shape.body(status, output, piece, tokens))
-    except Exception as exc:  # noqa: BLE001 - headers are sent: report in the stream, then end it cleanly
+    def add_text(self, text: str, logprobs: list) -> list[str]:
+        lines = self.close_open() + self.open_message() if self.message is None else []
+        self.text.append(text)
+        self.logprobs.extend(logprobs)
+        delta = self.emit(
+            "response.output_text.delta",
+            item_id=self.message["id"],
+            output_index=self.output.index(self.message),
+            content_index=0,
+            delta=text,
+            logprobs=logprobs,
+        )
+        return [*lines, delta]
+
+    def close_open(self) -> list[str]:
+        """Finish the reasoning item and the message still open."""
+        return self._close_reasoning() + self._close_message()
+
+    def _close_reasoning(self) -> list[str]:
+        if self.reasoning is None:
+            return []
+        item = reasoning_item("".join(self.thought), item_id=self.reasoning["id"])
+        index = self.output.index(self.reasoning)
+        self.output[index], self.reasoning = item, None
+        return [
+            self.emit(
+                "response.reasoning_text.done",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                text=item["content"][0]["text"] if item["content"] else "",
+            ),
+            self.emit("response.output_item.done", output_index=index, item=item),
+        ]
+
+    def _close_message(self) -> list[str]:
+        if self.message is None:
+            return []
+        part = text_part("".join(self.text), self.logprobs)
+        item = message_item([part], item_id=self.message["id"])
+        index = self.output.index(self.message)
+        self.output[index], self.message = item, None
+        return [
+            self.emit(
+                "response.output_text.done",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                text=part["text"],
+                logprobs=part["logprobs"],
+            ),
+            self.emit("response.content_part.done", item_id=item["id"], output_index=index, content_index=0, part=part),
+            self.emit("response.output_item.done", output_index=index, item=item),
+        ]
+
+    def add_calls(self, calls: list[dict]) -> list[str]:
+        lines = []
+        for c in calls:
+            added = call_item(c, "in_progress", arguments="")
+            self.output.append(added)
+            index = len(self.output) - 1
+            args = c["function"]["arguments"]
+            lines += [
+                self.emit("response.output_item.added", output_index=index, item=added),
+                self.emit(
+                    "response.function_call_arguments.delta", item_id=added["id"], output_index=index, delta=args
+                ),
+                self.emit(
+                    "response.function_call_arguments.done",
+                    item_id=added["id"],
+                    output_index=index,
+                    name=added["name"],
+                    arguments=args,
+                ),
+            ]
+            self.output[index] = {**added, "arguments": args, "status": "completed"}
+            lines.append(self.emit("response.output_item.done", output_index=index, item=self.output[index]))
+        return lines
+
+    def finish(self, end: ChatEnd) -> list[str]:
+        """The last items closed (an empty answer is still a message), then `response.completed` (or
+        `response.incomplete` when the output budget ran out before any call)."""
+        calls = any(item["type"] == "function_call" for item in self.output)
+        lines = []
+        if not calls and not any(item["type"] == "message" for item in self.output):
+            lines += self.close_open() + self.open_message()
+        lines += self.close_open()
+        status = "incomplete" if end.finish_reason == "length" and not calls else "completed"
+        tokens = _reasoning_tokens(self.shape.count, "".join(self.thought))
+        kind = "response.incomplete" if status == "incomplete" else "response.completed"
+        return [*lines, self.emit(kind, response=self.shape.body(status, self.output, end, tokens))]
+
+    def fail(self, exc: BaseException) -> list[str]:
+        """After the headers, a failure is an `error` event, then `response.failed`."""
         error = as_blink_error(exc)
         if isinstance(error, EngineFailure):
-            log.error("response %s failed: %s", shape.id, error.message)
+            log.error("response %s failed: %s", self.shape.id, error.message)
         body = render(error)[1]["error"]
-        yield emit("error", code=body["code"], message=body["message"], param=body["param"])
-        yield emit(
-            "response.failed",
-            response=shape.body("failed", output, error={"code": body["code"], "message": body["message"]}),
-        )
+        return [
+            self.emit("error", code=body["code"], message=body["message"], param=body["param"]),
+            self.emit(
+                "response.failed",
+                response=self.shape.body(
+                    "failed", self.output, error={"code": body["code"], "message": body["message"]}
+                ),
+            ),
+        ]
+
+
+async def events(shape: Shape, reply: Reply) -> AsyncIterator[str]:
+    stream = ResponseStream(shape)
+    for line in stream.start():
+        yield line
+    try:
+        async for piece in reply:
+            for line in stream.on(piece):
+                yield line
+    except Exception as exc:  # noqa: BLE001 - headers are sent: report in the stream, then end it cleanly
+        for line in stream.fail(exc):
+            yield line

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ..plan import Prompt, Scored
+from ..plan import GenerationParams, Prompt, Scored
 from .chat import VllmChat
 from .replicas import Replicas
 from .scoring import VllmScorer
@@ -22,7 +22,7 @@ class VllmBackend:
     def score(self, plans: list[list[Prompt]], caller: Any = None) -> list[Scored]:
         return self.scorer.score(plans)
 
-    def generate(self, ids: list[int], params: dict, caller: Any = None) -> Iterator[Any]:
+    def generate(self, ids: list[int], params: GenerationParams, caller: Any = None) -> Iterator[Any]:
         return self.chat.generate(ids, params)
 
     def health(self) -> dict:

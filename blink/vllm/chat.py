@@ -16,8 +16,9 @@ from typing import Any
 
 import httpx
 
-from ..chat import ChatEnd
+from ..chat import ChatEnd, Sampling
 from ..errors import EngineFailure
+from ..plan import GenerationParams
 from ..text import IncrementalDecoder, StopStrings
 from .affinity import route_for
 from .replicas import Replicas
@@ -34,33 +35,31 @@ class VllmChat:
         self.defaults = dict(chat_engine.defaults)
         self.max_output_tokens = chat_engine.max_output_tokens
 
-    def body(self, ids: list[int], params: dict) -> dict:
+    def body(self, ids: list[int], params: GenerationParams) -> dict:
         """The completion request: blink's sampling parameters, with the engine's defaults where unset."""
-        value = {
-            name: params[name] if params.get(name) is not None else default for name, default in self.defaults.items()
-        }
+        sampling = Sampling.from_params(params, self.defaults, self.max_output_tokens)
         body = {
             "prompt": ids,
-            "max_tokens": int(params.get("max_tokens") or self.max_output_tokens),
-            "temperature": float(value["temperature"]),
-            "top_p": float(value["top_p"]),
-            "top_k": int(value["top_k"]),
+            "max_tokens": sampling.max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": sampling.top_k,
             "stop_token_ids": self.eos_ids,
             "skip_special_tokens": False,
             "stream": True,
             "return_token_ids": True,
         }
-        if params.get("seed") is not None:
-            body["seed"] = int(params["seed"])
+        if sampling.seed is not None:
+            body["seed"] = sampling.seed
         return body
 
-    def generate(self, ids: list[int], params: dict) -> Iterator[Any]:
+    def generate(self, ids: list[int], params: GenerationParams) -> Iterator[Any]:
         """Yield text deltas (`str`), then one `ChatEnd`. Images are not sent (text models only)."""
-        if params.get("images"):
+        if params.images:
             raise EngineFailure("the vllm engine reads text only: images are not sent to it", kind="images_unsupported")
         started = time.perf_counter()
         decoder = IncrementalDecoder(self.tokenizer, self.hidden_ids)
-        stopper = StopStrings([s for s in (params.get("stop") or []) if s])
+        stopper = StopStrings([s for s in params.stop if s])
         eos = set(self.eos_ids)
         produced, finish = 0, "length"
         # routed by the conversation so far: its next turn lands where this one is cached

@@ -10,6 +10,7 @@ import pytest
 
 from blink.engine import WARMUP
 from blink.errors import StartupError
+from blink.plan import GenerationParams
 from helpers import random_request, worst
 
 pytestmark = pytest.mark.slow
@@ -101,7 +102,7 @@ def test_chat_generates_on_a_standard_rope_model(qwen3_loaded):
 
     chat = ChatEngine(qwen3_loaded)
     rendered = chat.render([{"role": "user", "content": "Write a short note about parcels."}])
-    out = list(chat.generate(rendered.ids, {"max_tokens": 16, "temperature": 0}))
+    out = list(chat.generate(rendered.ids, GenerationParams(max_tokens=16, temperature=0)))
     end = out[-1]
     assert isinstance(end, ChatEnd) and all(isinstance(d, str) for d in out[:-1])
     assert end.prompt_tokens == len(rendered.ids) and 0 < end.completion_tokens <= 16

@@ -376,6 +376,7 @@ def test_chat_image_on_the_vision_model_equals_transformers_generate(vision_root
 
     from blink.chat import ChatEngine
     from blink.loading import load
+    from blink.plan import GenerationParams
 
     loaded = load("demo-vision", vision=True)
     engine = ChatEngine(loaded)
@@ -384,7 +385,7 @@ def test_chat_image_on_the_vision_model_equals_transformers_generate(vision_root
         {"type": "text", "text": "Describe it"},
     ]
     rendered = engine.prepare([{"role": "user", "content": blocks}], None, 8)
-    items = list(engine.generate(rendered.ids, {"max_tokens": 8, "temperature": 0, "images": rendered.images}))
+    items = list(engine.generate(rendered.ids, GenerationParams(max_tokens=8, temperature=0, images=rendered.images)))
     ours = [i for i in items if isinstance(i, str)]
     ids = torch.tensor([rendered.ids])
     with torch.no_grad():

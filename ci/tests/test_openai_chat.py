@@ -282,10 +282,11 @@ def test_greedy_decode_loop_equals_transformers_generate(engine):
     import torch
 
     from blink.chat import ChatEngine
+    from blink.plan import GenerationParams
 
     chat = ChatEngine(engine.loaded)
     ids = chat.render(MESSAGES).ids
-    items = list(chat.generate(ids, {"max_tokens": 12, "temperature": 0}))
+    items = list(chat.generate(ids, GenerationParams(max_tokens=12, temperature=0)))
     final = items[-1]
     assert (final.finish_reason, final.prompt_tokens, final.completion_tokens) == ("length", len(ids), 12)
     assert final.compute_s > 0
@@ -303,11 +304,12 @@ def test_generation_resumed_on_other_threads(engine):
     from concurrent.futures import ThreadPoolExecutor
 
     from blink.chat import ChatEngine
+    from blink.plan import GenerationParams
 
     chat = ChatEngine(engine.loaded)
     ids = chat.render(MESSAGES).ids
-    same_thread = list(chat.generate(ids, {"max_tokens": 10, "temperature": 0}))
-    gen = chat.generate(ids, {"max_tokens": 10, "temperature": 0})
+    same_thread = list(chat.generate(ids, GenerationParams(max_tokens=10, temperature=0)))
+    gen = chat.generate(ids, GenerationParams(max_tokens=10, temperature=0))
     hopping = []
     for _ in range(40):
         with ThreadPoolExecutor(1) as pool:  # a fresh thread for every step

@@ -427,3 +427,19 @@ def test_a_scrubbed_access_log_line_still_formats_as_uvicorn_formats_it():
     assert "sk-unit-secret" not in line and "GET /v1/models?api_key=[redacted]" in line
     ScrubQuery().filter(record)  # the access log's own filter then drops the query whole
     assert "?[query removed]" in record.getMessage()
+
+
+def test_generation_params_are_plain_frozen_data_that_pickle_to_the_gpu_worker():
+    """What the Space's `@spaces.GPU` chat function receives crosses ZeroGPU's process boundary by pickle."""
+    import pickle
+    from dataclasses import FrozenInstanceError, replace
+
+    from blink.plan import GenerationParams
+
+    params = GenerationParams(temperature=0.5, seed=7, stop=["</a>"], constraint={"type": "json_object"})
+    assert params.stop == ("</a>",) and params.images == ()  # sequences kept as tuples
+    assert pickle.loads(pickle.dumps(params)) == params
+    budgeted = replace(params, max_tokens=12)
+    assert (budgeted.max_tokens, budgeted.stop, params.max_tokens) == (12, ("</a>",), None)
+    with pytest.raises(FrozenInstanceError):
+        params.max_tokens = 3

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 from blink.chat import ChatEnd, ChatEngine, Delta, _sample
 from blink.errors import InvalidRequest
 from blink.logprobs import token_bytes
+from blink.plan import GenerationParams
 from blink.structured import Grammars, check_constraint
 from blink.toolcalls import parse
 
@@ -124,7 +125,7 @@ def sibling(grammars: Grammars, **kwargs) -> Grammars:
 
 
 def run(chat, ids, **params) -> tuple[str, ChatEnd, list]:
-    items = list(chat.generate(ids, params))
+    items = list(chat.generate(ids, GenerationParams(**params)))
     end = items[-1]
     assert isinstance(end, ChatEnd) and not any(isinstance(i, ChatEnd) for i in items[:-1])
     return "".join(i if isinstance(i, str) else i.text for i in items[:-1]), end, items[:-1]
@@ -341,7 +342,7 @@ def test_greedy_logprobs_match_a_plain_forward(chat, prompt, token_of):
     entries = entries_of(items)
     assert len(entries) == end.completion_tokens == 12
     assert b"".join(bytes(e["bytes"]) for e in entries) == text.encode()
-    plain = list(chat.generate(prompt, {"max_tokens": 12, "temperature": 0}))
+    plain = list(chat.generate(prompt, GenerationParams(max_tokens=12, temperature=0)))
     assert all(isinstance(i, str) for i in plain[:-1]) and "".join(plain[:-1]) == text  # unchanged without logprobs
     generated = [token_of(e) for e in entries]
     expected = torch.log_softmax(reference(chat, prompt, generated), dim=-1)

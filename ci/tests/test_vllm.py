@@ -20,12 +20,14 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import pytest
 
 from blink.errors import Overloaded
+from blink.plan import GenerationParams
 from helpers import ARTIFACTS, ROOT, assert_all_pass, free_port, run_jevcompat, running, stop_group
 
 START_TIMEOUT_S = 900  # two replicas side by side on two shared cores
@@ -311,7 +313,7 @@ def test_chat_streams_the_same_text_as_the_local_engine(vllm_replicas, qwen3_eng
 
     chat = ChatEngine(qwen3_engine.loaded)
     rendered = chat.render([{"role": "user", "content": "Write a short note about parcels."}])
-    params = {"max_tokens": 24, "temperature": 0}
+    params = GenerationParams(max_tokens=24, temperature=0)
     local = list(chat.generate(rendered.ids, params))
     with Replicas([url for url, _ in vllm_replicas]) as replicas:
         remote = list(VllmChat(replicas, chat).generate(rendered.ids, params))
@@ -323,9 +325,9 @@ def test_chat_streams_the_same_text_as_the_local_engine(vllm_replicas, qwen3_eng
         text = "".join(local[:-1])
         stop = text[len(text) // 2 : len(text) // 2 + 3]
         if stop.strip():
-            cut = list(VllmChat(replicas, chat).generate(rendered.ids, {**params, "stop": [stop]}))
+            cut = list(VllmChat(replicas, chat).generate(rendered.ids, replace(params, stop=(stop,))))
             assert "".join(cut[:-1]) == text[: text.index(stop)] and cut[-1].finish_reason == "stop"
-        generator = VllmChat(replicas, chat).generate(rendered.ids, {"max_tokens": 2000, "temperature": 0})
+        generator = VllmChat(replicas, chat).generate(rendered.ids, GenerationParams(max_tokens=2000, temperature=0))
         next(generator)
         generator.close()
         assert sum(r["in_flight"] for r in replicas.health(probe=False)["replicas"]) == 0
