@@ -12,7 +12,7 @@ Order matters on ZeroGPU, and this file follows it:
 4. the GPU functions, decorated at module scope, and the backend that calls them (zerogpu.ZeroGpuBackend, with
    GpuCall: the seconds each call asks for, the caller it runs as, its errors, requested vs used seconds);
 5. the context every route and the UI serve from, over that backend, complete when built;
-6. the UI (ui.py) with the `decide` endpoint (space_tool.py), the queue with explicit limits, `launch()` with
+6. the UI (space/ui.py) with the `decide` endpoint (space/tool.py), the queue with explicit limits, `launch()` with
    Gradio's MCP server (the same `decide` as a tool at /gradio_api/mcp/, typed and answering JSON as blink's own
    /mcp, which is served too) and, with `gradio_ui_needs_key`, Gradio's login page (the API key as password) in
    front of the UI, its queue and its API.
@@ -31,7 +31,7 @@ import os
 from pathlib import Path
 
 import space_config
-from blink.loading import go_offline_if_local
+from blink.model.loading import go_offline_if_local
 from blink.settings import resolve_space
 
 log = logging.getLogger("blink.space")
@@ -53,23 +53,26 @@ import contextlib  # noqa: E402
 from starlette.middleware import Middleware  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 
-import space_tool  # noqa: E402
+import auth  # noqa: E402
 import theme  # noqa: E402
-import ui  # noqa: E402
-from blink import durations, guard  # noqa: E402
 from blink.backend import LocalBackend  # noqa: E402
 from blink.plan import GenerationParams  # noqa: E402
 from blink.server import api_routes, build_context, load_served, mcp_endpoint  # noqa: E402
-from zerogpu import (  # noqa: E402
+from blink.web import guard  # noqa: E402
+from space import (
+    durations,  # noqa: E402
+    ui,  # noqa: E402
+)
+from space import tool as space_tool  # noqa: E402
+from space.zerogpu import (  # noqa: E402
     GpuCall,
     ZeroGpuBackend,
     caller_from_headers,
     decorator_size,
-    keep_secrets_out_of_logs,
     platform_charge,
 )
 
-keep_secrets_out_of_logs(SETTINGS.api_key)  # the key, and callers' ZeroGPU tokens in the scheduler's URLs
+auth.keep_secrets_out_of_logs(SETTINGS.api_key)  # the key, and callers' ZeroGPU tokens in the scheduler's URLs
 
 # what the platform makes of each call's seconds (the card's factor, the size: with `auto`, known after launch)
 ESTIMATOR = durations.configured(SPACE, charge=lambda: platform_charge(GPU_SIZE, ZERO_GPU))
@@ -148,17 +151,8 @@ def middleware() -> list:
     front), Gradio's direct REST call of `decide` without the key is refused with 401 (Gradio would answer 500)."""
     stack = [Middleware(guard.BodyDeadline)]
     if SPACE.gradio_api_needs_key and not SPACE.gradio_ui_needs_key:
-        stack.append(Middleware(space_tool.KeyFirst, allows=CTX.auth.allows))
+        stack.append(Middleware(auth.KeyFirst, allows=CTX.auth.allows))
     return stack
-
-
-LOGIN_MESSAGE = "This Space asks for its API key: log in with any user name and the key as the password."
-
-
-def login(username: str, password: str) -> bool:
-    """Gradio's login check (`gradio_ui_needs_key`): the password is the API key, compared in constant time. It
-    guards the page, its queue, uploads and Gradio's API; /v1/* are blink's routes and keep the bearer key."""
-    return CTX.auth.matches(password)
 
 
 def main() -> None:
@@ -184,14 +178,14 @@ def main() -> None:
             "lifespan": lifespan,
         },
         show_error=True,
-        mcp_server=True,  # Gradio's MCP server at /gradio_api/mcp/: the `decide` endpoint as a tool (space_tool.py)
+        mcp_server=True,  # Gradio's MCP server at /gradio_api/mcp/: the `decide` endpoint as a tool (space/tool.py)
         max_file_size=SETTINGS.image_limits.max_image_bytes,  # an upload bigger than one image is refused
         prevent_thread_lock=True,
-        auth=login if SPACE.gradio_ui_needs_key else None,
-        auth_message=LOGIN_MESSAGE if SPACE.gradio_ui_needs_key else None,
+        auth=auth.login_with(CTX.auth) if SPACE.gradio_ui_needs_key else None,
+        auth_message=auth.LOGIN_MESSAGE if SPACE.gradio_ui_needs_key else None,
     )
     # Gradio starts uvicorn with none of its slow-client options: set the per-connection ones on the running
-    # server (the request head's deadline stays with Hugging Face's proxy: blink/guard.py) and keep keys out of
+    # server (the request head's deadline stays with Hugging Face's proxy: blink/web/guard.py) and keep keys out of
     # the access log
     guard.tune(demo.server.config)
     if demo.mcp_server_obj is not None:  # Gradio's MCP server: decide typed as at /mcp, answered in JSON

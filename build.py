@@ -9,8 +9,8 @@
     python build.py --docs               rewrite docs/configuration.md's knob tables from blink/settings.py
                                          (--readme: the same, by its old name)
 
-Each `dist/<space>/` is uploadable as it is: `app.py`, `ui.py`, `ui_form.py`, `space_tool.py`, `theme.py`,
-`zerogpu.py`, `blink/` and `requirements.txt` copied byte for byte from the repository root, plus
+Each `dist/<space>/` is uploadable as it is: `app.py`, `auth.py`, `theme.py`, `requirements.txt`, `space/` and
+`blink/` copied byte for byte from the repository root, plus
 `space_config.py` (every knob of blink/settings.py, as that Space's table sets it) and `README.md` (the YAML
 front matter the Hub reads, and a body that tells a visitor how to call the Space). The checks,
 renderings and push live in `fleet/`.
@@ -40,8 +40,8 @@ from fleet.pins import ZEROGPU_TORCH, check_requirements  # noqa: F401 - the tes
 from fleet.render import front_matter, readme, space_config
 from fleet.schema import Fleet, Space, load
 
-SHARED_FILES = ("app.py", "ui.py", "ui_form.py", "space_tool.py", "theme.py", "zerogpu.py", "requirements.txt")
-SHARED_DIRS = ("blink",)
+SHARED_FILES = ("app.py", "auth.py", "theme.py", "requirements.txt")
+SHARED_DIRS = ("blink", "space")
 GENERATED = ("space_config.py", "README.md")
 
 

@@ -10,7 +10,7 @@
 3. prints Kev's cells (6 questions on a short text; 5 questions on a 2,200-token text: model time, ours vs
    the plain per-question forward) and the throughput row (64 concurrent clients, 6 questions each: one
    batched call vs one call per request), peak GPU memory, and duration honesty (GPU seconds the estimator
-   of blink/durations.py would request per call vs the compute each call used).
+   of space/durations.py would request per call vs the compute each call used).
 
 In-process, no HTTP: on the GPU box nothing else is served; `transformers serve`'s model cost per question is
 the plain path's (DecisionPipeline runs the same one-forward-per-question with `logits_to_keep`).
@@ -90,7 +90,7 @@ def build(shape: str, device: str, dtype):
     import torch
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
-    from blink.demo import build_tokenizer
+    from blink.model.demo import build_tokenizer
 
     tokenizer = build_tokenizer()
     dims = dict(SHAPES[shape])
@@ -160,8 +160,8 @@ def main(argv=None) -> None:
 
     import torch
 
-    from blink.engine import Engine
-    from blink.loading import Loaded, block_fla_without_cuda, versions
+    from blink.decide.planner import Engine
+    from blink.model.loading import Loaded, block_fla_without_cuda, versions
 
     if not args.device.startswith("cuda"):
         block_fla_without_cuda()
@@ -268,7 +268,7 @@ def main(argv=None) -> None:
             f"plain {rows[-1]['plain_ms']:.1f} ms"
         )
 
-    # 3b. the pass cost of length bucketing (blink/executor.py: its CUDA value is an estimate): model time of
+    # 3b. the pass cost of length bucketing (blink/executor/core.py: its CUDA value is an estimate): model time of
     # Kev's cells and the 64-client batch at a few values, so the next run can set it from a measurement
     default_cost = engine.executor.pass_cost_tokens
     sweep = {}

@@ -366,7 +366,8 @@ class LLGuidance:
         self.llg.torch.fill_next_token_bitmask(matcher, bitmask, 0)
 
     def apply(self, logits, bitmask):
-        """What blink.structured.Grammars.apply_mask does (llguidance's own applier is a torch.compile kernel)."""
+        """What blink.generate.structured.Grammars.apply_mask does (llguidance's own applier is a torch.compile
+        kernel)."""
         import numpy as np
         import torch
 
@@ -485,7 +486,7 @@ def main() -> None:
     import torch
     from transformers import AutoConfig, AutoTokenizer
 
-    from blink.demo import demo_model_dir
+    from blink.model.demo import demo_model_dir
 
     torch.set_num_threads(1)
     folder = args.model or str(demo_model_dir())

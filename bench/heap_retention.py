@@ -36,9 +36,9 @@ def main() -> None:
 
     from transformers import AutoTokenizer
 
-    from blink.demo import demo_model_dir
-    from blink.engine import Engine
-    from blink.loading import load
+    from blink.decide.planner import Engine
+    from blink.model.demo import demo_model_dir
+    from blink.model.loading import load
 
     rss_mb = lambda: psutil.Process().memory_info().rss / 2**20  # noqa: E731
     engine = Engine(load(str(demo_model_dir())))

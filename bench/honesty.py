@@ -4,8 +4,8 @@ configured as the Space configures it (`space_config.py`), so the numbers are wh
 from __future__ import annotations
 
 import space_config
-from blink.durations import configured, replay
 from blink.settings import resolve_space
+from space.durations import configured, replay
 
 
 def duration_honesty(calls: list[tuple[int, float]]) -> dict:

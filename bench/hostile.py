@@ -270,8 +270,8 @@ def case_state_at_limit(s: Server, margin: int = 400, questions: int = 4) -> dic
     (32,768; room for the template and the question), `questions` questions (at most 128)."""
     from transformers import AutoTokenizer
 
-    from blink.demo import demo_model_dir
     from blink.limits import Limits
+    from blink.model.demo import demo_model_dir
 
     tokenizer = AutoTokenizer.from_pretrained(str(demo_model_dir()))
     target = Limits().max_context_tokens - margin
@@ -659,7 +659,7 @@ def main() -> None:
             else:
                 if group not in servers:
                     # the text server gets its model as a local folder, as most deployments do (the /healthz case)
-                    from blink.demo import demo_model_dir
+                    from blink.model.demo import demo_model_dir
 
                     flags = {
                         "text-nocache": ("--prefix-cache-mib", "0"),

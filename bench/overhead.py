@@ -50,7 +50,7 @@ def timing_parts(header: str) -> dict:
 
 
 def demo_root() -> Path:
-    from blink.demo import demo_model_dir
+    from blink.model.demo import demo_model_dir
 
     return demo_model_dir("demo").parent
 

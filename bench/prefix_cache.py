@@ -41,9 +41,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    from blink.demo import demo_model_dir
-    from blink.engine import Engine
-    from blink.loading import load
+    from blink.decide.planner import Engine
+    from blink.model.demo import demo_model_dir
+    from blink.model.loading import load
 
     model = str(demo_model_dir(args.model)) if args.model in ("demo", "large") else args.model
     loaded = load(model)

@@ -1,4 +1,4 @@
-"""Content-free prior normalization (`x_calibration: "prior"`, blink.prior) on a demo model biased on purpose.
+"""Content-free prior normalization (`x_calibration: "prior"`, blink.decide.prior) on a demo model biased on purpose.
 
     .venv/bin/python bench/prior.py [--demo-dir DIR] [--lines N] [--reps N] [--bias NATS]
 
@@ -57,11 +57,11 @@ def main() -> int:
     import torch
     from biased_demo import QUESTION, TEAMS, biased_copy
 
-    from blink.calibrate import examples_of
-    from blink.calibration import metrics
-    from blink.demo import demo_model_dir
-    from blink.engine import Engine
-    from blink.loading import load
+    from blink.decide.calibrate import examples_of
+    from blink.decide.calibration import metrics
+    from blink.decide.planner import Engine
+    from blink.model.demo import demo_model_dir
+    from blink.model.loading import load
 
     torch.set_num_threads(max(1, (os.cpu_count() or 2) // 2))
     demo = Path(args.demo_dir) if args.demo_dir else Path(demo_model_dir())

@@ -97,11 +97,11 @@ def main(argv=None) -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from blink.engine import Engine
-    from blink.loading import load
+    from blink.decide.planner import Engine
+    from blink.model.loading import load
 
     if args.model in ("demo", "large"):
-        from blink.demo import demo_model_dir
+        from blink.model.demo import demo_model_dir
 
         path = demo_model_dir(args.model)
     else:

@@ -153,7 +153,7 @@ def bf16_drift(sides: Sides, model_name: str, quick: bool) -> dict:
 
     import torch
 
-    from blink.engine import Engine
+    from blink.decide.planner import Engine
 
     loaded = sides.engine.loaded
     half = Engine(dataclasses.replace(loaded, model=copy.deepcopy(loaded.model).to(torch.bfloat16)))
@@ -303,7 +303,7 @@ def batcher_stats(server: Server) -> dict:
 # one model -----------------------------------------------------------------------------------------------
 def resolve_model(spec: str) -> tuple[str, Path]:
     if spec in ("demo", "large"):
-        from blink.demo import SHAPES, demo_model_dir, make_demo_model
+        from blink.model.demo import SHAPES, demo_model_dir, make_demo_model
 
         path = demo_model_dir(spec)
         config = json.loads((path / "config.json").read_text())
@@ -337,8 +337,8 @@ def bench_model(spec: str, quick: bool, window_ms: float, logdir: Path) -> dict:
         ),
     }
     try:
-        from blink.engine import Engine
-        from blink.loading import load
+        from blink.decide.planner import Engine
+        from blink.model.loading import load
 
         engine = Engine(load(str(path)))  # the plain side's model, in this process (fp32 CPU, like the servers)
         params = sum(p.numel() for p in engine.loaded.model.parameters())

@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT / "ci" / "tests"))
 
 from helpers import blink_serve, free_port, launch, server_env, stop_group, wait_healthy  # noqa: E402
 
-# where `--model demo` finds (or builds) its model, as blink.demo.demo_model_dir looks for it in this process
+# where `--model demo` finds (or builds) its model, as blink.model.demo.demo_model_dir looks for it in this process
 DEMO_ROOT = Path(os.environ.get("BLINK_DEMO_DIR") or Path.home() / ".cache" / "blink")
 
 __all__ = ["DEMO_ROOT", "Server", "blink_serve", "closed_loop"]

@@ -115,9 +115,9 @@ def main(argv=None) -> None:
     ap.add_argument("--no-compile", action="store_true", help="start vLLM with -O0 (faster start, slower runs)")
     args = ap.parse_args(argv)
 
-    from blink.demo import make_demo_model
-    from blink.engine import Engine
-    from blink.loading import load
+    from blink.decide.planner import Engine
+    from blink.model.demo import make_demo_model
+    from blink.model.loading import load
     from blink.vllm import Replicas, VllmScorer
 
     work = Path(tempfile.mkdtemp(prefix="blink-vllm-bench-"))

@@ -13,7 +13,7 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> None:
-    from .errors import StartupError
+    from blink.errors import StartupError
 
     try:
         run_command(argv)
@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def run_command(argv: list[str] | None) -> None:
-    from .settings import Listen, Settings, add_arguments, from_args
+    from blink.settings import Listen, Settings, add_arguments, from_args
 
     parser = argparse.ArgumentParser(prog="python -m blink", description="blink: typed decisions over HTTP")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -51,7 +51,7 @@ def run_command(argv: list[str] | None) -> None:
         help="qwen3_5: the hybrid architecture blink serves; qwen3: plain attention (vLLM's CPU build)",
     )
 
-    from .calibrate import add_arguments as add_calibrate_arguments
+    from blink.decide.calibrate import add_arguments as add_calibrate_arguments
 
     calibrate = commands.add_parser(
         "calibrate", help="fit a temperature per question type to labelled requests and write calibration.json"
@@ -63,13 +63,13 @@ def run_command(argv: list[str] | None) -> None:
 
     if args.command == "make-demo-model":
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from .demo import make_demo_model
+        from blink.model.demo import make_demo_model
 
         print(make_demo_model(args.dir, args.shape, args.seed, arch=args.arch))
         return
 
     if args.command == "calibrate":
-        from .calibrate import run as calibrate
+        from blink.decide.calibrate import run as calibrate
 
         sys.exit(calibrate(args))
 
@@ -82,10 +82,10 @@ def run_command(argv: list[str] | None) -> None:
                 secret,
                 "BLINK_" + secret.removeprefix("--").replace("-", "_").upper(),
             )
-    from .loading import go_offline_if_local
+    from blink.model.loading import go_offline_if_local
 
     go_offline_if_local(settings.model)  # before any Hub library is imported
-    from .server import serve
+    from blink.server import serve
 
     try:
         serve(settings, listen.host, listen.port, listen.log_level, cors_origins=listen.cors_origins)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from .plan import GenerationParams, Prompt, Scored
+from blink.plan import GenerationParams, Prompt, Scored
 
 
 class Backend(Protocol):
@@ -33,7 +33,8 @@ class LocalBackend:
     """Both steps in this process: the caller chooses no quota here."""
 
     def __init__(self, engine, chat_engine):
-        self.engine, self.chat_engine = engine, chat_engine  # blink.engine.Engine, blink.chat.ChatEngine
+        # blink.decide.planner.Engine, blink.generate.chat_engine.ChatEngine
+        self.engine, self.chat_engine = engine, chat_engine
 
     def score(self, plans: list[list[Prompt]], caller: Any = None) -> list[Scored]:
         return self.engine.score(plans)

@@ -9,12 +9,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .admission import Admission
-from .auth import ApiKey
-from .bodies import BodyBudget
-from .chat_service import ChatService
-from .limits import Limits
-from .service import DecisionService
+from blink.decide.service import DecisionService
+from blink.generate.service import ChatService
+from blink.limits import Limits
+from blink.web.admission import Admission
+from blink.web.auth import ApiKey
+from blink.web.bodies import BodyBudget
 
 
 def anonymous(request) -> None:

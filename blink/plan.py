@@ -4,7 +4,8 @@ parameters of a generation.
 A request becomes prompts (`prompts.py`, main process), the prompts cross to the GPU call (`executor.py`; on
 ZeroGPU by pickle) and a `Scored` per request comes back. The numbers that size and bill the call
 (`processed_tokens`, `image_usage`) are read from the prompts. A chat turn crosses as token ids and one
-`GenerationParams` (blink.chat.ChatEngine.generate, the Space's GPU chat function, blink.vllm.chat.VllmChat).
+`GenerationParams` (blink.generate.chat_engine.ChatEngine.generate, the Space's GPU chat function,
+blink.vllm.chat.VllmChat).
 Everything here is plain Python, so rendering, batching and the Space's duration estimate import no torch.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .errors import BlinkError
+from blink.errors import BlinkError
 
 
 @dataclass
@@ -45,7 +46,7 @@ class Prompt:
 
 
 class RenderedPrompt(NamedTuple):
-    """One decision prompt as `blink.prompts` renders it, before its reads are resolved into a `Prompt`."""
+    """One decision prompt as `blink.decide.prompts` renders it, before its reads are resolved into a `Prompt`."""
 
     ids: list[int]
     marks: list[int]  # per question: the position after its answer mark (the read is at `mark - 1`)
@@ -69,8 +70,8 @@ class GenerationParams:
     top_k: int | None = None  # 0: off
     seed: int | None = None  # None: a fresh random seed per generation
     stop: tuple[str, ...] = ()  # stop strings: the first that completes ends the text, unsent
-    constraint: dict | None = None  # what blink.structured.check_constraint returned, or None
-    logprobs: bool = False  # token logprobs with each delta (blink.chat.Delta)
+    constraint: dict | None = None  # what blink.generate.structured.check_constraint returned, or None
+    logprobs: bool = False  # token logprobs with each delta (blink.generate.chat_engine.Delta)
     top_logprobs: int = 0  # alternatives per token (0-20), with `logprobs`
     images: tuple[Image, ...] = ()  # per image in the prompt's ids (vision models)
 

@@ -17,17 +17,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .admission import Admission
-from .auth import ApiKey
-from .context import Context, anonymous
-from .settings import Settings
+from blink.context import Context, anonymous
+from blink.settings import Settings
+from blink.web.admission import Admission
+from blink.web.auth import ApiKey
 
 log = logging.getLogger("blink")
 
 
 @dataclass
 class ServedModel:
-    """One loaded model and what serves from it in this process: the decision planner (blink.engine; an `Engine`,
+    """One loaded model and what serves from it in this process: the decision planner (blink.decide.planner; an
+    `Engine`,
     with blink's executor, when the weights are here) and the chat engine (render, budget, generate)."""
 
     loaded: Any
@@ -39,7 +40,7 @@ def load_served(settings: Settings, *, zero_gpu: bool = False) -> ServedModel:
     """The model as the settings name it, with its planner and chat engine. With `engine vllm` only the tokenizer
     and templates are loaded (the replicas hold the weights). `zero_gpu`: no prefix-state cache (a state would live
     only in the forked worker that computed it, and the next call may run in a fresh fork that never saw it)."""
-    from .loading import load
+    from blink.model.loading import load
 
     local = settings.engine == "local"
     loaded = load(
@@ -59,7 +60,7 @@ def load_served(settings: Settings, *, zero_gpu: bool = False) -> ServedModel:
 
 def build_planner(settings: Settings, loaded):
     """The main-process side of decisions (check, plan, answer): tokenizer and templates, no weights."""
-    from .engine import DecisionPlanner
+    from blink.decide.planner import DecisionPlanner
 
     return DecisionPlanner(
         loaded,
@@ -75,7 +76,7 @@ def build_planner(settings: Settings, loaded):
 
 def build_engine(settings: Settings, loaded):
     """The planner with blink's executor over the loaded weights, as the settings configure it."""
-    from .engine import Engine
+    from blink.decide.planner import Engine
 
     def mib(value):
         return None if value is None else int(value * 2**20)
@@ -97,7 +98,7 @@ def build_engine(settings: Settings, loaded):
 
 def build_chat_engine(settings: Settings, loaded):
     """The chat engine: render, token budget, and the generator the GPU step runs."""
-    from .chat import ChatEngine
+    from blink.generate.chat_engine import ChatEngine
 
     return ChatEngine(
         loaded,
@@ -112,10 +113,10 @@ def build_chat_engine(settings: Settings, loaded):
 def backend_for(settings: Settings, served: ServedModel):
     """The backend the settings name (blink.backend): in this process, or the vLLM replicas at `engine_url`."""
     if settings.engine == "local":
-        from .backend import LocalBackend
+        from blink.backend import LocalBackend
 
         return LocalBackend(served.planner, served.chat_engine)
-    from .vllm import Replicas, VllmBackend
+    from blink.vllm import Replicas, VllmBackend
 
     replicas = Replicas(list(settings.engine_url), timeout_s=settings.engine_timeout_s, api_key=settings.engine_api_key)
     return VllmBackend(replicas, served.chat_engine)
@@ -133,10 +134,10 @@ def build_context(
     """The complete context over one backend: `served` and `backend` are built from the settings unless given
     (the Space builds the model first, at module scope, for its GPU functions, and passes its ZeroGPU backend).
     `warmup=False`: the Space on ZeroGPU, where the main process holds only emulated CUDA tensors."""
-    from .chat_service import ChatService
-    from .engine import Engine
-    from .loading import versions
-    from .service import DecisionService
+    from blink.decide.planner import Engine
+    from blink.decide.service import DecisionService
+    from blink.generate.service import ChatService
+    from blink.model.loading import versions
 
     served = served or load_served(settings)
     backend = backend or backend_for(settings, served)
@@ -213,16 +214,16 @@ def admission_of(settings: Settings) -> Admission:
 
 def calibration_for(settings: Settings, loaded):
     """--calibration FILE (or `off`), else calibration.json beside the weights; checked against these weights."""
-    from .calibration import for_model, weights_fingerprint
+    from blink.decide.calibration import for_model, weights_fingerprint
 
     fingerprint = weights_fingerprint(loaded.root, settings.adapter, settings.adapter_revision)
     return for_model(settings.calibration, loaded.root, fingerprint)
 
 
 def api_routes(ctx: Context) -> list:
-    from . import catalog, openai, systemone
-    from .http import not_routed
-    from .openai import protocol
+    from blink.api import catalog, openai, systemone
+    from blink.api.openai import protocol
+    from blink.web.endpoint import not_routed
 
     routes = catalog.routes(ctx) + systemone.routes(ctx) + openai.routes(ctx)
     # the more specific prefix first: /v1/systemone* answers in System One's shape, the rest of /v1/ in OpenAI's
@@ -233,10 +234,10 @@ def api_routes(ctx: Context) -> list:
 
 
 def mcp_endpoint(ctx: Context):
-    """The `decide` tool over MCP (blink.mcp_tool), answered from `ctx` as /v1/systemone is, behind the API key: the
+    """The `decide` tool over MCP (blink.api.mcp), answered from `ctx` as /v1/systemone is, behind the API key: the
     standalone server's /mcp and the Space's. Its lifespan (`.running()`) must run for as long as it serves."""
-    from .mcp_tool import McpEndpoint, build_mcp
-    from .systemone import decide_body
+    from blink.api.mcp import McpEndpoint, build_mcp
+    from blink.api.systemone import decide_body
 
     return McpEndpoint(
         build_mcp(lambda body, caller: decide_body(ctx, body, caller=caller), ctx.caller_of, ctx.served_name),
@@ -308,7 +309,7 @@ def serve(settings: Settings, host: str, port: int, log_level: str = "info", cor
         f"[{runs}; api key {'required' if ctx.auth.required else 'not required'}]",
         flush=True,
     )
-    from . import guard
+    from blink.web import guard
 
     # a key sent as ?api_key= is never written to the access log
     logging.getLogger("uvicorn.access").addFilter(guard.ScrubQuery())

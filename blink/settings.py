@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
-from .errors import StartupError
-from .knob_parsers import Choice, Integer, Number, TextList, api_key, flag, names, optional_text, plain_text, urls
-from .limits import ImageLimits, Limits
+from blink.errors import StartupError
+from blink.knob_parsers import Choice, Integer, Number, TextList, api_key, flag, names, optional_text, plain_text, urls
+from blink.limits import ImageLimits, Limits
 
 
 class BadSetting(ValueError):
@@ -234,7 +234,7 @@ class Settings:
 
 @dataclass(frozen=True)
 class SpaceSettings:
-    """What only the Space reads. The duration knobs shape each GPU call's request (blink/durations.py)."""
+    """What only the Space reads. The duration knobs shape each GPU call's request (space/durations.py)."""
 
     # fmt: off
     title: str | None = knob(None, optional_text, "the UI's heading", fleet="title", shown="the served name")

@@ -6,9 +6,9 @@ sends token ids to vLLM: `scoring` reads the label log-probabilities of decision
 health. Only the standard library and httpx are imported here: no model is loaded in this process.
 """
 
-from .backend import VllmBackend
-from .chat import VllmChat
-from .replicas import Replica, Replicas
-from .scoring import VllmScorer
+from blink.vllm.backend import VllmBackend
+from blink.vllm.chat import VllmChat
+from blink.vllm.replicas import Replica, Replicas
+from blink.vllm.scoring import VllmScorer
 
 __all__ = ["Replica", "Replicas", "VllmBackend", "VllmChat", "VllmScorer"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ..plan import GenerationParams, Prompt, Scored
-from .chat import VllmChat
-from .replicas import Replicas
-from .scoring import VllmScorer
+from blink.plan import GenerationParams, Prompt, Scored
+from blink.vllm.chat import VllmChat
+from blink.vllm.replicas import Replicas
+from blink.vllm.scoring import VllmScorer
 
 
 class VllmBackend:

@@ -1,4 +1,4 @@
-"""Chat generation through vLLM, with the protocol of `blink.chat.ChatEngine.generate`.
+"""Chat generation through vLLM, with the protocol of `blink.generate.chat_engine.ChatEngine.generate`.
 
 blink renders the conversation (the model's chat template, tools, system prompt) as for its own engine and
 sends the token ids to vLLM's `/v1/completions` as a stream that returns token ids (`return_token_ids`). The
@@ -16,12 +16,12 @@ from typing import Any
 
 import httpx
 
-from ..chat import ChatEnd, Sampling
-from ..errors import EngineFailure
-from ..plan import GenerationParams
-from ..text import IncrementalDecoder, StopStrings
-from .affinity import route_for
-from .replicas import Replicas
+from blink.errors import EngineFailure
+from blink.generate.chat_engine import ChatEnd, Sampling
+from blink.generate.text import IncrementalDecoder, StopStrings
+from blink.plan import GenerationParams
+from blink.vllm.affinity import route_for
+from blink.vllm.replicas import Replicas
 
 
 class VllmChat:

@@ -24,8 +24,8 @@ from typing import TypeVar
 
 import httpx
 
-from ..errors import BlinkError, EngineFailure, InvalidRequest, Overloaded
-from .affinity import PrefixTable, Route, rendezvous
+from blink.errors import BlinkError, EngineFailure, InvalidRequest, Overloaded
+from blink.vllm.affinity import PrefixTable, Route, rendezvous
 
 T = TypeVar("T")
 

@@ -18,10 +18,10 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ..errors import BlinkError, EngineFailure
-from ..plan import Prompt, Scored
-from .affinity import Route, route_for
-from .replicas import Replica, Replicas
+from blink.errors import BlinkError, EngineFailure
+from blink.plan import Prompt, Scored
+from blink.vllm.affinity import Route, route_for
+from blink.vllm.replicas import Replica, Replicas
 
 log = logging.getLogger("blink")
 

@@ -1,5 +1,5 @@
 """A copy of the demo model whose answers favour one label on purpose: a known bias added to that label's LM-head
-row (test and benchmark helper for the content-free prior, blink.prior; not a test file).
+row (test and benchmark helper for the content-free prior, blink.decide.prior; not a test file).
 
 The demo model ties its LM head to its input embeddings, so the copy unties them (`lm_head.weight` written, the
 config's `tie_word_embeddings` off) and edits only the head: row `label` gains `bias * h / |h|^2`, with `h` the mean
@@ -24,8 +24,8 @@ def biased_copy(demo_dir: Path, out: Path, option: str = "billing", bias: float 
     import torch
     from safetensors.torch import load_file, save_file
 
-    from blink.engine import Engine
-    from blink.loading import load
+    from blink.decide.planner import Engine
+    from blink.model.loading import load
 
     engine = Engine(load(str(demo_dir)))
     prompts = [engine.prepare({"state": s, "questions": {"team": QUESTION}}).prompts[0] for s in PROBE_STATES]

@@ -44,7 +44,7 @@ def demo_root(tmp_path_factory) -> Path:
     """The folder BLINK_DEMO_DIR points at: `--model demo` finds (or builds) `demo-model` inside it."""
     root = Path(os.environ.get("BLINK_TEST_DEMO_ROOT") or tmp_path_factory.mktemp("blink-demo"))
     os.environ["BLINK_DEMO_DIR"] = str(root)
-    from blink.demo import demo_model_dir
+    from blink.model.demo import demo_model_dir
 
     demo_model_dir()  # build once for the whole session
     return root
@@ -73,7 +73,7 @@ def keyed_server(demo_root):
 @pytest.fixture(scope="session")
 def engine(demo_dir):
     """The engine in-process (for executor and engine-level checks)."""
-    from blink.engine import Engine
-    from blink.loading import load
+    from blink.decide.planner import Engine
+    from blink.model.loading import load
 
     return Engine(load(str(demo_dir)))

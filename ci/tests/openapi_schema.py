@@ -1,7 +1,7 @@
 """An OpenAPI 3.1 description of blink's /v1 routes, written by hand, for the tests only (it is no part of the
 runtime package: the Spaces copy blink/ and serve no schema).
 
-The routes read their own bodies (see blink/http.py), so FastAPI cannot generate a schema for them, and the
+The routes read their own bodies (see blink/web/endpoint.py), so FastAPI cannot generate a schema for them, and the
 app serves none (`openapi_url=None`). This one describes the request bodies the wires accept and the error
 bodies they answer with; schemathesis fuzzes the live server from it (ci/tests/test_fuzz.py). It is deliberately
 loose where the wires are (TypeSafe's criteria, OpenAI's content parts): the server, not the schema, is what

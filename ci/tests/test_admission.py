@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from blink.admission import ANONYMOUS, KEYED, Admission, Bound, Policy
 from blink.errors import Overloaded
+from blink.web.admission import ANONYMOUS, KEYED, Admission, Bound, Policy
 
 
 def run(coro):

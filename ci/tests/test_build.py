@@ -22,6 +22,7 @@ import httpx
 import pytest
 import yaml
 
+from build import SHARED_DIRS  # the fleet's shared folders, copied whole
 from build import SHARED_FILES as SHARED  # the fleet's shared files, as build.py copies them
 from helpers import ROOT, running
 
@@ -95,7 +96,8 @@ def test_shared_files_are_byte_identical(dist, name):
     folder = dist / name
     shared = list(SHARED) + [
         p.relative_to(ROOT).as_posix()
-        for p in sorted((ROOT / "blink").rglob("*"))
+        for folder in SHARED_DIRS
+        for p in sorted((ROOT / folder).rglob("*"))
         if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
     ]
     for rel in shared:
@@ -230,7 +232,7 @@ def test_dry_run_lists_repo_hardware_secret_names_and_files(capsys, monkeypatch,
             "README.md",
             "space_config.py",
             "app.py",
-            "ui.py",
+            "space/ui.py",
             "theme.py",
             "requirements.txt",
             "blink/__init__.py",
@@ -339,10 +341,10 @@ def test_the_command_line_fails_with_the_message(tmp_path):
 
 def test_a_missing_shared_file_fails_clearly(tmp_path):
     """A copy of the repository without app.py: the build refuses and says which file."""
-    for name in ("build.py", "spaces.toml", "requirements.txt", "ui.py", "theme.py"):
+    for name in ("build.py", "spaces.toml", "requirements.txt", "auth.py", "theme.py"):
         if (ROOT / name).is_file():
             shutil.copyfile(ROOT / name, tmp_path / name)
-    for folder in ("blink", "fleet"):
+    for folder in ("blink", "space", "fleet"):
         shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "ci").mkdir()
     shutil.copyfile(ROOT / "ci" / "requirements.txt", tmp_path / "ci" / "requirements.txt")
@@ -421,8 +423,8 @@ def test_a_built_space_runs_with_thinking_on_and_its_limits(tmp_path, demo_dir):
     """Build a Space whose table sets enable_thinking and limits, then resolve its space_config.py exactly as
     app.py does (`resolve_space(space_config)`) and build its chat engine as app.py does: all took effect."""
     needs_shared_files()
-    from blink.chat import ChatEngine
-    from blink.loading import load
+    from blink.generate.chat_engine import ChatEngine
+    from blink.model.loading import load
     from blink.settings import resolve_space
 
     (tmp_path / "spaces.toml").write_text(THINKING)

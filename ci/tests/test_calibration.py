@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from blink.calibrate import examples_of
-from blink.calibration import (
+from blink.decide.calibrate import examples_of
+from blink.decide.calibration import (
     CalibrationError,
     Example,
     fit_temperature,

@@ -1,4 +1,4 @@
-"""The GPU-duration estimator (blink/durations.py): whole seconds >= 1, monotone, clamped, self-calibrating,
+"""The GPU-duration estimator (space/durations.py): whole seconds >= 1, monotone, clamped, self-calibrating,
 honest (requests close to the work, never below it)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from blink.durations import DurationEstimator
+from space.durations import DurationEstimator
 
 pytestmark = pytest.mark.space
 
@@ -215,8 +215,8 @@ def test_requests_stay_within_twice_the_work_over_a_mixed_workload():
 def test_configured_as_a_space_says():
     """`configured` reads each Space setting; unset ones keep the estimator's defaults; the cap is
     the larger of the decision and chat caps."""
-    from blink.durations import configured
     from blink.settings import SpaceSettings
+    from space.durations import configured
 
     est = configured(
         SpaceSettings(

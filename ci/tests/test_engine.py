@@ -122,9 +122,9 @@ def test_the_service_gives_each_request_its_own_answers_or_error(engine):
     its own, the others answered as if alone."""
     import asyncio
 
-    from blink.admission import KEYED, Admission
     from blink.backend import LocalBackend
-    from blink.service import DecisionService
+    from blink.decide.service import DecisionService
+    from blink.web.admission import KEYED, Admission
 
     bad = {"state": "s", "questions": {"q": {"type": "boolean"}}}
     other = {"state": "another state entirely", "questions": {"x": {"type": "noul", "instructions": "Yes?"}}}
@@ -151,9 +151,9 @@ def test_the_service_gives_each_request_its_own_answers_or_error(engine):
 def test_pass_settings_reach_the_executor(demo_dir):
     """--pass-cost-tokens / --pass-cache-mib (and their BLINK_* variables): `auto` keeps the device's default,
     a number reaches the executor, a bad value stops start-up with the variable named."""
-    from blink.engine import Engine
-    from blink.executor import Executor
-    from blink.loading import load
+    from blink.decide.planner import Engine
+    from blink.executor.core import Executor
+    from blink.model.loading import load
     from blink.server import build_context
     from blink.settings import Settings
 

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from blink.engine import WARMUP
+from blink.decide.planner import WARMUP
 from blink.errors import StartupError
 from blink.plan import GenerationParams
 from helpers import random_request, worst
@@ -22,7 +22,7 @@ def standard_rope_dirs(tmp_path_factory) -> dict:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from blink.demo import build_tokenizer, make_demo_model
+    from blink.model.demo import build_tokenizer, make_demo_model
 
     root = tmp_path_factory.mktemp("archs")
     out = {"qwen3": make_demo_model(root / "qwen3", arch="qwen3")}
@@ -50,15 +50,15 @@ def standard_rope_dirs(tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="module")
 def qwen3_loaded(standard_rope_dirs):
-    from blink.loading import load
+    from blink.model.loading import load
 
     return load(str(standard_rope_dirs["qwen3"]))
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "llama"])
 def test_the_engine_serves_a_standard_rope_model_exactly(standard_rope_dirs, arch):
-    from blink.engine import Engine
-    from blink.loading import load
+    from blink.decide.planner import Engine
+    from blink.model.loading import load
 
     engine = Engine(load(str(standard_rope_dirs[arch])))
     assert not engine.executor.multimodal_rope
@@ -74,7 +74,7 @@ def test_the_engine_serves_a_standard_rope_model_exactly(standard_rope_dirs, arc
 
 def test_the_prefix_cache_changes_no_answer_on_plain_attention(qwen3_loaded):
     """The saved states are attention KV only (a DynamicCache): resumed prefixes answer as prefilled ones."""
-    from blink.engine import Engine
+    from blink.decide.planner import Engine
 
     on, off = Engine(qwen3_loaded, prefix_cache_bytes=64 << 20), Engine(qwen3_loaded, prefix_cache_bytes=0)
     rng = random.Random(5)
@@ -98,7 +98,7 @@ def test_the_prefix_cache_changes_no_answer_on_plain_attention(qwen3_loaded):
 def test_chat_generates_on_a_standard_rope_model(qwen3_loaded):
     import torch
 
-    from blink.chat import ChatEnd, ChatEngine
+    from blink.generate.chat_engine import ChatEnd, ChatEngine
 
     chat = ChatEngine(qwen3_loaded)
     rendered = chat.render([{"role": "user", "content": "Write a short note about parcels."}])
@@ -122,9 +122,9 @@ def test_a_model_the_executor_cannot_serve_is_refused_at_start(tmp_path, arch, l
     loader builds as BertLMHeadModel): refused by the class that was loaded."""
     import transformers
 
-    from blink.demo import build_tokenizer
-    from blink.engine import Engine
-    from blink.loading import load
+    from blink.decide.planner import Engine
+    from blink.model.demo import build_tokenizer
+    from blink.model.loading import load
 
     tokenizer = build_tokenizer()
     if arch == "GPT2LMHeadModel":

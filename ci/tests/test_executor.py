@@ -66,7 +66,7 @@ def test_length_buckets_cost_model(engine):
     the runs of equal length (brute force) is found."""
     from itertools import combinations
 
-    from blink.passes import length_buckets
+    from blink.executor.passes import length_buckets
 
     lengths = {"a": 100, "b": 90, "c": 50, "d": 49, "e": 10, "f": 5, "g": 5}
     assert length_buckets(list(lengths), lengths, max_rows=64, pass_cost=0) == [
@@ -144,7 +144,7 @@ def test_prompt_tokens_equal_the_plain_tokenizer(engine, demo_dir):
     from transformers import AutoTokenizer
     from transformers.decision import prepare_inputs
 
-    from blink.prefix_encoder import PrefixReusingEncoder
+    from blink.decide.prefix_encoder import PrefixReusingEncoder
 
     assert isinstance(engine.prompts.tokenizer.encode, PrefixReusingEncoder) and engine.prompts.tokenizer.encode.enabled
     assert not isinstance(engine.tokenizer.encode, PrefixReusingEncoder)  # chat's tokenizer stays as loaded
@@ -194,7 +194,7 @@ def test_common_prefix_length_matches_a_token_by_token_scan():
 def test_safe_cut_matches_a_character_scan():
     """The prefix-reusing encoder's cut (C-speed search) equals the plain definition: the last p at or before
     the first difference, within MAX_SCAN of it, where text[p - 1] is a newline and text[p] is not a space."""
-    from blink.prefix_encoder import PrefixReusingEncoder
+    from blink.decide.prefix_encoder import PrefixReusingEncoder
 
     def scan(previous, text, max_scan):
         n = min(len(previous), len(text))
@@ -224,7 +224,7 @@ def test_plan_and_rendering_import_no_torch():
 
     code = (
         "import sys; sys.modules['torch'] = None\n"
-        "import blink.plan, blink.passes, blink.prompts\n"
+        "import blink.plan, blink.executor.passes, blink.decide.prompts\n"
         "from blink.plan import Prompt, Read, processed_tokens\n"
         "assert processed_tokens([Prompt([1, 2, 3], [Read(2, [5])]), Prompt([1, 2, 4, 5], [Read(3, [5])])]) == 5\n"
         "assert sys.modules['torch'] is None\n"

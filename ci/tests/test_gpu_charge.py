@@ -1,4 +1,4 @@
-"""What the platform charges for a GPU call (blink/durations.py `Charge`, zerogpu.py `platform_charge`), as
+"""What the platform charges for a GPU call (space/durations.py `Charge`, space/zerogpu.py `platform_charge`), as
 `spaces` 0.51.3 computes it: a `large` call is scheduled and charged `round(requested x duration_factor)` seconds
 (1.5 on the RTX PRO 6000 Blackwell), an `xlarge` call its requested seconds, charged twice. The estimate asks for
 what makes the scheduled seconds cover its need, and the caps bound what is charged, after the factor."""
@@ -11,7 +11,7 @@ from importlib.resources import files
 
 import pytest
 
-from blink.durations import Charge, DurationEstimator
+from space.durations import Charge, DurationEstimator
 
 CARDS = {c["model"]: c for c in json.loads(files("spaces.zero").joinpath("configs.json").read_text())}
 BLACKWELL = CARDS["NVIDIA RTX PRO 6000 Blackwell Server Edition"]
@@ -102,7 +102,7 @@ def test_platform_charge_reads_spaces_configuration():
     and `auto` is the platform's default size (large until the packed weights pass the threshold)."""
     from spaces.zero import config
 
-    from zerogpu import decorator_size, platform_charge
+    from space.zerogpu import decorator_size, platform_charge
 
     off = platform_charge("auto", zero_gpu=False)
     assert (off.size, off.factor, off.source) == ("large", 1.0, "assumed")

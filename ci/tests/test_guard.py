@@ -1,4 +1,4 @@
-"""Slow clients against a real uvicorn on loopback running blink.guard: heads, bodies and idle sockets end."""
+"""Slow clients against a real uvicorn on loopback running blink.web.guard: heads, bodies and idle sockets end."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from blink.guard import BodyDeadline, ScrubQuery, SlowClientLimits, tune, uvicorn_options
+from blink.web.guard import BodyDeadline, ScrubQuery, SlowClientLimits, tune, uvicorn_options
 from helpers import free_port
 
 pytestmark = pytest.mark.e2e

@@ -11,8 +11,8 @@ import zlib
 import pytest
 from PIL import Image
 
-from blink import image_guard
 from blink.errors import InvalidRequest
+from blink.images import guard as image_guard
 
 SOURCE_PIXELS = 20_000_000
 MODEL_PIXELS = 1920 * 1088

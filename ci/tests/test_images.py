@@ -43,7 +43,7 @@ def vision_serve(*flags: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def vision_root(demo_root):
-    from blink.demo import demo_model_dir
+    from blink.model.demo import demo_model_dir
 
     demo_model_dir(vision=True)  # built once, before any server starts
     return demo_root
@@ -166,7 +166,7 @@ def test_decompression_bomb_refused_before_decoding(vision_server):
     assert r.status_code == 422 and "--max-image-source-pixels" in r.json()["error"]
     # the same check in-process, with the peak allocation measured: the pixels are never allocated
     from blink.errors import InvalidRequest
-    from blink.images import ImageLimits, decode
+    from blink.images.intake import ImageLimits, decode
 
     tracemalloc.start()
     with pytest.raises(InvalidRequest):
@@ -181,9 +181,9 @@ def test_image_decoding_leaves_pil_settings_alone():
     checked from the header), and the pixel cap is the processor's from loading, not set later by the engine."""
     from PIL import Image
 
-    from blink.engine import Engine
-    from blink.images import ImageLimits, decode
-    from blink.loading import load
+    from blink.decide.planner import Engine
+    from blink.images.intake import ImageLimits, decode
+    from blink.model.loading import load
 
     default = Image.MAX_IMAGE_PIXELS
     assert default is not None
@@ -374,8 +374,8 @@ def test_chat_image_on_the_vision_model_equals_transformers_generate(vision_root
     """The hand-written decode loop with Qwen's 3-D positions equals transformers' own greedy generate."""
     import torch
 
-    from blink.chat import ChatEngine
-    from blink.loading import load
+    from blink.generate.chat_engine import ChatEngine
+    from blink.model.loading import load
     from blink.plan import GenerationParams
 
     loaded = load("demo-vision", vision=True)
@@ -475,8 +475,8 @@ def test_image_decoding_memory_is_bounded_and_given_back():
     budget, and the memory comes back afterwards."""
     import threading
 
-    from blink.image_guard import DecodeBudget
-    from blink.images import ImageLimits, decode_all
+    from blink.images.guard import DecodeBudget
+    from blink.images.intake import ImageLimits, decode_all
     from blink.memory import give_back_memory
 
     raw = {f"<image:{i}>": png(size=(2000, 2000), noise=True) for i in range(2)}

@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_weights_manifest_verified(tmp_path, demo_dir, demo_root):
-    from blink.loading import sha256
+    from blink.model.loading import sha256
 
     model = tmp_path / "model"
     shutil.copytree(demo_dir, model)
@@ -70,8 +70,8 @@ def test_adapter_is_merged_and_applied(adapter_dir, demo_dir, demo_root, server)
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from blink.engine import Engine
-    from blink.loading import load
+    from blink.decide.planner import Engine
+    from blink.model.loading import load
 
     engine = Engine(load(str(demo_dir)))
     prompt = engine.prepare(body).prompts[0]
@@ -88,9 +88,9 @@ def test_adapter_is_merged_and_applied(adapter_dir, demo_dir, demo_root, server)
 def test_without_weights_the_model_is_structure_only(demo_dir, tmp_path):
     """`serve --engine vllm` loads no weights: the model lives on the meta device, yet prompts render as with the
     weights (the same tokenizer, templates and config), and a corrupt weight file is never read."""
-    from blink.chat import ChatEngine
-    from blink.engine import Engine
-    from blink.loading import load
+    from blink.decide.planner import Engine
+    from blink.generate.chat_engine import ChatEngine
+    from blink.model.loading import load
 
     folder = tmp_path / "model"
     shutil.copytree(demo_dir, folder)

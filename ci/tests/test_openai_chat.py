@@ -281,7 +281,7 @@ def test_greedy_decode_loop_equals_transformers_generate(engine):
     `model.generate` with greedy decoding."""
     import torch
 
-    from blink.chat import ChatEngine
+    from blink.generate.chat_engine import ChatEngine
     from blink.plan import GenerationParams
 
     chat = ChatEngine(engine.loaded)
@@ -303,7 +303,7 @@ def test_generation_resumed_on_other_threads(engine):
     on a different thread must work and give the same text as one thread."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from blink.chat import ChatEngine
+    from blink.generate.chat_engine import ChatEngine
     from blink.plan import GenerationParams
 
     chat = ChatEngine(engine.loaded)

@@ -1,7 +1,7 @@
 """Reasoning and the Responses wire's items, on a server that thinks (`enable_thinking`), with outputs scripted
 (the demo model can't decide to think or to call a tool): the scripted model (ci/tests/helpers/scripted.py) writes
-`<think>…</think>` and tool calls; everything after it is the real code (blink.chat's decode loop, the real app
-on uvicorn on loopback) read by the real `openai` SDK and pydantic-ai's `openai:` shorthand (Responses).
+`<think>…</think>` and tool calls; everything after it is the real code (blink.generate.chat_engine's decode loop,
+the real app on uvicorn on loopback) read by the real `openai` SDK and pydantic-ai's `openai:` shorthand (Responses).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ RESPONSE_TOOLS = [{"type": "function", **t["function"]} for t in TOOLS]
 
 @pytest.fixture(scope="module")
 def thinking(demo_dir):
-    from blink.chat import ChatEngine
-    from blink.loading import Loaded, load
+    from blink.generate.chat_engine import ChatEngine
+    from blink.model.loading import Loaded, load
     from blink.server import ServedModel, build_context, build_engine, create_app
     from blink.settings import Settings
 

@@ -1,7 +1,7 @@
 """Structured outputs, forced tool calls and logprobs through the OpenAI wire, with real clients (the openai SDK's
 `chat.completions.parse`, langchain-openai's default `with_structured_output`) against the standalone server
 running the random-weight demo model: it answers schema-valid JSON and valid calls only because the decode loop
-is constrained (blink.structured), so each passing check here is the constraint at work. Schemas bound their
+is constrained (blink.generate.structured), so each passing check here is the constraint at work. Schemas bound their
 strings (`maxLength`): the random model's strings would otherwise run to the token budget.
 """
 

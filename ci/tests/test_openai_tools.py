@@ -2,7 +2,7 @@
 
 The demo model can't decide to call a tool, so the model here is scripted: a module whose logits put all
 the mass on the next token of a fixed script, chosen by `script=<name>` in the last user message. Everything
-after the model is the real code: blink.chat.ChatEngine's decode loop (sampling, detokenization, stop
+after the model is the real code: blink.generate.chat_engine.ChatEngine's decode loop (sampling, detokenization, stop
 strings), the real app (blink.server.build_context / create_app) on uvicorn on loopback, the real `openai`
 SDK and raw HTTP.
 """
@@ -26,11 +26,11 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def scripted(demo_dir):
-    from blink.auth import ApiKey
-    from blink.chat import ChatEngine
-    from blink.loading import Loaded, load
+    from blink.generate.chat_engine import ChatEngine
+    from blink.model.loading import Loaded, load
     from blink.server import ServedModel, build_context, build_engine, create_app
     from blink.settings import Settings
+    from blink.web.auth import ApiKey
 
     loaded = load(str(demo_dir))
     model = ScriptedModel(loaded.model.config, loaded.tokenizer)
@@ -245,10 +245,10 @@ def test_stream_left_before_its_first_chunk_gives_its_slot_back(scripted):
     slot here, so a leak would refuse every later chat with 529)."""
     import socket
 
-    from blink.admission import Admission
-    from blink.chat import ChatEngine
-    from blink.loading import Loaded
+    from blink.generate.chat_engine import ChatEngine
+    from blink.model.loading import Loaded
     from blink.server import create_app
+    from blink.web.admission import Admission
 
     model = ScriptedModel(scripted.ctx.chats.engine.model.config, scripted.tokenizer)
     engine = ChatEngine(Loaded(model, scripted.tokenizer, None))

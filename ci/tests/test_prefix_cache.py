@@ -10,16 +10,16 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from blink.decide.questions import parse_decision
 from blink.plan import Prompt
-from blink.questions import parse_decision
 from helpers import random_request, worst
 
 
 @pytest.fixture(scope="module")
 def engines(engine):
     """The session's engine with a fresh cache, and one over the same model with the cache off."""
-    from blink.engine import Engine
-    from blink.prefix_cache import PrefixCache
+    from blink.decide.planner import Engine
+    from blink.executor.prefix_cache import PrefixCache
 
     engine.executor.prefix_cache = PrefixCache(64 << 20)
     return engine, Engine(engine.loaded, prefix_cache_bytes=0)
@@ -144,8 +144,8 @@ def test_questions_seen_before_answer_byte_identically_to_a_fresh_parse(engine):
     import copy
     import json
 
+    from blink.decide.questions import QuestionMemo
     from blink.errors import InvalidRequest
-    from blink.questions import QuestionMemo
 
     memo_engine = copy.copy(engine)
     memo_engine.questions = QuestionMemo()
@@ -182,9 +182,9 @@ def test_a_state_is_counted_once_and_refused_at_its_capped_tokenize(engine):
     tokens in the state) counts the state first, with the same refusal."""
     import time
 
+    from blink.decide.prompts import PromptBuilder
     from blink.errors import InvalidRequest
     from blink.limits import Limits
-    from blink.prompts import PromptBuilder
 
     builder = PromptBuilder(engine.tokenizer, engine.config, Limits(max_context_tokens=200))
     questions = {
@@ -260,8 +260,8 @@ def test_decisions_report_the_system_prompt_as_cached_for_a_new_conversation(ser
     """/v1/decisions with a system message: a new user message after the same system prompt reports the system
     prompt's tokens as `input_tokens_details.cached_tokens`, and its answers equal a fresh server's reading (the
     in-process engine, cache off)."""
-    from blink.engine import Engine
-    from blink.openai.decisions import to_systemone
+    from blink.api.openai.decisions import to_systemone
+    from blink.decide.planner import Engine
 
     rng = random.Random(41)
     question = [{"type": "predicate", "name": "late", "instructions": "Is the parcel late?"}]
@@ -314,9 +314,9 @@ def test_an_image_prefix_is_saved_keyed_by_its_pixels(demo_root):
     text before the image."""
     import base64
 
-    from blink.demo import demo_model_dir
-    from blink.engine import Engine
-    from blink.loading import load
+    from blink.decide.planner import Engine
+    from blink.model.demo import demo_model_dir
+    from blink.model.loading import load
     from helpers import png
 
     loaded = load(str(demo_model_dir(vision=True)), vision=True)

@@ -1,4 +1,4 @@
-"""Content-free prior normalization (`x_calibration: "prior"`, blink.prior) on a demo model biased on purpose.
+"""Content-free prior normalization (`x_calibration: "prior"`, blink.decide.prior) on a demo model biased on purpose.
 
 `biased_demo.biased_copy` adds a known bias (3 nats) to one label's LM-head row of a copy of the demo model, so
 that label wins on any text; the prior normalization must take it out: the content-free answer comes out uniform,
@@ -14,9 +14,9 @@ import httpx
 import pytest
 from biased_demo import QUESTION, TEAMS, biased_copy
 
-from blink.answers import normalized
-from blink.engine import Engine
-from blink.loading import load
+from blink.decide.answers import normalized
+from blink.decide.planner import Engine
+from blink.model.loading import load
 from helpers import running
 
 BODY = {
@@ -90,7 +90,7 @@ def test_a_repeated_question_costs_no_content_free_pass(biased):
 
 
 def test_fitted_plus_prior_normalizes_the_tempered_probabilities(biased_dir):
-    from blink.calibration import Calibration
+    from blink.decide.calibration import Calibration
 
     engine = Engine(load(str(biased_dir)), calibration=Calibration({"choice": 0.5}), prior_states=("N/A",))
     both = engine.decide({**BODY, "state": "N/A", "x_calibration": "fitted+prior"})

@@ -13,8 +13,9 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blink import safejson, tokens
+from blink import tokens
 from blink.errors import BlinkError, InvalidRequest, PayloadTooLarge
+from blink.web import safejson
 
 MB = 2**20
 

@@ -181,8 +181,8 @@ def test_every_space_knob_has_a_fleet_key_and_every_default_parses():
 def test_chat_sampling_defaults_come_from_generation_config_only_when_it_samples(demo_dir, do_sample):
     """docs/api-openai.md's claim: generation_config.json's temperature/top_p/top_k are the defaults only with
     do_sample = true; a greedy config leaves OpenAI's 1 / 1 / off."""
-    from blink.chat import ChatEngine
-    from blink.loading import load
+    from blink.generate.chat_engine import ChatEngine
+    from blink.model.loading import load
 
     loaded = load(str(demo_dir))
     gen = loaded.model.generation_config

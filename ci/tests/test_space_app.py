@@ -236,7 +236,7 @@ def test_ui_answers_name_the_level_and_warn_about_broken_json(space):
 def test_ui_page_has_the_demo_banner_chat_examples_and_its_own_chat_caveat(space):
     import html
 
-    import ui
+    from space import ui
 
     text = str(httpx.get(space + "/config", timeout=30).json())
     assert "blink-demo-banner" in text and "random weights" in text  # the served model is the demo

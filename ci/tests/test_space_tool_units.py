@@ -9,8 +9,8 @@ import asyncio
 import gradio as gr
 import pytest
 
-import zerogpu
 from helpers import uncached
+from space import zerogpu
 
 pytestmark = pytest.mark.space
 
@@ -50,8 +50,8 @@ QUESTIONS = {"late": {"type": "noul", "instructions": "Is the parcel late?"}}
 
 
 def test_the_requests_identity_header_is_the_caller_of_the_batch(ctx_and_callers):
-    import space_tool
-    from blink.systemone import decide_body
+    from blink.api.systemone import decide_body
+    from space import tool as space_tool
 
     ctx, callers = ctx_and_callers
     decide = space_tool.decide_endpoint(ctx)
@@ -63,7 +63,7 @@ def test_the_requests_identity_header_is_the_caller_of_the_batch(ctx_and_callers
 
 
 def test_decide_errors_are_gradio_errors_with_the_wire_message_and_status(ctx_and_callers):
-    import space_tool
+    from space import tool as space_tool
 
     ctx, _ = ctx_and_callers
     bad = {"pick": {"type": "choice", "instructions": "Pick one", "criteria": {}}}
@@ -78,7 +78,7 @@ def test_decide_errors_are_gradio_errors_with_the_wire_message_and_status(ctx_an
 
 
 def test_a_ui_chat_takes_a_shared_chat_slot(ctx_and_callers):
-    import ui
+    from space import ui
 
     ctx, _ = ctx_and_callers
     with ctx.admission.enter_sync("chat"):  # the API's chat holds the only slot
@@ -107,7 +107,7 @@ def test_a_ui_chat_takes_a_shared_chat_slot(ctx_and_callers):
     ],
 )
 def test_hostile_input_is_a_4xx_gradio_error(ctx_and_callers, state, questions):
-    import space_tool
+    from space import tool as space_tool
 
     ctx, _ = ctx_and_callers
     with pytest.raises(gr.Error) as info:

@@ -10,10 +10,11 @@ import time
 import gradio as gr
 import pytest
 
-import zerogpu
-from blink.batching import Batcher
+import auth
+from blink.decide.batching import Batcher
 from blink.errors import EngineFailure, GPUUnavailable, QuotaExceeded
 from blink.plan import Scored
+from space import zerogpu
 
 pytestmark = pytest.mark.space
 
@@ -156,14 +157,14 @@ def test_callers_keep_arrival_order_without_a_window():
 
 
 def test_the_key_is_scrubbed_from_every_log_record(capsys):
-    import ui
-    from blink.auth import ApiKey
     from blink.settings import Settings
+    from blink.web.auth import ApiKey
+    from space import ui
 
     secret = "sk-unit-Wq93-never-logged"
     settings = Settings.from_values({"api_key": secret}, env={})
     key = ApiKey(settings.api_key)
-    zerogpu.keep_secrets_out_of_logs(settings.api_key)
+    auth.keep_secrets_out_of_logs(settings.api_key)
     assert key.required and secret not in repr(key)
     handler = logging.StreamHandler()
     logger = logging.getLogger("blink.test-scrub")
@@ -174,12 +175,12 @@ def test_the_key_is_scrubbed_from_every_log_record(capsys):
     finally:
         logger.removeHandler(handler)
     err = capsys.readouterr().err
-    assert secret not in err and err.count(zerogpu.REDACTED) == 2
+    assert secret not in err and err.count(auth.REDACTED) == 2
     assert secret not in ui.key_note_md(key)
 
 
 def test_scheduler_urls_are_scrubbed_from_logs(capsys):
-    zerogpu.keep_secrets_out_of_logs()
+    auth.keep_secrets_out_of_logs()
     handler = logging.StreamHandler()
     logger = logging.getLogger("blink.test-url-scrub")
     logger.addHandler(handler)
@@ -206,7 +207,7 @@ def test_scheduler_urls_are_scrubbed_from_logs(capsys):
 def test_any_credential_in_a_query_string_is_scrubbed(capsys, line, secret, kept):
     """One scrubber for every record: a query value named like a key or token never reaches the log, while
     the rest of the line (path, other parameters, status) stays readable."""
-    zerogpu.keep_secrets_out_of_logs()
+    auth.keep_secrets_out_of_logs()
     handler = logging.StreamHandler()
     logger = logging.getLogger("blink.test-query-scrub")
     logger.addHandler(handler)
@@ -215,15 +216,15 @@ def test_any_credential_in_a_query_string_is_scrubbed(capsys, line, secret, kept
     finally:
         logger.removeHandler(handler)
     err = capsys.readouterr().err
-    assert secret not in err and zerogpu.REDACTED in err and kept in err
+    assert secret not in err and auth.REDACTED in err and kept in err
 
 
 def test_one_log_record_factory_however_often_it_is_installed():
-    zerogpu.keep_secrets_out_of_logs("s-one")
+    auth.keep_secrets_out_of_logs("s-one")
     factory = logging.getLogRecordFactory()
-    zerogpu.keep_secrets_out_of_logs("s-two")
-    zerogpu.keep_secrets_out_of_logs("s-one")
-    assert logging.getLogRecordFactory() is factory and isinstance(factory, zerogpu.ScrubbedRecords)
+    auth.keep_secrets_out_of_logs("s-two")
+    auth.keep_secrets_out_of_logs("s-one")
+    assert logging.getLogRecordFactory() is factory and isinstance(factory, auth.ScrubbedRecords)
     assert factory.secrets.count("s-one") == 1 and "s-two" in factory.secrets
 
 
@@ -232,7 +233,7 @@ def test_a_gpu_call_asks_once_runs_as_the_caller_and_accounts_what_it_used():
     first step runs as the caller, and the compute seconds the worker reports are accounted as used."""
     from gradio.context import LocalContext
 
-    from blink.durations import DurationEstimator
+    from space.durations import DurationEstimator
 
     estimator = DurationEstimator(min_s=2, max_s=60, cold_s=5)
     seen = {}
@@ -256,8 +257,8 @@ def test_a_gpu_call_asks_once_runs_as_the_caller_and_accounts_what_it_used():
 
 
 def test_a_gpu_stream_left_early_closes_the_worker_and_is_accounted_once():
-    from blink.chat import ChatEnd
-    from blink.durations import DurationEstimator
+    from blink.generate.chat_engine import ChatEnd
+    from space.durations import DurationEstimator
 
     estimator = DurationEstimator()
     closed = []
@@ -294,7 +295,7 @@ def test_a_gpu_stream_left_early_closes_the_worker_and_is_accounted_once():
     "title,cls,cold", [("ZeroGPU worker error", EngineFailure, True), ("ZeroGPU quota exceeded", QuotaExceeded, False)]
 )
 def test_a_failed_gpu_call_leaves_as_the_wire_error_and_only_a_worker_failure_makes_it_cold(title, cls, cold):
-    from blink.durations import DurationEstimator
+    from space.durations import DurationEstimator
 
     estimator = DurationEstimator()
     estimator.warm = True
@@ -354,17 +355,17 @@ def test_app_reads_top_to_bottom_and_builds_its_context_complete():
 
 
 def test_the_api_tab_openai_snippet_sets_max_tokens():
-    import ui
-    from blink.auth import ApiKey
+    from blink.web.auth import ApiKey
+    from space import ui
 
     snippet = ui.snippets_md("http://127.0.0.1:7860", "blink-4b", ApiKey())
     assert "client.chat.completions.create(" in snippet and "max_tokens=256" in snippet
 
 
 def test_the_decide_form_is_checked_box_by_box_within_the_limits():
-    import ui_form
     from blink.errors import InvalidRequest
     from blink.limits import Limits
+    from space import ui_form
 
     limits = Limits(max_options=3, max_levels=3)
     assert ui_form.options_problem("choice", "a\nb\nc\nd", limits) == "4 options: this Space answers at most 3."
@@ -391,8 +392,8 @@ def test_a_gradio_caller_has_shown_the_key_by_bearer_header_or_by_the_ui_login()
     """What counts as keyed on the Gradio side (the admission class and the decide endpoint's check)."""
     from starlette.requests import Request
 
-    from blink.auth import ApiKey
-    from space_tool import presented_key
+    from auth import presented_key
+    from blink.web.auth import ApiKey
 
     def starlette(headers: dict) -> Request:  # what Gradio's MCP server hands the tool
         raw = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
@@ -417,9 +418,9 @@ def test_a_scrubbed_access_log_line_still_formats_as_uvicorn_formats_it():
     formatter unpacks (flattening them made every such line a logging error)."""
     from uvicorn.logging import AccessFormatter
 
-    from blink.guard import ScrubQuery
+    from blink.web.guard import ScrubQuery
 
-    zerogpu.keep_secrets_out_of_logs("sk-unit-secret")
+    auth.keep_secrets_out_of_logs("sk-unit-secret")
     access = logging.getLogger("uvicorn.access")
     args = ("127.0.0.1:5", "GET", "/v1/models?api_key=sk-unit-secret&x=1", "1.1", 200)
     record = access.makeRecord(access.name, logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d', args, None)

@@ -1,4 +1,4 @@
-"""blink.streams.GeneratorStream: a blocking generator pulled in worker threads, keep-alives while it works,
+"""blink.web.streams.GeneratorStream: a blocking generator pulled in worker threads, keep-alives while it works,
 closed in a worker thread (never on the event loop, never while it executes)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from blink.streams import KEEPALIVE, GeneratorStream
+from blink.web.streams import KEEPALIVE, GeneratorStream
 
 
 class Recorded:

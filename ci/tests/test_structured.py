@@ -1,10 +1,10 @@
 """Structured outputs and logprobs in `ChatEngine.generate`, in-process on the random-weight demo model.
 
-Constraints (`blink.structured`): the random model's text is schema-valid JSON for json_schema requests (hand
-written, pydantic-generated), a JSON object for json_object, a tool call `blink.toolcalls.parse` recovers with valid
-arguments for a tool_call constraint (in the demo template's JSON markup and in Qwen3.5's XML markup), and what the
-engine cannot enforce is refused by `check_constraint` before any generation. Logprobs: the entries line up with
-the text, and equal a reference computed from one plain forward of the model over the same tokens.
+Constraints (`blink.generate.structured`): the random model's text is schema-valid JSON for json_schema requests (hand
+written, pydantic-generated), a JSON object for json_object, a tool call `blink.generate.toolcalls.parse` recovers
+with valid arguments for a tool_call constraint (in the demo template's JSON markup and in Qwen3.5's XML markup), and
+what the engine cannot enforce is refused by `check_constraint` before any generation. Logprobs: the entries line
+up with the text, and equal a reference computed from one plain forward of the model over the same tokens.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ import jsonschema
 import pytest
 from pydantic import BaseModel, Field
 
-from blink.chat import ChatEnd, ChatEngine, Delta, _sample
 from blink.errors import InvalidRequest
-from blink.logprobs import token_bytes
+from blink.generate.chat_engine import ChatEnd, ChatEngine, Delta, _sample
+from blink.generate.logprobs import token_bytes
+from blink.generate.structured import Grammars, check_constraint
+from blink.generate.toolcalls import parse
 from blink.plan import GenerationParams
-from blink.structured import Grammars, check_constraint
-from blink.toolcalls import parse
 
 PROMPT = [{"role": "user", "content": "Describe a person as JSON."}]
 SAMPLING = [{"temperature": 0}, {"temperature": 1.0, "seed": 7}, {"temperature": 0.8, "top_p": 0.9, "seed": 11}]

@@ -1,4 +1,4 @@
-"""Tool-call parsing (blink.toolcalls): every format models emit, and what is NOT a call."""
+"""Tool-call parsing (blink.generate.toolcalls): every format models emit, and what is NOT a call."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from blink.toolcalls import ToolStream, parse
+from blink.generate.toolcalls import ToolStream, parse
 
 TOOLS = ["get_weather", "search"]
 

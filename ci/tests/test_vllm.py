@@ -164,8 +164,8 @@ def vllm_replicas(vllm_venv, qwen3_dir):
 @pytest.fixture(scope="module")
 def qwen3_engine(qwen3_dir):
     """blink's engine on the qwen3 model, for `prepare` (prompts, reads) and `answer`."""
-    from blink.engine import Engine
-    from blink.loading import load
+    from blink.decide.planner import Engine
+    from blink.model.loading import load
 
     return Engine(load(str(qwen3_dir)))
 
@@ -187,7 +187,7 @@ def max_difference(a, b) -> float:
 
 
 def test_scores_equal_a_plain_forward(vllm_replicas, qwen3_engine):
-    from blink.answers import softmax
+    from blink.decide.answers import softmax
     from blink.vllm import Replicas, VllmScorer
 
     with Replicas([url for url, _ in vllm_replicas]) as replicas:
@@ -308,7 +308,7 @@ def test_a_busy_replica_spills_to_the_next_and_then_529(vllm_replicas, qwen3_eng
 
 
 def test_chat_streams_the_same_text_as_the_local_engine(vllm_replicas, qwen3_engine):
-    from blink.chat import ChatEnd, ChatEngine
+    from blink.generate.chat_engine import ChatEnd, ChatEngine
     from blink.vllm import Replicas, VllmChat
 
     chat = ChatEngine(qwen3_engine.loaded)

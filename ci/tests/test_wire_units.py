@@ -1,6 +1,6 @@
-"""The wire layer in-process, no server process: blink.http's Endpoint (request ids, the key, errors in each wire's
-shape, an unexpected exception as a 500), not_routed (404/405 + Allow), blink.bodies (caps, encodings,
-multipart), and the OpenAI wire's parsers (blink.openai.protocol, blink.openai.constraints).
+"""The wire layer in-process, no server process: blink.web.endpoint's Endpoint (request ids, the key, errors in each
+wire's shape, an unexpected exception as a 500), not_routed (404/405 + Allow), blink.web.bodies (caps, encodings,
+multipart), and the OpenAI wire's parsers (blink.api.openai.protocol, blink.api.openai.constraints).
 
 The apps are real Starlette apps driven by Starlette's TestClient: blink's own Endpoint and routes around
 handlers written here (they report what reached them), and blink.server.create_app over the demo model for
@@ -22,14 +22,16 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from blink import bodies, systemone
-from blink.admission import Admission
-from blink.auth import ApiKey
+from blink.api import systemone
+from blink.api.openai import constraints, protocol
 from blink.context import Context
 from blink.errors import InvalidRequest, NoRoute, Overloaded, PayloadTooLarge, QuotaExceeded, Unauthorized
-from blink.http import Body, Endpoint, not_routed
 from blink.limits import Limits
-from blink.openai import constraints, protocol
+from blink.plan import GenerationParams
+from blink.web import bodies
+from blink.web.admission import Admission
+from blink.web.auth import ApiKey
+from blink.web.endpoint import Body, Endpoint, not_routed
 from helpers import UNROUTED, check_unrouted
 
 KEY = "k-unit-Zq81"
@@ -443,7 +445,7 @@ def test_parse_chat_reads_messages_content_and_fields():
     assert request.messages[2]["tool_calls"][0]["function"] == {"name": "f", "arguments": {"x": 1}}
     assert request.messages[3]["tool_call_id"] == "c1"
     assert (request.max_tokens, request.stream, request.include_usage) == (5, True, True)
-    assert request.params == {"temperature": 0.0, "top_p": None, "top_k": None, "seed": None, "stop": ["END"]}
+    assert request.params == GenerationParams(temperature=0.0, stop=("END",))
     assert request.tools is None and request.parallel_tool_calls is True
 
 

@@ -1,0 +1,2 @@
+"""Decisions: questions, prompts, option rotation, answers, calibration, the planner, the decision service and
+its batcher."""

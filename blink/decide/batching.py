@@ -1,0 +1,128 @@
+"""Cross-request batching: one thread owns the GPU calls for decisions.
+
+Requests are queued (bounded: a full queue is refused with 529 + Retry-After, never left to time out);
+the thread takes the first waiting request, keeps collecting for `window` seconds or until `max_batch`
+requests of the same caller, and scores them all in ONE call of `score(plans, caller)` (the backend's, blink.backend:
+in this process, the Space's `@spaces.GPU` function as that caller, or vLLM replicas). It returns one result
+per plan, which goes to that request's future as it is: each request still gets its own answers or its own
+error. With a window of 0 it serves one request per call.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from blink.errors import Overloaded
+
+
+@dataclass
+class Job:
+    plan: Any
+    # who asked, as an opaque value (the Space: the caller's ZeroGPU identity headers); a batch holds one caller's jobs
+    caller: Any = None
+    future: Future = field(default_factory=Future)
+    # more plans scored in the same call on this request's behalf (its content-free prompts, blink.decide.prior); their
+    # outcomes are in `extra_scored` by the time `future` is done
+    extra: list = field(default_factory=list)
+    extra_scored: list = field(default_factory=list)
+    queued_at: float = field(default_factory=time.perf_counter)
+    started_at: float = 0.0
+
+
+class Batcher:
+    def __init__(
+        self, score: Callable[[list, Any], list], window_s: float = 0.0, max_batch: int = 16, max_queued: int = 64
+    ):
+        self.score = score
+        self.window_s = window_s
+        self.max_batch = max_batch if window_s > 0 else 1
+        self.max_queued = max_queued
+        self.queue: queue.Queue[Job] = queue.Queue(maxsize=max_queued)
+        self.held: deque[Job] = deque()  # taken while collecting another caller's batch; served first, in order
+        # requests accepted but still being prepared (parsed, tokenized): the only ones worth waiting for
+        self.incoming = 0
+        self._incoming_lock = threading.Lock()
+        self.batches = 0
+        self.requests = 0
+        self.thread = threading.Thread(target=self._loop, name="blink-batcher", daemon=True)
+        self.thread.start()
+
+    def submit(self, plan, caller=None, extra: list = ()) -> Job:
+        job = Job(plan, caller, extra=list(extra))
+        if self.held and self.queue.qsize() + len(self.held) >= self.max_queued:
+            raise Overloaded()
+        try:
+            self.queue.put_nowait(job)
+        except queue.Full:
+            raise Overloaded() from None
+        return job
+
+    def expect(self, delta: int) -> None:
+        """A request starts (+1) or ends (-1) its preparation: the window waits only while some are on the way."""
+        with self._incoming_lock:
+            self.incoming += delta
+
+    def alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def _collect(self) -> list[Job]:
+        jobs = [self.held.popleft() if self.held else self.queue.get()]
+        caller = jobs[0].caller
+        others: deque[Job] = deque()
+        while self.held:
+            job = self.held.popleft()
+            (jobs if job.caller == caller and len(jobs) < self.max_batch else others).append(job)
+        self.held = others
+        # The window closes early when nothing more is on its way: a lone request doesn't wait for company
+        # that isn't coming, and a burst is decided as soon as its last request is prepared.
+        deadline = time.perf_counter() + self.window_s
+        while len(jobs) < self.max_batch:
+            remaining = deadline - time.perf_counter()
+            try:
+                if self.queue.qsize() or (remaining > 0 and self.incoming > 0):
+                    job = self.queue.get(timeout=max(0.0, min(remaining, 0.001)))
+                else:
+                    break
+            except queue.Empty:
+                continue
+            (jobs if job.caller == caller else self.held).append(job)
+        return jobs
+
+    def _loop(self) -> None:
+        while True:
+            jobs = self._collect()
+            started = time.perf_counter()
+            for job in jobs:
+                job.started_at = started
+            plans = [plan for job in jobs for plan in (job.plan, *job.extra)]
+            try:
+                out = self.score(plans, jobs[0].caller)
+            except BaseException as exc:  # noqa: BLE001 - every waiting request learns why; the thread lives on
+                for job in jobs:
+                    job.future.set_exception(exc)
+                continue
+            self.batches += 1
+            self.requests += len(jobs)
+            at = 0
+            for job in jobs:
+                job.extra_scored = out[at + 1 : at + 1 + len(job.extra)]
+                job.future.set_result(out[at])
+                at += 1 + len(job.extra)
+
+    def stats(self) -> dict:
+        return {
+            "window_ms": self.window_s * 1000,
+            "max_requests": self.max_batch,
+            "max_queued": self.max_queued,
+            "worker_alive": self.alive(),
+            "queued": self.queue.qsize() + len(self.held),
+            "batches": self.batches,
+            "requests": self.requests,
+        }

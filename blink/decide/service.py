@@ -1,0 +1,78 @@
+"""The decision service every decision entry point uses: check (before admission), then plan in a worker thread,
+queue, one GPU call for the batch, answers.
+
+`/v1/systemone`, `/v1/decisions`, both MCP servers, Gradio's `decide` and the UI go through the same `check` and
+`run`, so a decision costs the same whichever wire asks for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from starlette.concurrency import run_in_threadpool
+
+from blink.decide.batching import Batcher
+from blink.decide.planner import Checked, DecisionPlanner, Prepared
+from blink.web.endpoint import Timing
+
+
+@dataclass
+class Decided:
+    """A decided request: its answers, and what it was prepared into (the usage figures)."""
+
+    answers: dict
+    prepared: Prepared
+    cached_tokens: int = 0  # prompt tokens taken from the prefix-state cache
+    calibration: dict | None = None  # {"applied", "temperatures"[, "prior"]}: what the answers got
+
+    @property
+    def input_tokens(self) -> int:
+        return self.prepared.input_tokens
+
+    @property
+    def image_usage(self) -> dict | None:
+        return self.prepared.image_usage
+
+
+class DecisionService:
+    def __init__(
+        self,
+        planner: DecisionPlanner,
+        backend,
+        *,
+        window_ms: float = 0.0,
+        max_batch: int = 16,
+        max_queued: int = 64,
+    ):
+        """`planner` checks, plans and answers in this process; `backend.score(plans, caller)` (blink.backend) runs
+        one batch and returns one `plan.Scored` per plan."""
+        self.planner = planner
+        self.batcher = Batcher(backend.score, window_ms / 1000.0, max_batch, max_queued)
+
+    def check(self, body, parts: dict | None = None) -> Checked:
+        """Before admission (in a worker thread): everything refusable without tokenizing."""
+        return self.planner.check(body, parts)
+
+    async def run(self, checked: Checked, ticket, caller=None, timing: Timing | None = None) -> Decided:
+        """An admitted decision: planned under the ticket's preparing bound, queued and batched with other
+        requests of the same `caller` (opaque; on the Space their ZeroGPU identity, so their own quota pays),
+        answered."""
+        timing = timing or Timing()
+        t = time.perf_counter()
+        self.batcher.expect(+1)
+        try:
+            async with ticket.preparing():
+                prepared = await run_in_threadpool(self.planner.plan, checked)
+            timing.add("prepare", time.perf_counter() - t)
+            job = self.batcher.submit(prepared.prompts, caller, prepared.prior_plans)
+        finally:
+            self.batcher.expect(-1)
+        scored = await asyncio.wrap_future(job.future)
+        timing.add("queue", job.started_at - job.queued_at)
+        timing.add("model", scored.compute_s)
+        t = time.perf_counter()
+        answers = self.planner.answer(prepared, scored.result(), job.extra_scored)
+        timing.add("answer", time.perf_counter() - t)
+        return Decided(answers, prepared, scored.cached_tokens, self.planner.calibration_fact(prepared))

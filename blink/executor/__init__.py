@@ -1,0 +1,1 @@
+"""The forward pass: shared prefixes, length-bucketed passes, the prefix-state cache, vision features."""

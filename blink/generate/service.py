@@ -1,0 +1,125 @@
+"""The chat service every chat entry point uses (chat completions, Responses, Completions, the UI's Chat tab):
+check, render and count, generate. The wires keep only their own shapes.
+
+The steps, in the request pipeline's order:
+- `check(messages)` before the request is admitted: what can be refused without rendering (images on a text-only
+  model), so a full server still answers it at once;
+- `render(ticket, ...)` / `tokenize(ticket, ...)` once admitted, under the ticket's preparing bound: the chat
+  template (or a raw prompt) tokenized with the count capped by the context window, and the output budget;
+- `start(...)` the backend's generator (blink.backend) behind one blink.web.streams.GeneratorStream, closed when the
+  exchange ends however it ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AsyncExitStack
+from dataclasses import replace
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from blink.errors import InvalidRequest
+from blink.generate.chat_engine import ChatEngine, Rendered
+from blink.generate.reasoning import opens_thinking
+from blink.plan import GenerationParams
+from blink.tokens import TokenCap, capped_tokens
+from blink.web.streams import GeneratorStream
+
+
+class ChatService:
+    def __init__(self, engine: ChatEngine, backend, keepalive_s: float = 5.0):
+        self.engine = engine
+        self.backend = backend  # blink.backend.Backend
+        self.keepalive_s = keepalive_s  # seconds without a token before a stream sends a keep-alive
+        self.cap = TokenCap(engine.tokenizer)  # counts a raw prompt in time bounded by the context window
+
+    @property
+    def tokenizer(self):
+        return self.engine.tokenizer
+
+    # before admission ---------------------------------------------------------------------------------------
+    def check(self, messages: list[dict]) -> None:
+        """Refuse what no rendering could serve: image parts for a model that reads text only."""
+        if self.engine.processor is not None:
+            return
+        for m in messages:
+            for block in m.get("content") if isinstance(m.get("content"), list) else ():
+                if isinstance(block, dict) and block.get("type") == "image":
+                    raise InvalidRequest(
+                        "this server's model reads text only: image parts are not accepted",
+                        loc=["body", *block["loc"]],
+                        kind="images_unsupported",
+                    )
+
+    def check_ids(self, ids: list[int]) -> None:
+        """Token ids sent as a prompt: each inside the vocabulary."""
+        vocab = len(self.engine.tokenizer)
+        for i, token in enumerate(ids):
+            if not 0 <= token < vocab:
+                raise InvalidRequest(
+                    f"token id {token} is outside the vocabulary (0-{vocab - 1})",
+                    loc=["body", "prompt", i],
+                    kind="invalid_value",
+                )
+
+    # admitted: render and count under the preparing bound ----------------------------------------------------
+    async def render(self, ticket, messages: list[dict], tools: list[dict] | None, max_tokens: int | None) -> Rendered:
+        async with ticket.preparing():
+            return await run_in_threadpool(self.engine.prepare, messages, tools, max_tokens)
+
+    def render_sync(self, ticket, messages: list[dict], max_tokens: int | None) -> Rendered:
+        with ticket.preparing_sync():
+            return self.engine.prepare(messages, None, max_tokens)
+
+    async def tokenize(self, ticket, prompt: str | list[int], max_tokens: int) -> Rendered:
+        """A raw prompt (no chat template): a string tokenized with its count capped by the context window (a
+        prompt past it is refused after tokenizing about the window's worth), or ids as they are."""
+        async with ticket.preparing():
+            return await run_in_threadpool(self._tokenize, prompt, max_tokens)
+
+    def _tokenize(self, prompt: str | list[int], max_tokens: int) -> Rendered:
+        engine = self.engine
+        if isinstance(prompt, str):
+            cap = self.cap
+            window = engine.context_tokens
+            if capped_tokens(cap.encode, prompt, window, cap.longest) is None:
+                raise InvalidRequest(
+                    f"the prompt is over this server's context window of {window} tokens (prompt and completion "
+                    "together). Nothing was truncated: shorten the prompt.",
+                    loc=["body", "prompt"],
+                    kind="context_length_exceeded",
+                )
+            ids = cap.encode(prompt)
+        else:
+            ids = list(prompt)
+        try:
+            budget = engine.budget(ids, max_tokens)
+        except InvalidRequest as error:
+            raise InvalidRequest(
+                error.message.replace("conversation", "prompt"), loc=["body", "prompt"], kind=error.kind
+            ) from None
+        return Rendered(ids, budget)
+
+    # generate ----------------------------------------------------------------------------------------------------
+    def start(
+        self, held: AsyncExitStack, rendered: Rendered, params: GenerationParams, caller: Any, streamed: bool
+    ) -> GeneratorStream:
+        """Generate `rendered` with `params` (its output budget and images are the rendering's) as `caller`; the
+        stream is closed when the exchange (`held`) ends."""
+        params = replace(params, max_tokens=rendered.max_tokens, images=tuple(rendered.images))
+        ids = rendered.ids
+        stream = GeneratorStream(
+            lambda: self.backend.generate(ids, params, caller), self.keepalive_s if streamed else None
+        )
+        held.push_async_callback(stream.aclose)
+        return stream
+
+    def generate_sync(self, rendered: Rendered, caller: Any) -> Iterator[Any]:
+        """The UI's blocking generator (it runs in Gradio's worker thread)."""
+        return self.backend.generate(rendered.ids, GenerationParams(max_tokens=rendered.max_tokens), caller)
+
+    def thinking(self, ids: list[int]) -> tuple[bool, bool]:
+        """(thinking on, the prompt opened the `<think>` block itself)."""
+        on = bool(self.engine.enable_thinking)
+        return on, on and opens_thinking(self.engine.tokenizer.decode(ids[-8:]))

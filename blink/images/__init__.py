@@ -1,0 +1,1 @@
+"""Image intake (gathering, decoding, placing) and the checks that bound its cost."""

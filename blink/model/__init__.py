@@ -1,0 +1,1 @@
+"""Loading weights (adapters merged, weights verified) and the offline demo model."""

@@ -1,0 +1,253 @@
+"""The request pipeline of every blink route, written once: a route declares what it is, not how to serve it.
+
+`Endpoint(ctx, wire, handler, body=Body(...), check=fn, admit=kind)` is the ASGI app of one route. In order:
+1. a request id and the API key;
+2. the body, read under its deadlines (blink.web.guard) and its caps *without* holding a work place: the bytes of
+   bodies in flight are bounded by the server's `BodyBudget` (blink.web.bodies), so stalled or trickling bodies
+   hold bytes, never the places normal requests need;
+3. `check(call)` in a worker thread: everything refusable without the model (the body's shape, its fields, images
+   on a text-only model) is refused here, at once, whatever the load;
+4. admission to the route's kind of work (blink.web.admission): a place, or 529 + Retry-After;
+5. `handler(call)`: the capped token count (under the ticket's preparing bound) and the work, answered as a dict
+   (JSON, 200) or a Response as it is.
+A BlinkError is rendered in the wire's own shape; anything else is logged and answered 500 in that shape.
+Every response carries the request id (under the wire's header names) and `server-timing`.
+
+Routes are plain ASGI apps, not FastAPI dependencies or exception handlers, because the Space grafts them
+onto Gradio's app where our handlers and middleware don't exist. For the same reason unknown paths and
+methods under /v1/ are answered by routes too (`not_routed`, listed after the real ones).
+
+`cancel_on_disconnect=True` (chat): once the body is read, the client's disconnect cancels the handler and
+the response alike, as vLLM's `with_cancellation` does, so streamed and non-streamed chat stop the same way
+(Starlette's StreamingResponse may notice first under ASGI 2.3; it cancels the same scope of work).
+What a handler holds for the exchange (`call.held`: a chat slot, a generator) is let go when it ends,
+however it ends.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Match, Route
+
+from blink.errors import BlinkError, EngineFailure, InvalidRequest, NoRoute, Unauthorized
+from blink.web.admission import KEYED
+from blink.web.bodies import parse_body, received
+
+log = logging.getLogger("blink")
+
+UNAUTHORIZED = "missing or invalid API key: send Authorization: Bearer <key>"
+# a decision body this small is parsed and checked in microseconds: on the event loop, not in a thread
+CHEAP_CHECK_BYTES = 16 * 1024
+
+
+def new_request_id() -> str:
+    return "req_" + uuid.uuid4().hex
+
+
+@dataclass
+class Timing:
+    """Phases of one request, for the `server-timing` header (milliseconds)."""
+
+    start: float = field(default_factory=time.perf_counter)
+    phases: dict = field(default_factory=dict)
+
+    def add(self, name: str, seconds: float) -> None:
+        self.phases[name] = self.phases.get(name, 0.0) + seconds * 1000
+
+    def header(self) -> str:
+        parts = [f"{name};dur={ms:.2f}" for name, ms in self.phases.items()]
+        parts.append(f"total;dur={(time.perf_counter() - self.start) * 1000:.2f}")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Wire:
+    """How one wire family answers: `render(error) -> (status, body)` and the headers that carry the id."""
+
+    render: Callable[[BlinkError], tuple[int, dict]]
+    id_headers: tuple[str, ...] = ("x-typesafe-request-id",)
+
+    def headers(self, request_id: str, timing: Timing) -> dict:
+        return {**{name: request_id for name in self.id_headers}, "server-timing": timing.header()}
+
+    def error_response(self, error: BlinkError, request_id: str, timing: Timing) -> Response:
+        status, body = self.render(error)
+        headers = {**self.headers(request_id, timing), **error.headers}
+        if isinstance(error, Unauthorized):
+            headers["WWW-Authenticate"] = "Bearer"
+        return AsciiJSONResponse(body, status, headers)
+
+
+class AsciiJSONResponse(JSONResponse):
+    """An error body is always encodable: whatever a message echoes (a lone surrogate too) is escaped."""
+
+    def render(self, content) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
+@dataclass
+class Call:
+    """One request as its handler sees it: checked, its body read, named and timed."""
+
+    request: Request
+    request_id: str
+    timing: Timing
+    held: AsyncExitStack  # let go when the exchange ends: the admission place, a generator
+    caller: Any = None
+    body: Any = None
+    parts: dict = field(default_factory=dict)  # multipart assets: {name: (content type, bytes)}
+    checked: Any = None  # what the route's `check` made of the body (a parsed request)
+    ticket: Any = None  # the admission place held for the whole exchange (blink.web.admission.Ticket)
+
+
+Handler = Callable[[Call], Awaitable["dict | Response"]]
+
+
+@dataclass(frozen=True)
+class Body:
+    """A route's body: JSON, and TypeSafe's multipart too when `multipart`. `what` names the requests in the
+    refusal of a multipart body to a JSON-only route."""
+
+    what: str = "requests"
+    multipart: bool = False
+
+    def refuse_parts(self, parts: dict) -> None:
+        if parts and not self.multipart:
+            raise InvalidRequest(
+                f"send {self.what} as JSON (application/json), not multipart", loc=["body"], kind="unsupported_media"
+            )
+
+
+class Endpoint:
+    """The ASGI app of one route (an object, not a function, so Starlette hands it the raw ASGI call)."""
+
+    def __init__(
+        self,
+        ctx,
+        wire: Wire,
+        handler: Handler,
+        *,
+        auth: bool = True,
+        body: Body | None = None,
+        check: Callable[[Call], Any] | None = None,
+        admit: str | None = None,
+        cancel_on_disconnect: bool = False,
+        inline_below: int = 0,
+    ):
+        """`body`: None for routes that read none; `check(call)`: the route's validation, before admission;
+        `admit`: the kind of work it does (blink.web.admission), None for routes that spend no model time;
+        `inline_below`: a plain body under these bytes is parsed and checked on the event loop (a check that costs
+        microseconds for such a body: a thread hop would cost more)."""
+        self.ctx, self.wire, self.handler = ctx, wire, handler
+        self.auth, self.body, self.check, self.admit = auth, body, check, admit
+        self.cancel_on_disconnect, self.inline_below = cancel_on_disconnect, inline_below
+
+    async def _through(self, call: Call) -> None:
+        """Steps 1-4 of the pipeline."""
+        ctx, request = self.ctx, call.request
+        if self.auth and not ctx.auth.allows(request.headers.get("authorization")):
+            raise Unauthorized(UNAUTHORIZED)
+        if self.body is not None:
+            started = time.perf_counter()
+            async with received(request, ctx.limits, ctx.body_budget) as raw:
+                call.timing.add("body", time.perf_counter() - started)  # the client's bytes arriving
+                call.body, call.parts, call.checked = await parse_body(  # parsed and checked in one thread hop
+                    raw,
+                    request.headers,
+                    ctx.limits,
+                    ctx.body_budget,
+                    then=lambda body, parts: self._check(call, body, parts),
+                    inline_below=self.inline_below,
+                )
+        elif self.check is not None:
+            call.checked = await run_in_threadpool(self.check, call)
+        if self.admit:  # API callers passed the key (or none is set): keyed
+            _, call.ticket = await call.held.enter_async_context(ctx.admission.admit(self.admit, KEYED))
+
+    def _check(self, call: Call, body, parts: dict):
+        call.body, call.parts = body, parts
+        self.body.refuse_parts(parts)
+        return self.check(call) if self.check is not None else None
+
+    async def __call__(self, scope, receive, send) -> None:
+        ctx, wire = self.ctx, self.wire
+        request = Request(scope, receive)
+        async with AsyncExitStack() as held:
+            call = Call(request, new_request_id(), Timing(), held, caller=ctx.caller_of(request))
+            try:
+                await self._through(call)
+            except ClientDisconnect:
+                return  # nobody to answer
+            except BlinkError as error:
+                await wire.error_response(error, call.request_id, call.timing)(scope, receive, send)
+                return
+            if not self.cancel_on_disconnect:
+                await answer(wire, self.handler, call, send)
+                return
+            async with anyio.create_task_group() as group:
+                group.start_soon(cancel_when_gone, receive, group.cancel_scope)
+                await answer(wire, self.handler, call, send)
+                group.cancel_scope.cancel()
+
+
+async def answer(wire: Wire, handler: Handler, call: Call, send) -> None:
+    try:
+        result = await handler(call)
+        response = result if isinstance(result, Response) else JSONResponse(result)
+        response.headers.update(wire.headers(call.request_id, call.timing))
+    except BlinkError as error:
+        if isinstance(error, EngineFailure):
+            log.error("request %s failed: %s", call.request_id, error.message)
+        response = wire.error_response(error, call.request_id, call.timing)
+    except Exception as exc:  # noqa: BLE001 - our fault: say so, log it, keep serving
+        log.exception("request %s failed", call.request_id)
+        failure = EngineFailure(f"internal error: {type(exc).__name__}: {exc}")
+        response = wire.error_response(failure, call.request_id, call.timing)
+    try:
+        await response(call.request.scope, call.request.receive, send)
+    except ClientDisconnect:
+        pass  # gone mid-answer (ASGI 2.4 servers say so on send): nobody is left to tell
+
+
+async def cancel_when_gone(receive, scope: anyio.CancelScope) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()
+
+
+def not_routed(ctx, prefix: str, wire: Wire, routes: list) -> Route:
+    """The route after the real ones for every path under `prefix`: 405 (with `Allow`) for a known path asked
+    with another method, 404 for the rest, in the wire's own shape with a request id."""
+
+    async def refuse(call: Call):
+        method, path = call.request.method, call.request.url.path
+        allowed = sorted(
+            {
+                m
+                for r in routes
+                if isinstance(r, Route) and r.methods and r.matches(call.request.scope)[0] is Match.PARTIAL
+                for m in r.methods
+            }
+        )
+        if allowed:
+            raise NoRoute(
+                f"{path} does not accept {method}; it takes {', '.join(allowed)}",
+                status=405,
+                kind="method_not_allowed",
+                headers={"Allow": ", ".join(allowed)},
+            )
+        raise NoRoute(f"there is no route {method} {path} on this server", kind="unknown_route")
+
+    return Route(prefix + "{rest:path}", Endpoint(ctx, wire, refuse, auth=False))
