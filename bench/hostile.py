@@ -24,6 +24,7 @@ import json
 import os
 import socket
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -74,7 +75,9 @@ def prefix_cache_mib(s: Server) -> float:
 
 
 class Watch:
-    """While a case runs: /healthz latency (worst) and the server's RSS (peak), sampled in threads."""
+    """While a case runs: /healthz latency (worst), polled from a process of its own (bench/poll_healthz.py), so
+    the case's own client work in this process (building and sending a 12 MB body, images) never delays the
+    poller; and the server's RSS (peak), sampled in a thread."""
 
     def __init__(self, server: Server):
         self.server = server
@@ -84,33 +87,33 @@ class Watch:
         self.health_max = 0.0
         self.health_fail = 0
         self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._rss, daemon=True),
-            threading.Thread(target=self._health, daemon=True),
-        ]
+        self._threads = [threading.Thread(target=self._rss, daemon=True)]
         for t in self._threads:
             t.start()
+        self._poller = subprocess.Popen(
+            [sys.executable, str(ROOT / "bench" / "poll_healthz.py"), server.url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(0.3)  # the poller is polling before the case begins
 
     def _rss(self) -> None:
         while not self._stop.is_set():
             self.peak = max(self.peak, self.server.rss())
             self._stop.wait(0.02)
 
-    def _health(self) -> None:
-        with httpx.Client(timeout=60) as client:
-            while not self._stop.is_set():
-                t = time.perf_counter()
-                try:
-                    client.get(self.server.url + "/healthz")
-                except httpx.HTTPError:
-                    self.health_fail += 1
-                self.health_max = max(self.health_max, time.perf_counter() - t)
-                self._stop.wait(0.05)
-
     def done(self, settle_s: float = 2.0) -> dict:
         self._stop.set()
         for t in self._threads:
             t.join(timeout=65)
+        try:
+            out, _ = self._poller.communicate("", timeout=90)
+            polled = json.loads(out.strip().splitlines()[-1])
+            self.health_max, self.health_fail = polled["max_s"], polled["failed"]
+        except (subprocess.TimeoutExpired, ValueError, IndexError):
+            self._poller.kill()
+            self.health_fail += 1
         time.sleep(settle_s)  # what the server gives back, it gives back soon
         return {
             "healthz_max_s": round(self.health_max, 3),
