@@ -84,7 +84,7 @@ class Watch:
         self.cache_base = prefix_cache_mib(server)
         self.base = server.rss()
         self.peak = self.base
-        self.health_max = 0.0
+        self.health_max = self.health_p50 = self.health_p99 = 0.0
         self.health_fail = 0
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._rss, daemon=True)]
@@ -96,7 +96,10 @@ class Watch:
             stdout=subprocess.PIPE,
             text=True,
         )
-        time.sleep(0.3)  # the poller is polling before the case begins
+        # the case begins once the poller is polling (its own start is not the server's latency)
+        ready = threading.Thread(target=self._poller.stdout.readline, daemon=True)
+        ready.start()
+        ready.join(timeout=60)
 
     def _rss(self) -> None:
         while not self._stop.is_set():
@@ -111,12 +114,15 @@ class Watch:
             out, _ = self._poller.communicate("", timeout=90)
             polled = json.loads(out.strip().splitlines()[-1])
             self.health_max, self.health_fail = polled["max_s"], polled["failed"]
+            self.health_p50, self.health_p99 = polled["p50_s"], polled["p99_s"]
         except (subprocess.TimeoutExpired, ValueError, IndexError):
             self._poller.kill()
             self.health_fail += 1
         time.sleep(settle_s)  # what the server gives back, it gives back soon
         return {
             "healthz_max_s": round(self.health_max, 3),
+            "healthz_p50_s": round(self.health_p50, 3),
+            "healthz_p99_s": round(self.health_p99, 3),
             "healthz_failed": self.health_fail,
             "rss_peak_mb": round((self.peak - self.base) / MB),
             "rss_kept_mb": round((self.server.rss() - self.base) / MB),
