@@ -2,11 +2,12 @@
 
     .venv/bin/python bench/soak.py [--minutes 20] [--load 0.8] [--url URL] [--code DIR]
 
-First the capacity: closed-loop clients sending small decisions for `--capacity-s`, in req/s. Then open-loop
-arrivals at `--load` times that, for `--minutes`: 75 % decisions (small, and one in ten a long state with 8
-questions), 10 % chat streams (16 tokens, read to the end), 10 % clients that send a decision and leave before the
-answer, 5 % hostile bodies (malformed JSON, a lone surrogate, nesting past the limit, a body past the cap: each
-must be a 4xx). Every 5 s the server's RSS (its process tree), open file descriptors and threads are sampled.
+First the capacity: 8 closed-loop clients sending the same mix for `--capacity-s`, in arrivals answered per
+second. Then open-loop arrivals at `--load` times that, for `--minutes`: 75 % decisions (small, and one in ten
+a long state with 8 questions), 10 % chat streams (16 tokens, read to the end), 10 % clients that send a
+decision and leave before the answer, 5 % hostile bodies (malformed JSON, a lone surrogate, nesting past the
+limit, a body past the cap: each must be a 4xx). Every 5 s the server's RSS (its process tree), open file
+descriptors and threads are sampled.
 
 Reported: RSS growth from the end of the warm-up (the first fifth, at least one minute when the run is long enough)
 to the end (target < 50 MB), the range of fds and threads after the warm-up (flat), decision p50/p99 in the first
@@ -85,21 +86,24 @@ class Sampler:
             pass
 
 
-async def capacity(url: str, seconds: float, clients: int = 8) -> float:
+async def capacity(url: str, port: int, model: str, seconds: float, clients: int = 8) -> float:
+    """Arrivals of the same mix per second that `clients` closed-loop clients get answered: the capacity."""
+    rng = random.Random(11)
+    statuses: Counter = Counter()
     done = 0
     stop_at = time.perf_counter() + seconds
     async with httpx.AsyncClient(base_url=url, timeout=120) as client:
 
-        async def one(c: int) -> None:
+        async def loop(c: int) -> None:
             nonlocal done
             for k in range(100_000):
                 if time.perf_counter() >= stop_at:
                     return
-                r = await client.post("/v1/systemone", json=small(c * 100_000 + k))
-                done += r.status_code == 200
+                await send(client, port, model, c * 100_000 + k, pick(rng.random()), 0.0, statuses, [])
+                done += 1
 
         t = time.perf_counter()
-        await asyncio.gather(*(one(c) for c in range(clients)))
+        await asyncio.gather(*(loop(c) for c in range(clients)))
     return done / (time.perf_counter() - t)
 
 
@@ -117,6 +121,40 @@ async def leave_early(port: int, body: dict) -> str:
     return "left"
 
 
+def pick(roll: float) -> str:
+    return "decision" if roll < 0.75 else "chat" if roll < 0.85 else "leave" if roll < 0.95 else "hostile"
+
+
+async def send(client, port: int, model: str, i: int, kind: str, at: float, statuses: Counter, latencies: list) -> None:
+    """One arrival of the mix, its outcome counted."""
+    t = time.perf_counter()
+    try:
+        if kind == "decision":
+            r = await client.post("/v1/systemone", json=long(i) if i % 10 == 0 else small(i))
+            statuses[f"decision {r.status_code}"] += 1
+            if r.status_code == 200:
+                latencies.append((at, time.perf_counter() - t))
+        elif kind == "chat":
+            body = {
+                "model": model,
+                "messages": [{"role": "user", "content": f"Say something about parcel {i}."}],
+                "max_tokens": 16,
+                "stream": True,
+            }
+            async with client.stream("POST", "/v1/chat/completions", json=body) as r:
+                async for _ in r.aiter_lines():
+                    pass
+            statuses[f"chat {r.status_code}"] += 1
+        elif kind == "leave":
+            statuses[await leave_early(port, small(i))] += 1
+        else:
+            content_type, data = HOSTILE[i % len(HOSTILE)]
+            r = await client.post("/v1/systemone", content=data, headers={"content-type": content_type})
+            statuses[f"hostile {r.status_code}"] += 1
+    except (httpx.HTTPError, OSError) as exc:
+        statuses[f"{kind} {type(exc).__name__}"] += 1
+
+
 async def soak(url: str, port: int, rate: float, seconds: float, sampler: Sampler | None, model: str) -> dict:
     rng = random.Random(7)
     statuses: Counter = Counter()
@@ -128,32 +166,8 @@ async def soak(url: str, port: int, rate: float, seconds: float, sampler: Sample
 
         async def one(i: int, kind: str, at: float) -> None:
             nonlocal in_flight
-            t = time.perf_counter()
             try:
-                if kind == "decision":
-                    r = await client.post("/v1/systemone", json=long(i) if i % 10 == 0 else small(i))
-                    statuses[f"decision {r.status_code}"] += 1
-                    if r.status_code == 200:
-                        latencies.append((at, time.perf_counter() - t))
-                elif kind == "chat":
-                    body = {
-                        "model": model,
-                        "messages": [{"role": "user", "content": f"Say something about parcel {i}."}],
-                        "max_tokens": 16,
-                        "stream": True,
-                    }
-                    async with client.stream("POST", "/v1/chat/completions", json=body) as r:
-                        async for _ in r.aiter_lines():
-                            pass
-                    statuses[f"chat {r.status_code}"] += 1
-                elif kind == "leave":
-                    statuses[await leave_early(port, small(i))] += 1
-                else:
-                    content_type, data = HOSTILE[i % len(HOSTILE)]
-                    r = await client.post("/v1/systemone", content=data, headers={"content-type": content_type})
-                    statuses[f"hostile {r.status_code}"] += 1
-            except (httpx.HTTPError, OSError) as exc:
-                statuses[f"{kind} {type(exc).__name__}"] += 1
+                await send(client, port, model, i, kind, at, statuses, latencies)
             finally:
                 in_flight -= 1
 
@@ -165,8 +179,7 @@ async def soak(url: str, port: int, rate: float, seconds: float, sampler: Sample
             if sampler is not None and now >= next_sample:
                 sampler.sample(now)
                 next_sample += 5.0
-            roll = rng.random()
-            kind = "decision" if roll < 0.75 else "chat" if roll < 0.85 else "leave" if roll < 0.95 else "hostile"
+            kind = pick(rng.random())
             if in_flight >= MAX_IN_FLIGHT:
                 skipped += 1
             else:
@@ -237,12 +250,12 @@ def main() -> None:
         url, pid = f"http://127.0.0.1:{port}", proc.pid
         wait_healthy(url, proc, log_path, timeout=300)
     try:
-        cap = asyncio.run(capacity(url, args.capacity_s))
+        model = httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["id"]
+        cap = asyncio.run(capacity(url, port, model, args.capacity_s))
         rate = max(0.5, args.load * cap)
-        log(f"capacity {cap:.1f} small decisions/s; offering {rate:.1f} arrivals/s for {args.minutes} min")
+        log(f"capacity {cap:.1f} arrivals/s of the mix; offering {rate:.1f}/s for {args.minutes} min")
         sampler = Sampler(pid) if pid else None
         seconds = args.minutes * 60
-        model = httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["id"]
         run = asyncio.run(soak(url, port, rate, seconds, sampler, model))
         result = {
             "capacity_rps": round(cap, 2),
