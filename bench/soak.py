@@ -67,9 +67,19 @@ HOSTILE = [
 
 
 class Sampler:
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, url: str | None = None):
         self.process = psutil.Process(pid)
+        self.url = url
         self.rows: list[dict] = []
+
+    def cache_mb(self) -> float:
+        """What the prefix-state cache holds (bounded by --prefix-cache-mib by design), to tell it from a leak."""
+        try:
+            return float(
+                httpx.get(self.url + "/healthz", timeout=10).json().get("prefix_cache", {}).get("used_mib") or 0
+            )
+        except (httpx.HTTPError, ValueError, TypeError):
+            return 0.0
 
     def sample(self, t: float) -> None:
         try:
@@ -80,6 +90,7 @@ class Sampler:
                     "rss_mb": sum(p.memory_info().rss for p in procs) / 2**20,
                     "fds": sum(p.num_fds() for p in procs),
                     "threads": sum(p.num_threads() for p in procs),
+                    "cache_mb": self.cache_mb() if self.url else 0.0,
                 }
             )
         except psutil.Error:
@@ -214,6 +225,7 @@ def summary(run: dict, samples: list[dict], seconds: float) -> dict:
         "rss_mb_end": round(after[-1]["rss_mb"], 1),
         "rss_growth_mb": round(after[-1]["rss_mb"] - after[0]["rss_mb"], 1),
         "rss_max_after_warmup_mb": round(max(s["rss_mb"] for s in after), 1),
+        "prefix_cache_growth_mb": round(after[-1].get("cache_mb", 0) - after[0].get("cache_mb", 0), 1),
         "fds": [min(s["fds"] for s in after), max(s["fds"] for s in after), after[-1]["fds"]],
         "threads": [min(s["threads"] for s in after), max(s["threads"] for s in after), after[-1]["threads"]],
         "p50_first_s": round(quantile(first, 0.5), 3),
@@ -254,7 +266,7 @@ def main() -> None:
         cap = asyncio.run(capacity(url, port, model, args.capacity_s))
         rate = max(0.5, args.load * cap)
         log(f"capacity {cap:.1f} arrivals/s of the mix; offering {rate:.1f}/s for {args.minutes} min")
-        sampler = Sampler(pid) if pid else None
+        sampler = Sampler(pid, url) if pid else None
         seconds = args.minutes * 60
         run = asyncio.run(soak(url, port, rate, seconds, sampler, model))
         result = {
