@@ -24,6 +24,7 @@ import json
 import os
 import socket
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -43,8 +44,6 @@ for var, value in (
 import httpx  # noqa: E402
 import zstandard  # noqa: E402
 from servers import Server, blink_serve  # noqa: E402
-
-import helpers  # noqa: E402
 
 RESULTS = ROOT / "bench" / "hostile-results.json"
 MB = 2**20
@@ -75,23 +74,58 @@ def prefix_cache_mib(s: Server) -> float:
         return 0.0
 
 
-class Watch(helpers.Watch):
-    """While a case runs: /healthz latency (worst, failures counted) and the server's RSS (peak, its process tree),
-    sampled in threads (ci/tests/helpers.Watch, as the tests watch theirs); done() reports them with the prefix
-    cache's share of what was kept."""
+class Watch:
+    """While a case runs: /healthz latency (worst), polled from a process of its own (bench/poll_healthz.py), so
+    the case's own client work in this process (building and sending a 12 MB body, images) never delays the
+    poller; and the server's RSS (peak), sampled in a thread."""
 
     def __init__(self, server: Server):
         self.server = server
         self.cache_base = prefix_cache_mib(server)
-        super().__init__(server.url, server.rss, health_timeout=60)
+        self.base = server.rss()
+        self.peak = self.base
+        self.health_max = self.health_p50 = self.health_p99 = 0.0
+        self.health_fail = 0
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._rss, daemon=True)]
+        for t in self._threads:
+            t.start()
+        self._poller = subprocess.Popen(
+            [sys.executable, str(ROOT / "bench" / "poll_healthz.py"), server.url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        # the case begins once the poller is polling (its own start is not the server's latency)
+        ready = threading.Thread(target=self._poller.stdout.readline, daemon=True)
+        ready.start()
+        ready.join(timeout=60)
+
+    def _rss(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.server.rss())
+            self._stop.wait(0.02)
 
     def done(self, settle_s: float = 2.0) -> dict:
-        health_max, peak, kept = super().done(settle_s)
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=65)
+        try:
+            out, _ = self._poller.communicate("", timeout=90)
+            polled = json.loads(out.strip().splitlines()[-1])
+            self.health_max, self.health_fail = polled["max_s"], polled["failed"]
+            self.health_p50, self.health_p99 = polled["p50_s"], polled["p99_s"]
+        except (subprocess.TimeoutExpired, ValueError, IndexError):
+            self._poller.kill()
+            self.health_fail += 1
+        time.sleep(settle_s)  # what the server gives back, it gives back soon
         return {
-            "healthz_max_s": round(health_max, 3),
+            "healthz_max_s": round(self.health_max, 3),
+            "healthz_p50_s": round(self.health_p50, 3),
+            "healthz_p99_s": round(self.health_p99, 3),
             "healthz_failed": self.health_fail,
-            "rss_peak_mb": round(peak / MB),
-            "rss_kept_mb": round(kept / MB),
+            "rss_peak_mb": round((self.peak - self.base) / MB),
+            "rss_kept_mb": round((self.server.rss() - self.base) / MB),
             "prefix_cache_mb": round(prefix_cache_mib(self.server) - self.cache_base),  # of the kept, the cache's
         }
 

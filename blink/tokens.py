@@ -3,16 +3,28 @@ refused after tokenizing about the window's worth of it, never the whole of a 64
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+
+_LONGEST: dict[int, tuple[object, int]] = {}  # id(tokenizer) -> (the tokenizer, kept so its id is not reused; value)
+_LONGEST_LOCK = threading.Lock()
 
 
 def longest_token_chars(tokenizer) -> int:
-    """The most characters one token of this vocabulary stands for (byte-level BPE: bytes, a bound on chars)."""
-    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
-    longest = 1
-    for piece in vocab:
-        longest = max(longest, len(piece))
-    return longest
+    """The most characters one token of this vocabulary stands for (byte-level BPE: bytes, a bound on chars).
+    Computed once per tokenizer: `get_vocab()` is one call of about a second that holds the GIL (every other
+    thread, the event loop's included, waits it out), so it is paid at startup, by whoever asks first, never again
+    on a request."""
+    with _LONGEST_LOCK:
+        known = _LONGEST.get(id(tokenizer))
+        if known is not None and known[0] is tokenizer:
+            return known[1]
+        vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
+        longest = 1
+        for piece in vocab:
+            longest = max(longest, len(piece))
+        _LONGEST[id(tokenizer)] = (tokenizer, longest)
+        return longest
 
 
 def capped_tokens(

@@ -6,6 +6,13 @@ requests of the same caller, and scores them all in ONE call of `score(plans, ca
 in this process, the Space's `@spaces.GPU` function as that caller, or vLLM replicas). It returns one result
 per plan, which goes to that request's future as it is: each request still gets its own answers or its own
 error. With a window of 0 it serves one request per call.
+
+With `concurrency` > 1 (a backend that batches on its own side, as vLLM replicas do continuously) the thread hands
+each request to one of `concurrency` workers and takes the next at once: every replica is kept busy, and a slow
+or hung one holds only the requests sent to it, never the ones behind them.
+
+A request whose client left is cancelled (its future): it is dropped from the queue without being computed, and
+its queue slot is free at once; one already in a pass finishes, and its result is dropped.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,11 +45,24 @@ class Job:
 
 class Batcher:
     def __init__(
-        self, score: Callable[[list, Any], list], window_s: float = 0.0, max_batch: int = 16, max_queued: int = 64
+        self,
+        score: Callable[[list, Any], list],
+        window_s: float = 0.0,
+        max_batch: int = 16,
+        max_queued: int = 64,
+        concurrency: int = 1,
     ):
         self.score = score
-        self.window_s = window_s
-        self.max_batch = max_batch if window_s > 0 else 1
+        self.window_s = window_s if concurrency == 1 else 0.0
+        self.max_batch = max_batch if self.window_s > 0 else 1
+        self.concurrency = max(1, concurrency)
+        self.running = 0  # requests handed to the workers and not yet answered
+        self._slots = threading.Semaphore(self.concurrency)
+        self.workers = (
+            ThreadPoolExecutor(self.concurrency, thread_name_prefix="blink-dispatch") if self.concurrency > 1 else None
+        )
+        self.dropped = 0  # requests whose client left before their pass: never computed
+        self._counts = threading.Lock()
         self.max_queued = max_queued
         self.queue: queue.Queue[Job] = queue.Queue(maxsize=max_queued)
         self.held: deque[Job] = deque()  # taken while collecting another caller's batch; served first, in order
@@ -56,6 +76,8 @@ class Batcher:
 
     def submit(self, plan, caller=None, extra: list = ()) -> Job:
         job = Job(plan, caller, extra=list(extra))
+        if self.queue.qsize() + len(self.held) >= self.max_queued:
+            self._purge()  # slots held by requests whose clients left are free
         if self.held and self.queue.qsize() + len(self.held) >= self.max_queued:
             raise Overloaded()
         try:
@@ -63,6 +85,18 @@ class Batcher:
         except queue.Full:
             raise Overloaded() from None
         return job
+
+    def _purge(self) -> None:
+        """Drop the queued requests whose client left (their future is cancelled)."""
+        with self.queue.mutex:
+            live = deque(job for job in self.queue.queue if not job.future.cancelled())
+            gone = len(self.queue.queue) - len(live)
+            if gone:
+                self.queue.queue = live
+                self.queue.unfinished_tasks = max(0, self.queue.unfinished_tasks - gone)
+                self.queue.not_full.notify_all()
+        # `held` belongs to the batcher thread; the ones there are skipped when they are taken
+        self._drop(gone)
 
     def expect(self, delta: int) -> None:
         """A request starts (+1) or ends (-1) its preparation: the window waits only while some are on the way."""
@@ -72,8 +106,19 @@ class Batcher:
     def alive(self) -> bool:
         return self.thread.is_alive()
 
+    def _drop(self, n: int) -> None:
+        with self._counts:
+            self.dropped += n
+
+    def _first(self) -> Job:
+        while True:
+            job = self.held.popleft() if self.held else self.queue.get()
+            if not job.future.cancelled():
+                return job
+            self._drop(1)
+
     def _collect(self) -> list[Job]:
-        jobs = [self.held.popleft() if self.held else self.queue.get()]
+        jobs = [self._first()]
         caller = jobs[0].caller
         others: deque[Job] = deque()
         while self.held:
@@ -92,29 +137,54 @@ class Batcher:
                     break
             except queue.Empty:
                 continue
+            if job.future.cancelled():
+                self._drop(1)
+                continue
             (jobs if job.caller == caller else self.held).append(job)
         return jobs
 
     def _loop(self) -> None:
         while True:
             jobs = self._collect()
-            started = time.perf_counter()
-            for job in jobs:
-                job.started_at = started
-            plans = [plan for job in jobs for plan in (job.plan, *job.extra)]
-            try:
-                out = self.score(plans, jobs[0].caller)
-            except BaseException as exc:  # noqa: BLE001 - every waiting request learns why; the thread lives on
-                for job in jobs:
-                    job.future.set_exception(exc)
+            if self.workers is None:
+                self._run(jobs)
                 continue
-            self.batches += 1
-            self.requests += len(jobs)
-            at = 0
-            for job in jobs:
-                job.extra_scored = out[at + 1 : at + 1 + len(job.extra)]
-                job.future.set_result(out[at])
-                at += 1 + len(job.extra)
+            self._slots.acquire()  # a worker is free: the next request goes out as soon as one is
+            with self._counts:
+                self.running += len(jobs)
+            self.workers.submit(self._dispatched, jobs)
+
+    def _dispatched(self, jobs: list[Job]) -> None:
+        try:
+            self._run(jobs)
+        finally:
+            with self._counts:
+                self.running -= len(jobs)
+            self._slots.release()
+
+    def _run(self, jobs: list[Job]) -> None:
+        # from here on a request is running: its client leaving no longer cancels it (its result is dropped)
+        live = [job for job in jobs if job.future.set_running_or_notify_cancel()]
+        self._drop(len(jobs) - len(live))
+        if not live:
+            return
+        started = time.perf_counter()
+        for job in live:
+            job.started_at = started
+        plans = [plan for job in live for plan in (job.plan, *job.extra)]  # a request's own, then its prior's
+        try:
+            out = self.score(plans, live[0].caller)
+        except BaseException as exc:  # noqa: BLE001 - every waiting request learns why; the thread lives on
+            for job in live:
+                job.future.set_exception(exc)
+            return
+        self.batches += 1
+        self.requests += len(live)
+        at = 0
+        for job in live:
+            job.extra_scored = out[at + 1 : at + 1 + len(job.extra)]
+            job.future.set_result(out[at])
+            at += 1 + len(job.extra)
 
     def stats(self) -> dict:
         return {
@@ -123,6 +193,9 @@ class Batcher:
             "max_queued": self.max_queued,
             "worker_alive": self.alive(),
             "queued": self.queue.qsize() + len(self.held),
+            "running": self.running,
+            "concurrency": self.concurrency,
+            "dropped_client_gone": self.dropped,
             "batches": self.batches,
             "requests": self.requests,
         }

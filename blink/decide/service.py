@@ -47,9 +47,11 @@ class DecisionService:
         max_queued: int = 64,
     ):
         """`planner` checks, plans and answers in this process; `backend.score(plans, caller)` (blink.backend) runs
-        one batch and returns one `plan.Scored` per plan."""
+        one batch and returns one `plan.Scored` per plan. A backend with `parallel` > 1 (vLLM replicas) is sent
+        that many requests at once, each on its own, instead of one batch at a time."""
         self.planner = planner
-        self.batcher = Batcher(backend.score, window_ms / 1000.0, max_batch, max_queued)
+        parallel = int(getattr(backend, "parallel", 1) or 1)
+        self.batcher = Batcher(backend.score, window_ms / 1000.0, max_batch, max_queued, concurrency=parallel)
 
     def check(self, body, parts: dict | None = None) -> Checked:
         """Before admission (in a worker thread): everything refusable without tokenizing."""

@@ -12,10 +12,14 @@ from blink.vllm.scoring import VllmScorer
 
 
 class VllmBackend:
-    """`caller` is moot here: the replicas are this deployment's own, nobody's quota to choose."""
+    """`caller` is moot here: the replicas are this deployment's own, nobody's quota to choose.
+
+    `parallel`: how many decisions the decision service sends at once, each on its own (blink.decide.batching): vLLM
+    batches continuously on its side, so every replica is kept busy and a slow one holds only its own."""
 
     def __init__(self, replicas: Replicas, chat_engine):
         self.replicas = replicas
+        self.parallel = min(256, replicas.max_in_flight * len(replicas.replicas))
         self.scorer = VllmScorer(replicas)
         self.chat = VllmChat(replicas, chat_engine)
 

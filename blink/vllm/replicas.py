@@ -7,7 +7,13 @@ al., 2018) bounds it: a replica takes a new request only while its requests in f
 thus spills to the next one in the request's order, the same for every request of that prefix, so a spilled
 state warms one more cache, not all of them.
 
-A replica that can't be reached (or answers 429/502/503/504) is marked down for a back-off that doubles per
+Each call's timeout follows what it should take, not a fixed bound: the prompt tokens it sends times the slowest
+measured speed of the replicas (an average of seconds per prompt token over their recent answers), times
+`timeout_factor`, plus `min_timeout_s`, never more than `timeout_s` (which is also the bound before anything
+is measured). A hung replica thus holds only the requests sent to it, for about that long; they time out and
+are retried on the next replica of their order, and it is marked down.
+
+A replica that can't be reached, times out (or answers 429/502/503/504) is marked down for a back-off that doubles per
 consecutive failure, and the request moves on to the next one. When none can take it the request is answered
 `Overloaded` (529 with Retry-After). A 400 is the request's own fault: it is never retried.
 """
@@ -50,6 +56,8 @@ class Replica:
     last_error: str | None = None
     model: str | None = None  # the served model name, from /v1/models
     max_model_len: int | None = None
+    seconds_per_token: float | None = None  # running mean over its answers; None: not measured yet
+    timeouts: int = 0
 
     def is_up(self, now: float) -> bool:
         return self.down_until <= now
@@ -83,6 +91,8 @@ class Replicas:
         backoff_s: float = 1.0,
         max_backoff_s: float = 30.0,
         timeout_s: float = 300.0,
+        min_timeout_s: float = 5.0,
+        timeout_factor: float = 4.0,
         api_key: str | None = None,
         table: PrefixTable | None = None,
     ):
@@ -94,6 +104,11 @@ class Replicas:
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self.table = table or PrefixTable()
+        self.max_timeout_s, self.min_timeout_s, self.timeout_factor = (
+            timeout_s,
+            min(min_timeout_s, timeout_s),
+            timeout_factor,
+        )
         self.lock = threading.Lock()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx.Client(
@@ -142,9 +157,25 @@ class Replicas:
             backoff = min(self.max_backoff_s, self.backoff_s * 2 ** (replica.failures - 1))
             replica.down_until = time.monotonic() + backoff
 
+    def timeout_for(self, tokens: int) -> float:
+        """Seconds a call sending `tokens` prompt tokens may take before it is given up on this replica."""
+        with self.lock:
+            measured = [r.seconds_per_token for r in self.replicas if r.seconds_per_token is not None]
+        if not measured:
+            return self.max_timeout_s
+        expected = max(1, tokens) * max(measured)
+        return min(self.max_timeout_s, self.min_timeout_s + self.timeout_factor * expected)
+
+    def _measure(self, replica: Replica, tokens: int, seconds: float) -> None:
+        rate = seconds / max(1, tokens)
+        with self.lock:
+            old = replica.seconds_per_token
+            replica.seconds_per_token = rate if old is None else old + (rate - old) * 0.2
+
     def _release(self, replica: Replica, error: Exception | None, down: bool = False) -> None:
         with self.lock:
             replica.in_flight -= 1
+            replica.timeouts += isinstance(error, httpx.TimeoutException)
             replica.served += error is None
             self._record(replica, error, down)
 
@@ -184,7 +215,11 @@ class Replicas:
         Returns (replica, response); the caller reads it, then calls `finish(replica, response, error)`."""
 
         def start(replica: Replica) -> httpx.Response:
-            request = self.client.build_request("POST", replica.url + path, json=self.with_model(replica, body))
+            # the first token after the prompt's prefill, then each next one, within the call's expected time
+            timeout = httpx.Timeout(self.timeout_for(_tokens(body)), connect=5.0)
+            request = self.client.build_request(
+                "POST", replica.url + path, json=self.with_model(replica, body), timeout=timeout
+            )
             response = self.client.send(request, stream=True)
             if response.status_code != 200:
                 response.read()
@@ -210,7 +245,12 @@ class Replicas:
         return {"model": replica.model, **body}
 
     def post(self, replica: Replica, path: str, body: dict) -> dict:
-        return check(self.client.post(replica.url + path, json=self.with_model(replica, body)))
+        tokens = _tokens(body)
+        timeout = httpx.Timeout(self.timeout_for(tokens), connect=5.0)
+        started = time.monotonic()
+        answer = check(self.client.post(replica.url + path, json=self.with_model(replica, body), timeout=timeout))
+        self._measure(replica, tokens, time.monotonic() - started)
+        return answer
 
     # health -----------------------------------------------------------------------------------------------
     def _probe(self, replica: Replica) -> None:
@@ -241,6 +281,10 @@ class Replicas:
                         "in_flight": r.in_flight,
                         "served": r.served,
                         "consecutive_failures": r.failures,
+                        "timeouts": r.timeouts,
+                        "ms_per_1k_tokens": None
+                        if r.seconds_per_token is None
+                        else round(r.seconds_per_token * 1e6, 1),
                         "last_error": r.last_error,
                         "model": r.model,
                         "max_model_len": r.max_model_len,
@@ -257,3 +301,11 @@ class Replicas:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _tokens(body: dict) -> int:
+    """The prompt tokens of a completion body: one prompt of ids, or a list of them."""
+    prompt = body.get("prompt") or []
+    if prompt and isinstance(prompt[0], list):
+        return sum(len(p) for p in prompt)
+    return len(prompt)

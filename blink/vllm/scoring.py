@@ -52,7 +52,7 @@ class VllmScorer:
         refused it as malformed); never raises for one request's sake. `caller` is moot here (the batch runner's
         signature)."""
         start = time.perf_counter()
-        outcomes = list(self.pool.map(self._outcome, plans))
+        outcomes = [self._outcome(plans[0])] if len(plans) == 1 else list(self.pool.map(self._outcome, plans))
         compute_s = time.perf_counter() - start
         return [Scored(scores, error, compute_s) for scores, error in outcomes]
 

@@ -17,11 +17,13 @@ Routes are plain ASGI apps, not FastAPI dependencies or exception handlers, beca
 onto Gradio's app where our handlers and middleware don't exist. For the same reason unknown paths and
 methods under /v1/ are answered by routes too (`not_routed`, listed after the real ones).
 
-`cancel_on_disconnect=True` (chat): once the body is read, the client's disconnect cancels the handler and
-the response alike, as vLLM's `with_cancellation` does, so streamed and non-streamed chat stop the same way
-(Starlette's StreamingResponse may notice first under ASGI 2.3; it cancels the same scope of work).
-What a handler holds for the exchange (`call.held`: a chat slot, a generator) is let go when it ends,
-however it ends.
+Once the body is read, the client's disconnect ends the work of a route that holds a place (`admit`): its wait
+for a place, its queued request (dropped uncomputed) or its handler, and the place is free at once; a decision
+already in a pass finishes there and its answer is dropped. `cancel_on_disconnect=True` (chat) does the same
+for a route without `admit`. It cancels the handler and the response alike, as vLLM's `with_cancellation`
+does, so streamed and non-streamed chat stop the same way (Starlette's StreamingResponse may notice first under
+ASGI 2.3; it cancels the same scope of work). What a handler holds for the exchange (`call.held`: a chat slot,
+a generator) is let go when it ends, however it ends.
 """
 
 from __future__ import annotations
@@ -154,8 +156,8 @@ class Endpoint:
         self.auth, self.body, self.check, self.admit = auth, body, check, admit
         self.cancel_on_disconnect, self.inline_below = cancel_on_disconnect, inline_below
 
-    async def _through(self, call: Call) -> None:
-        """Steps 1-4 of the pipeline."""
+    async def _read(self, call: Call) -> None:
+        """Steps 1-3 of the pipeline: the key, the body read, parsed and checked in one thread hop."""
         ctx, request = self.ctx, call.request
         if self.auth and not ctx.auth.allows(request.headers.get("authorization")):
             raise Unauthorized(UNAUTHORIZED)
@@ -173,8 +175,6 @@ class Endpoint:
                 )
         elif self.check is not None:
             call.checked = await run_in_threadpool(self.check, call)
-        if self.admit:  # API callers passed the key (or none is set): keyed
-            _, call.ticket = await call.held.enter_async_context(ctx.admission.admit(self.admit, KEYED))
 
     def _check(self, call: Call, body, parts: dict):
         call.body, call.parts = body, parts
@@ -187,19 +187,31 @@ class Endpoint:
         async with AsyncExitStack() as held:
             call = Call(request, new_request_id(), Timing(), held, caller=ctx.caller_of(request))
             try:
-                await self._through(call)
+                await self._read(call)
             except ClientDisconnect:
                 return  # nobody to answer
             except BlinkError as error:
                 await wire.error_response(error, call.request_id, call.timing)(scope, receive, send)
                 return
-            if not self.cancel_on_disconnect:
+            if not (self.cancel_on_disconnect or self.admit):
                 await answer(wire, self.handler, call, send)
                 return
+            # work that holds a place: the client leaving ends it, waiting or running, and the place is free at
+            # once (a decision already in a pass finishes there; its answer is dropped)
             async with anyio.create_task_group() as group:
                 group.start_soon(cancel_when_gone, receive, group.cancel_scope)
-                await answer(wire, self.handler, call, send)
+                await self._admitted(call, scope, receive, send)
                 group.cancel_scope.cancel()
+
+    async def _admitted(self, call: Call, scope, receive, send) -> None:
+        """Step 4 (a place, or 529), then the work."""
+        if self.admit:  # API callers passed the key (or none is set): keyed
+            try:
+                _, call.ticket = await call.held.enter_async_context(self.ctx.admission.admit(self.admit, KEYED))
+            except BlinkError as error:
+                await self.wire.error_response(error, call.request_id, call.timing)(scope, receive, send)
+                return
+        await answer(self.wire, self.handler, call, send)
 
 
 async def answer(wire: Wire, handler: Handler, call: Call, send) -> None:

@@ -20,13 +20,30 @@ running server's config (`demo.server.config`; uvicorn reads them as each connec
 hands to its FastAPI app). The header deadline needs the protocol class, which
 uvicorn binds at startup, so on the Space the head of a request is left to Hugging Face's proxy, which
 terminates every client connection in front of the container (its own timeouts are not documented).
+
+Connections (the standalone server): an open socket costs a few KB, so the bound is the process's file
+descriptors (`connection_cap`: the soft RLIMIT_NOFILE, raised to the hard limit, less a reserve for the model's
+files and the replicas' sockets), not a small fixed number; uvicorn's `limit_concurrency` is set past it, so its
+503 is never what an attacker's idle sockets earn. Work is bounded where it is spent (admission). Two caps on top,
+both enforced as a connection opens (`Connections`):
+- per client (by peer address), `max_connections_per_client`: a peer past it has its own oldest idle connection
+  closed to make room (idle: no request in progress: a head not yet complete, slowloris, or a keep-alive wait);
+  when all of its connections are busy with requests, the new one is closed;
+- in all, the cap: past it, the oldest idle connection of the peer holding the most is closed.
+So idle and slowloris sockets can never keep a new connection out: it takes the place of the oldest idle one.
+The head deadline still closes each of them after `header_s`. Behind a reverse proxy on `serve` every
+connection has the proxy's address, and the per-client cap is the proxy's. On the Space, every request comes from
+Hugging Face's proxy and the protocol class is Gradio's: no per-client cap applies in the container (the proxy
+holds the client connections), `tune` sets the same file-descriptor-derived bound as `limit_concurrency`, and
+admission (per kind of work, keyed callers first) is what bounds work there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -37,17 +54,45 @@ class SlowClientLimits:
     keep_alive_s: int = 5  # idle connection between requests
     body_idle_s: float = 10.0  # longest pause inside a request body
     body_total_s: float = 60.0  # a whole body (16 MB at ~280 KB/s)
-    max_connections: int = 256  # open connections and running tasks; past it new requests get 503
+    # open connections in all; None: from the process's file descriptors (connection_cap)
+    max_connections: int | None = None
+    max_connections_per_client: int = 512  # by peer address; past it the peer's oldest idle one is closed
     max_header_bytes: int = 16 * 1024
+    fd_reserve: int = field(default=256)  # descriptors kept for files, logs and the replicas' sockets
+
+    def connections(self) -> int:
+        return self.max_connections if self.max_connections is not None else connection_cap(self.fd_reserve)
+
+
+def connection_cap(reserve: int = 256) -> int:
+    """Connections this process can hold open: its soft file-descriptor limit (raised to the hard one, at most
+    1M, where the platform lets it) less `reserve`."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return 4096
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = min(hard if hard != resource.RLIM_INFINITY else 1 << 20, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError):
+            pass
+    soft = 1 << 20 if soft == resource.RLIM_INFINITY else soft
+    return max(64, soft - reserve)
 
 
 def uvicorn_options(limits: SlowClientLimits = SlowClientLimits()) -> dict:
     """Keyword arguments for `uvicorn.run` / `uvicorn.Config` (the standalone server)."""
+    cap = limits.connections()
     GuardedHttpTools.header_s = limits.header_s
+    GuardedHttpTools.registry = Connections(cap, limits.max_connections_per_client)
     return {
         "http": GuardedHttpTools,
         "timeout_keep_alive": limits.keep_alive_s,
-        "limit_concurrency": limits.max_connections,
+        # past our own cap (enforced as connections open): uvicorn's 503 is only a backstop
+        "limit_concurrency": cap + 16,
         "h11_max_incomplete_event_size": limits.max_header_bytes,
     }
 
@@ -55,19 +100,87 @@ def uvicorn_options(limits: SlowClientLimits = SlowClientLimits()) -> dict:
 def tune(config, limits: SlowClientLimits = SlowClientLimits()) -> None:
     """Apply the per-connection options to an already running uvicorn server's `Config` (Gradio's)."""
     config.timeout_keep_alive = limits.keep_alive_s
-    config.limit_concurrency = limits.max_connections
+    config.limit_concurrency = limits.connections()
     config.h11_max_incomplete_event_size = limits.max_header_bytes
+
+
+class Connections:
+    """The open connections of one server, per peer, oldest idle first; both caps enforced as one opens. Used
+    from the event loop only."""
+
+    def __init__(self, cap: int, per_client: int):
+        self.cap, self.per_client = cap, per_client
+        self.by_peer: dict[str, OrderedDict] = {}
+        self.total = 0
+        self.evicted = self.refused = 0
+
+    def open(self, conn, peer: str) -> bool:
+        """Register `conn`; False when it must be closed at once (its peer's connections are all busy)."""
+        mine = self.by_peer.setdefault(peer, OrderedDict())
+        if len(mine) >= self.per_client and not self._evict(mine):
+            self.refused += 1
+            if not mine:
+                del self.by_peer[peer]
+            return False
+        if self.total >= self.cap:
+            for _, other in sorted(self.by_peer.items(), key=lambda kv: -len(kv[1])):
+                if self._evict(other):
+                    break
+            else:
+                self.refused += 1
+                return False
+        mine[conn] = None
+        self.total += 1
+        return True
+
+    def _evict(self, conns: OrderedDict) -> bool:
+        for conn in conns:
+            if not conn.busy:
+                self.evicted += 1
+                self.close(conn)
+                conn.evict()
+                return True
+        return False
+
+    def idle(self, conn) -> None:
+        """`conn` finished a response: it is now the youngest idle one of its peer."""
+        mine = self.by_peer.get(conn.peer)
+        if mine is not None and conn in mine:
+            mine.move_to_end(conn)
+
+    def close(self, conn) -> None:
+        mine = self.by_peer.get(conn.peer)
+        if mine is not None and conn in mine:
+            del mine[conn]
+            self.total -= 1
+            if not mine:
+                del self.by_peer[conn.peer]
+
+    def state(self) -> dict:
+        return {"open": self.total, "cap": self.cap, "per_client": self.per_client, "peers": len(self.by_peer)}
 
 
 class GuardedHttpTools(HttpToolsProtocol):
     """httptools with a deadline for the request head (uvicorn has none)."""
 
     header_s: float = SlowClientLimits.header_s
+    registry: Connections | None = None  # set by uvicorn_options
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._head_timer = None
+        self.busy = False
+        self.peer = (self.client or ("?",))[0]
+        if self.registry is not None and not self.registry.open(self, self.peer):
+            self.transport.close()
+            return
         self._arm()
+
+    def evict(self) -> None:
+        """Closed to make room for a new connection (it was idle: no request in progress)."""
+        self._disarm()
+        if not self.transport.is_closing():
+            self.transport.close()
 
     def _arm(self) -> None:
         if getattr(self, "_head_timer", None) is None:
@@ -89,15 +202,21 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._disarm()
+        self.busy = True
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
         # the keep-alive timer (uvicorn's) covers the idle time; ours covers a next request's slow head
         self._disarm()
+        self.busy = False
+        if self.registry is not None:
+            self.registry.idle(self)
 
     def connection_lost(self, exc) -> None:
         self._disarm()
+        if self.registry is not None:
+            self.registry.close(self)
         super().connection_lost(exc)
 
 

@@ -411,6 +411,75 @@ def test_the_space_in_front_of_vllm(vllm_replicas, qwen3_dir, blink_on_vllm):
         assert "decide" not in httpx.get(url + "/healthz", timeout=30).json()["gpu_seconds"]  # no GPU call made
 
 
+def under_load(url: str, seconds: float, clients: int = 8, during=None) -> dict:
+    """`clients` threads sending DECISIONS to blink for `seconds` (each bounded to 5,000 requests): every answer's
+    time, every failure; `during(started)` runs in this thread meanwhile (a fault)."""
+    import threading
+
+    answered, failed, sent = [], [], [0]
+    stop_at = time.perf_counter() + seconds
+
+    def client(c: int) -> None:
+        with httpx.Client(base_url=url, timeout=300) as http:
+            for k in range(5000):
+                if time.perf_counter() >= stop_at:
+                    return
+                body = {**DECISIONS[k % 2], "state": f"client {c} request {k}: " + str(DECISIONS[k % 2]["state"])}
+                sent[0] += 1
+                try:
+                    r = http.post("/v1/systemone", json=body)
+                    (answered.append(time.perf_counter()) if r.status_code == 200 else failed.append(r.text[:200]))
+                except httpx.HTTPError as exc:
+                    failed.append(type(exc).__name__)
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    marks = during(started) if during else {}
+    for t in threads:
+        t.join(timeout=seconds + 600)
+    return {"answered": answered, "failed": failed, "sent": sent[0], "marks": marks or {}}
+
+
+def longest_silence(times: list[float], start: float, end: float) -> float:
+    points = [start, *sorted(t for t in times if start <= t < end), end]
+    return max(b - a for a, b in zip(points, points[1:]))
+
+
+def test_a_hung_replica_delays_only_its_own_requests(vllm_replicas, qwen3_dir):
+    """SIGSTOP one replica for 20 s under 8 clients: its requests time out (the timeout follows their tokens and the
+    replicas' measured speed, capped by --engine-timeout-s) and are answered by the other; the other keeps answering
+    the whole time. Before: nothing was answered for the engine timeout (every batch waited for its slowest)."""
+    import signal
+
+    urls = ",".join(url for url, _ in vllm_replicas)
+    argv = [sys.executable, "-m", "blink", "serve", "--model", str(qwen3_dir), "--port", "{port}"]
+    argv += ["--engine", "vllm", "--engine-url", urls, "--engine-timeout-s", "10"]
+    victim = vllm_replicas[0][1]
+    with running(argv, qwen3_dir.parent, name="blink-vllm-hung") as url:
+        under_load(url, 10)  # warm: every replica served and measured
+
+        def hang(started: float) -> dict:
+            time.sleep(5)
+            os.killpg(victim.pid, signal.SIGSTOP)
+            hung = time.perf_counter()
+            try:
+                time.sleep(20)
+            finally:
+                os.killpg(victim.pid, signal.SIGCONT)
+            return {"hung": hung, "resumed": time.perf_counter()}
+
+        run = under_load(url, 35, during=hang)
+        rows = httpx.get(url + "/healthz", timeout=30).json()["vllm"]["replicas"]
+    silence = longest_silence(run["answered"], run["marks"]["hung"], run["marks"]["resumed"])
+    retried = sum(r["timeouts"] for r in rows)
+    TIMING["hung"] = {"sent": run["sent"], "lost": len(run["failed"]), "retried": retried, "silence_s": silence}
+    assert not run["failed"], run["failed"][:5]
+    assert retried >= 1
+    assert silence < 10, TIMING["hung"]  # the live replica never waited out the hung one's timeout
+
+
 def test_failover_when_a_replica_dies(vllm_replicas, qwen3_engine, blink_on_vllm):
     """Last: kills one of the module's replicas."""
     from blink.vllm import Replicas, VllmScorer
@@ -439,3 +508,57 @@ def test_failover_when_a_replica_dies(vllm_replicas, qwen3_engine, blink_on_vllm
     with Replicas([home.url]) as dead:  # nothing left to try: 529
         (scored,) = VllmScorer(dead).score([plan])
         assert isinstance(scored.error, Overloaded), scored.error
+
+
+def test_a_restarted_replica_is_back_and_a_stream_on_a_dying_one_ends_cleanly(vllm_replicas, qwen3_dir, qwen3_engine):
+    """After the failover test: the killed replica is started again on its port and blink routes to it again within
+    60 s of it answering /health; then a chat stream on a replica killed mid-stream ends with an error (its
+    tokens already sent: never retried elsewhere), and the other replica served nothing of it."""
+    from blink.errors import EngineFailure
+    from blink.generate.chat_engine import ChatEngine
+    from blink.vllm import Replicas, VllmChat
+    from blink.vllm.affinity import route_for
+
+    urls = [url for url, _ in vllm_replicas]
+    dead = [(url, proc) for url, proc in vllm_replicas if proc.poll() is not None]
+    assert len(dead) == 1, "runs after test_failover_when_a_replica_dies"
+    url, _ = dead[0]
+    port = url.rsplit(":", 1)[1]
+    log = ARTIFACTS / f"vllm-restarted-{port}.log"
+    env = {**os.environ, "MAX_MODEL_LEN": "32768"}
+    with open(log, "w") as fh:
+        argv = ["bash", "ci/vllm-serve.sh", str(qwen3_dir), port, "--dtype", "float32", "-O0"]
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        wait_up(url, proc, log, time.time() + START_TIMEOUT_S)
+        up_at = time.perf_counter()
+        with Replicas(urls) as replicas:
+            by_url = {r.url: r for r in replicas.replicas}
+            replicas.health()  # probes: the restarted one answers, so it is up at once
+            while time.perf_counter() - up_at < 60 and by_url[url].served == 0:
+                prompt = [int(x) for x in str(time.perf_counter_ns())[-8:]]
+                if replicas.order(route_for([prompt]))[0].url == url:
+                    replicas.call(
+                        route_for([prompt]),
+                        lambda r, p=prompt: replicas.post(r, "/v1/completions", {"prompt": p, "max_tokens": 1}),
+                    )
+            TIMING["restart_back_s"] = round(time.perf_counter() - up_at, 1)
+            assert by_url[url].served >= 1, "the restarted replica was not routed to within 60 s"
+
+            chat = ChatEngine(qwen3_engine.loaded)
+            rendered = chat.render([{"role": "user", "content": "Write a long note about parcels."}])
+            home = replicas.order(route_for([rendered.ids]))[0]
+            other = next(r for r in replicas.replicas if r is not home)
+            served_other = other.served
+            generator = VllmChat(replicas, chat).generate(rendered.ids, {"max_tokens": 2000, "temperature": 0})
+            assert isinstance(next(generator), str)  # a token was sent: from here on it is never retried
+            home_proc = proc if home.url == url else dict(vllm_replicas)[home.url]
+            stop_group(home_proc)
+            started = time.perf_counter()
+            with pytest.raises(EngineFailure):
+                for _ in range(5000):
+                    next(generator)
+            TIMING["stream_end_s"] = round(time.perf_counter() - started, 2)
+            assert other.served == served_other and other.in_flight == 0  # nothing of it went elsewhere
+    finally:
+        stop_group(proc)

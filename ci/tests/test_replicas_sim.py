@@ -1,0 +1,89 @@
+"""Faults that stay local, shown with scripted replicas (ci/tests/scripted_vllm.py: vLLM's wire, a fixed sleep per
+request, nothing computed) behind a real `python -m blink serve --engine vllm`: a hung replica (SIGSTOP) holds only
+the requests sent to it, which time out and are answered by a live one; the others keep answering meanwhile.
+The bench with the figures is bench/replicas_sim.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from helpers import ARTIFACTS, ROOT, blink_serve, free_port, launch, running, stop_group, wait_healthy
+
+ENGINE_TIMEOUT_S = 3.0  # the cap on one call; the hung replica's requests take about this long, then move on
+
+
+@pytest.fixture
+def scripted():
+    procs = []
+    try:
+        for i in range(3):
+            port = free_port()
+            argv = [sys.executable, str(ROOT / "ci" / "tests" / "scripted_vllm.py"), "--port", str(port)]
+            log = ARTIFACTS / f"scripted-{i}-{port}.log"
+            procs.append((f"http://127.0.0.1:{port}", launch(argv + ["--delay-ms", "50"], port, dict(os.environ), log)))
+            wait_healthy(procs[-1][0], procs[-1][1], log, timeout=30, path="/health")
+        yield procs
+    finally:
+        for _, proc in procs:
+            try:
+                os.kill(proc.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+            stop_group(proc)
+
+
+def body(i: int) -> dict:
+    return {"state": f"Ticket {i}: parcel {i} has not moved.", "questions": {"q": {"type": "noul"}}}
+
+
+def test_a_hung_replica_stalls_nobody_else(demo_root, scripted):
+    urls = ",".join(url for url, _ in scripted)
+    flags = ("--engine", "vllm", "--engine-url", urls, "--engine-timeout-s", str(ENGINE_TIMEOUT_S))
+    with running(blink_serve(*flags), demo_root, name="serve-scripted") as url:
+        answered: list[float] = []
+        failed: list[str] = []
+        stop = threading.Event()
+
+        def client(c: int) -> None:
+            with httpx.Client(base_url=url, timeout=60) as http:
+                for k in range(2000):  # bounded: the stop event ends it long before
+                    if stop.is_set():
+                        return
+                    try:
+                        r = http.post("/v1/systemone", json=body(c * 10_000 + k))
+                        (answered.append(time.perf_counter()) if r.status_code == 200 else failed.append(r.text))
+                    except httpx.HTTPError as exc:
+                        failed.append(type(exc).__name__)
+
+        threads = [threading.Thread(target=client, args=(c,)) for c in range(8)]
+        for t in threads:
+            t.start()
+        try:
+            time.sleep(2.0)  # every replica served and measured
+            hung = scripted[0][1]
+            os.kill(hung.pid, signal.SIGSTOP)
+            hang_start = time.perf_counter()
+            time.sleep(4 * ENGINE_TIMEOUT_S)
+            hang_end = time.perf_counter()
+            os.kill(hung.pid, signal.SIGCONT)
+            time.sleep(1.0)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(timeout=120)
+        replicas = httpx.get(url + "/healthz", timeout=30).json()["vllm"]["replicas"]
+    assert not failed, failed[:5]  # nothing lost: the hung replica's requests were answered elsewhere
+    during = sorted(t for t in answered if hang_start <= t < hang_end)
+    points = [hang_start, *during, hang_end]
+    silence = max(b - a for a, b in zip(points, points[1:]))
+    # the live replicas kept answering the whole time: never a pause as long as the hung calls' own timeout
+    # (one batch at a time, every request would wait behind the hung one's for that long)
+    assert len(during) >= 20 and silence < ENGINE_TIMEOUT_S, (len(during), silence)
+    assert sum(r["timeouts"] for r in replicas) >= 1  # the hung one's calls timed out and were retried
