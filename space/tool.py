@@ -44,9 +44,6 @@ ARGS_DOC = """
 Args:
     state: the text the questions are about, or a JSON value (object or array) describing it.
     questions: the questions by id, each {"type": "noul"|"choice"|"score", "instructions": "...", "criteria": ...}.
-    x_calibration: optional: "prior" (answers divided by the question's answer on content-free states), "fitted"
-        (the server's fitted temperatures), "fitted+prior", "raw" (the model's own probabilities); default: the
-        server's choice.
 
 Returns:
     The /v1/systemone response body: {"model", "answers": {id: answer}, "usage": {"input_tokens", "output_tokens"}}.
@@ -62,10 +59,7 @@ def decide_endpoint(ctx: Context, *, needs_key: bool = False):
     """The `decide` function Gradio serves: typed, documented, answering as /v1/systemone does."""
 
     async def decide(
-        state: str | dict[str, Any] | list[Any],
-        questions: dict[str, Any],
-        x_calibration: str | None = None,
-        request: gr.Request = None,
+        state: str | dict[str, Any] | list[Any], questions: dict[str, Any], request: gr.Request
     ) -> dict[str, Any]:
         caller = ctx.caller_of(request) if request is not None else None
         keyed = auth.presented_key(ctx.auth, request)
@@ -76,7 +70,7 @@ def decide_endpoint(ctx: Context, *, needs_key: bool = False):
             # decide_body; without the key (when one is set) a caller never takes the places kept for keyed traffic
             return await decide_body(
                 ctx,
-                decision_body(state, questions, x_calibration),
+                decision_body(state, questions),
                 caller=caller,
                 caller_class=KEYED if keyed else ANONYMOUS,
             )
@@ -99,7 +93,7 @@ def typed_mcp(mcp_server) -> None:
     input and output schemas, answered as JSON text and as structured content."""
     from mcp import types
 
-    input_schema, output_schema = decide_schemas()
+    input_schema, output_schema = decide_schemas(calibration=False)
     server = mcp_server.mcp_server
     list_tools, call_tool = (
         server.request_handlers[types.ListToolsRequest],

@@ -109,9 +109,9 @@ def build_mcp(decide: Decide, caller_of: Callable[[Any], Any], name: str):
     return server
 
 
-def decide_schemas() -> tuple[dict, dict | None]:
+def decide_schemas(calibration: bool = True) -> tuple[dict, dict | None]:
     """The `decide` tool's input and output schemas exactly as FastMCP publishes them at /mcp (the Space's Gradio
-    MCP server publishes the same ones)."""
+    MCP server publishes the same ones, less `x_calibration`: Gradio's `decide(state, questions)` takes no more)."""
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
@@ -121,7 +121,11 @@ def decide_schemas() -> tuple[dict, dict | None]:
     server = build_mcp(noop, lambda request: None, "blink")
     with ThreadPoolExecutor(1) as pool:  # its own event loop, whether or not the caller runs one
         (tool,) = pool.submit(asyncio.run, server.list_tools()).result()
-    return tool.inputSchema, tool.outputSchema
+    if calibration:
+        return tool.inputSchema, tool.outputSchema
+    inputs = {**tool.inputSchema, "properties": dict(tool.inputSchema["properties"])}
+    inputs["properties"].pop("x_calibration", None)
+    return inputs, tool.outputSchema
 
 
 class McpEndpoint:

@@ -26,7 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from blink.errors import Overloaded
+from blink.errors import EngineFailure, Overloaded
 
 
 @dataclass
@@ -173,7 +173,9 @@ class Batcher:
             job.started_at = started
         plans = [plan for job in live for plan in (job.plan, *job.extra)]  # a request's own, then its prior's
         try:
-            out = self.score(plans, live[0].caller)
+            out = list(self.score(plans, live[0].caller))
+            if len(out) != len(plans):
+                raise EngineFailure(f"the backend scored {len(out)} plans of {len(plans)}", kind="backend_failed")
         except BaseException as exc:  # noqa: BLE001 - every waiting request learns why; the thread lives on
             for job in live:
                 job.future.set_exception(exc)

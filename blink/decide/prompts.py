@@ -36,7 +36,7 @@ from transformers.utils.chat_template_utils import _CONTROL_TOKEN_END, _CONTROL_
 from blink.decide.prefix_encoder import PrefixReusingEncoder
 from blink.decide.questions import Decision
 from blink.errors import InvalidRequest
-from blink.executor.vision import split_images
+from blink.images.processed import split_images
 from blink.limits import Limits
 from blink.plan import Prompt, Read, RenderedPrompt, processed_tokens
 from blink.tokens import capped_tokens, longest_token_chars

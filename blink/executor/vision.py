@@ -11,7 +11,6 @@ handling and skips the video half. Images are preprocessed by the PIL image proc
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from pathlib import Path
 
@@ -20,7 +19,6 @@ from transformers import ProcessorMixin
 from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor
 
 from blink.errors import StartupError
-from blink.plan import Image
 
 log = logging.getLogger("blink")
 
@@ -63,20 +61,6 @@ class ImageTextProcessor(Qwen3VLProcessor):
         ):
             setattr(self, f"{name}_token", token)
             setattr(self, f"{name}_token_id", tokenizer.convert_tokens_to_ids(token))
-
-
-def split_images(inputs: dict, shared: dict) -> list[Image]:
-    """The prompt's images, one `Image` per occurrence, the same object for the same pixels across prompts."""
-    if "pixel_values" not in inputs:
-        return []
-    out, start = [], 0
-    for grid in inputs["image_grid_thw"].tolist():
-        patches = grid[0] * grid[1] * grid[2]
-        pixels = inputs["pixel_values"][start : start + patches].contiguous()
-        start += patches
-        key = hashlib.sha256(pixels.numpy().tobytes()).hexdigest()[:32] + "-" + "x".join(map(str, grid))
-        out.append(shared.setdefault(key, Image(key, pixels, grid)))
-    return out
 
 
 def renders_images(template: str | None, tokenizer) -> bool:

@@ -253,7 +253,7 @@ class ChatEngine:
             ids = ids[0]
         images = []
         if with_images:
-            from blink.executor.vision import split_images
+            from blink.images.processed import split_images
 
             images = split_images(dict(out), {})
         return Rendered([int(i) for i in ids], 0, images)

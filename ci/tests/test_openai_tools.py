@@ -245,7 +245,9 @@ def test_stream_left_before_its_first_chunk_gives_its_slot_back(scripted):
     slot here, so a leak would refuse every later chat with 529)."""
     import socket
 
+    from blink.backend import LocalBackend
     from blink.generate.chat_engine import ChatEngine
+    from blink.generate.service import ChatService
     from blink.model.loading import Loaded
     from blink.server import create_app
     from blink.web.admission import Admission
@@ -254,8 +256,7 @@ def test_stream_left_before_its_first_chunk_gives_its_slot_back(scripted):
     engine = ChatEngine(Loaded(model, scripted.tokenizer, None))
     ctx = dataclasses.replace(
         scripted.ctx,
-        chat=lambda ids, params, caller: engine.generate(ids, params),
-        chat_engine=engine,
+        chats=ChatService(engine, LocalBackend(scripted.ctx.planner, engine)),
         admission=Admission.standard(max_chats=1),
     )
     served = Served(create_app(ctx))

@@ -168,7 +168,17 @@ def test_with_every_chat_slot_taken_a_refused_request_is_refused_at_once(small):
         },
         "/v1/completions": {"model": "demo", "prompt": "Once upon", "n": 2},
     }
-    holding = {"model": "demo", "max_tokens": 3000, "stream": True, "messages": [{"role": "user", "content": "Go on."}]}
+    # a forced call with a string argument: the random model writes the string until its 3000-token limit (the
+    # grammar never lets it stop early), so the stream holds the slot for the whole test
+    city = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    holding = {
+        "model": "demo",
+        "max_tokens": 3000,
+        "stream": True,
+        "messages": [{"role": "user", "content": "Weather in Paris?"}],
+        "tools": [{"type": "function", "function": {"name": "weather", "parameters": city}}],
+        "tool_choice": "required",
+    }
     with (
         httpx.Client(timeout=120) as client,
         client.stream("POST", small.url + "/v1/chat/completions", json=holding) as s,
