@@ -33,7 +33,7 @@ from typing import Any
 import gradio as gr
 
 import auth
-from blink.api.mcp import DECIDE_DOC, decide_schemas, decision_body
+from blink.api.mcp import DECIDE_DOC, decide_schemas
 from blink.api.systemone import decide_body
 from blink.context import Context
 from blink.errors import BlinkError, Unauthorized
@@ -70,7 +70,7 @@ def decide_endpoint(ctx: Context, *, needs_key: bool = False):
             # decide_body; without the key (when one is set) a caller never takes the places kept for keyed traffic
             return await decide_body(
                 ctx,
-                decision_body(state, questions),
+                {"state": state, "questions": questions},
                 caller=caller,
                 caller_class=KEYED if keyed else ANONYMOUS,
             )
