@@ -28,7 +28,7 @@ from ..streams import KEEPALIVE
 from .chat import usage
 from .constraints import legacy_entries, legacy_logprobs
 from .generation import Content, Reply, as_blink_error, sse, sse_response, whole
-from .protocol import WIRE, bad, integer, render, sampling, streaming
+from .protocol import WIRE, bad, integer, render, require_model, sampling, streaming
 
 log = logging.getLogger("blink")
 
@@ -72,6 +72,7 @@ def parse(ctx: Context, body: Any) -> CompletionRequest:
         raise bad("the body must be a JSON object with `model` and `prompt`")
     if body.get("model") is not None and not isinstance(body["model"], str):
         raise bad("`model` must be a string", "model")
+    require_model(body, ctx.model_names())
     for name in ("n", "best_of"):
         value = integer(body, name, 1)
         if value is not None and value != 1:
