@@ -296,11 +296,10 @@ def test_a_refused_request_is_refused_at_once_while_the_only_slot_is_held(one_sl
         client.stream("POST", one_slot + "/v1/chat/completions", json=holding) as s,
     ):
         assert s.status_code == 200
-        next(s.iter_lines())  # the role chunk: the slot is held
-        for _ in range(100):  # the role chunk goes out before the turn is rendered and started
-            if client.get(one_slot + "/healthz").json()["chat_slots"]["running"] == 1:
-                break
-            time.sleep(0.1)
+        lines = s.iter_lines()
+        while '"content":""' in (line := next(lines)) or not line.startswith("data: "):
+            pass  # the role chunk, then the first text: this stream is generating, it holds the slot
+        assert '"finish_reason":null' in line, line
         assert client.get(one_slot + "/healthz").json()["chat_slots"]["running"] == 1
         for body in REFUSED[route]:
             t = time.perf_counter()
@@ -309,3 +308,29 @@ def test_a_refused_request_is_refused_at_once_while_the_only_slot_is_held(one_sl
             assert 400 <= r.status_code < 500, (route, body, r.status_code, r.text[:300])
             assert r.json()["error"]["type"] == "invalid_request_error", r.text[:300]
             assert took < SLOT_WAIT_S / 2, (route, body, took)
+
+
+@pytest.mark.parametrize(
+    ("text", "calls", "content"),
+    [
+        ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa', [("get_weather", '{"city": "Pa')], None),
+        ('Sure. <tool_call>\n{"name": "get_wea', [("get_weather", "")], "Sure."),
+        ("<tool_call>\n<func", [("get_weather", "")], None),
+        ("<tool_call>\n<function=get_weather>\n<parameter=city>\nPar", [("get_weather", '{"city": "Par"}')], None),
+        (
+            '<tool_call>{"name": "get_weather", "arguments": {}}</tool_call><tool_call>{"name": "get_weather", "ar',
+            [("get_weather", "{}"), ("get_weather", "")],
+            None,
+        ),
+    ],
+)
+def test_a_call_cut_off_by_the_limit_parses_as_a_call(text, calls, content):
+    from blink.toolcalls import parse
+
+    parsed = parse(text, ["get_weather"], truncated=True)
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in parsed.calls] == calls
+    assert parsed.content == content and parsed.truncated
+    untouched = parse(text, ["get_weather"])  # a turn that ended by itself: an unclosed call stays text
+    assert not untouched.truncated
+    whole = parse('<tool_call>{"name": "get_weather", "arguments": {}}</tool_call>', ["get_weather"], truncated=True)
+    assert not whole.truncated and len(whole.calls) == 1
