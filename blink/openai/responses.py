@@ -13,6 +13,11 @@ Output items: a `reasoning` item (with thinking on), a `message` with one `outpu
 `response.output_text.delta` / `.done`, `response.function_call_arguments.delta` / `.done`),
 `response.output_item.done`, and `response.completed` (`response.incomplete` when the output budget ran out).
 A failure after the headers is an `error` event, then `response.failed`.
+
+Every field the Open Responses spec requires is in every response object, with the value used: `temperature` /
+`top_p` the request's or the server's defaults (blink.chat_service.ChatService.defaults), `top_logprobs`,
+`max_tool_calls` (enforced), no penalties (`0.0`), `completed_at` once completed. An `incomplete` response's item
+that the limit cut off says `incomplete` too; a call cut off is still a `function_call` item (blink.toolcalls).
 """
 
 from __future__ import annotations

@@ -13,7 +13,10 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -187,6 +190,27 @@ def test_a_completed_response_says_when(url):
 
 
 @pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/responses", "/v1/completions"])
+def test_the_openai_npm_sdk_creates_responses_plain_and_streamed(url):
+    """The openai npm SDK's `responses.create` (plain, `stream: true`) and its `responses.stream` helper."""
+    folder = Path(__file__).resolve().parents[1] / "js"
+    if not (folder / "node_modules" / "openai").is_dir():
+        subprocess.run(
+            [shutil.which("npm") or "npm", "ci", "--no-audit", "--no-fund"], cwd=folder, check=True, timeout=300
+        )
+    run = subprocess.run(
+        ["node", "responses.mjs", url + "/v1", "demo"], cwd=folder, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert "error" not in got, got
+    assert got["plain"]["status"] == "incomplete" and got["plain"]["usage"]["output_tokens"] == 8, got
+    assert got["plain"]["id"].startswith("resp_") and got["plain"]["output_text"]
+    types = got["streamed"]["types"]
+    assert types[:2] == ["response.created", "response.in_progress"] and types[-1] == "response.incomplete", types
+    assert "response.output_text.delta" in types and got["streamed"]["status"] == "incomplete"
+    assert got["helper"]["status"] == "incomplete" and got["helper"]["text"] == got["helper"]["output_text"], got
+
+
 def test_model_is_required_and_the_error_names_what_is_served(url, route):
     body = {
         "/v1/chat/completions": {"messages": [{"role": "user", "content": "hi"}]},

@@ -40,6 +40,7 @@ CHAT_MODEL_ONLY = {
     "test_structured_output_pydantic_2_v1": NO_JSON,
     "test_tool_calling": RANDOM_ARGS,
     "test_tool_calling_async": RANDOM_ARGS,
+    "test_tool_calling_with_no_arguments": RANDOM_ARGS,
     "test_unicode_tool_call_integration": RANDOM_ARGS,
 }
 RESPONSES_MODEL_ONLY = {**CHAT_MODEL_ONLY, "test_tool_choice": RANDOM_ARGS}
