@@ -371,15 +371,15 @@ def status_of(end: ChatEnd, calls: bool, truncated: bool) -> str:
 
 def output_of(got: Whole, status: str) -> list[dict]:
     """The items of a whole reply; with an incomplete response, the item the limit cut off says so."""
-    cut = status == "incomplete"
-    items = [reasoning_item(got.reasoning, "incomplete" if cut and not got.content and not got.calls else "completed")]
-    items = items if got.reasoning else []
+
+    def state(cut_here: bool) -> str:
+        return "incomplete" if status == "incomplete" and cut_here else "completed"
+
+    items = [reasoning_item(got.reasoning, state(not got.content and not got.calls))] if got.reasoning else []
     if got.content or not got.calls:
-        items.append(
-            message_item([text_part(got.content, got.logprobs)], "incomplete" if cut and not got.calls else "completed")
-        )
+        items.append(message_item([text_part(got.content, got.logprobs)], state(not got.calls)))
     last = len(got.calls) - 1
-    return items + [call_item(c, "incomplete" if cut and i == last else "completed") for i, c in enumerate(got.calls)]
+    return items + [call_item(c, state(i == last)) for i, c in enumerate(got.calls)]
 
 
 def routes(ctx: Context) -> list[Route]:

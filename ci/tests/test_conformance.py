@@ -189,7 +189,6 @@ def test_a_completed_response_says_when(url):
     assert message["refusal"] is None and message["annotations"] == [], message
 
 
-@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/responses", "/v1/completions"])
 def test_the_openai_npm_sdk_creates_responses_plain_and_streamed(url):
     """The openai npm SDK's `responses.create` (plain, `stream: true`) and its `responses.stream` helper."""
     folder = Path(__file__).resolve().parents[1] / "js"
@@ -211,6 +210,7 @@ def test_the_openai_npm_sdk_creates_responses_plain_and_streamed(url):
     assert got["helper"]["status"] == "incomplete" and got["helper"]["text"] == got["helper"]["output_text"], got
 
 
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/responses", "/v1/completions"])
 def test_model_is_required_and_the_error_names_what_is_served(url, route):
     body = {
         "/v1/chat/completions": {"messages": [{"role": "user", "content": "hi"}]},
