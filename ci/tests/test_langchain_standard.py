@@ -28,7 +28,10 @@ WIRE: list[dict] = []  # this test's exchanges: {"url", "status", "problem"}
 BASE = {}
 
 NO_TOOL_UNASKED = "random weights: the demo model never calls a tool unasked (tool_choice auto)"
-RANDOM_ARGS = "random weights: the forced call's arguments are random (and a second call is cut off by the limit)"
+RANDOM_ARGS = (
+    "random weights: a call's arguments are random and often run to the token limit (a cut-off call: its arguments"
+    " invalid JSON, as OpenAI answers it), or a second call begins"
+)
 NO_JSON = "random weights: the demo model never closes the JSON object within the token limit"
 CHAT_MODEL_ONLY = {
     "test_agent_loop": NO_TOOL_UNASKED,
