@@ -44,9 +44,10 @@ CHAT_MODEL_ONLY = {
     "test_tool_calling": RANDOM_ARGS,
     "test_tool_calling_async": RANDOM_ARGS,
     "test_tool_calling_with_no_arguments": RANDOM_ARGS,
+    "test_tool_choice": RANDOM_ARGS,
     "test_unicode_tool_call_integration": RANDOM_ARGS,
 }
-RESPONSES_MODEL_ONLY = {**CHAT_MODEL_ONLY, "test_tool_choice": RANDOM_ARGS}
+RESPONSES_MODEL_ONLY = CHAT_MODEL_ONLY
 
 pytestmark = [
     pytest.mark.asyncio,  # the suite's async tests (pytest-asyncio); on a sync test the mark does nothing
