@@ -48,6 +48,10 @@ class Context:
     def planner(self):
         return self.service.planner
 
+    def model_names(self) -> list[str]:
+        """The names this server answers to: the served name, then its aliases (`/v1/models` lists them)."""
+        return [self.served_name, *[a for a in self.aliases if a != self.served_name]]
+
     def current_health(self) -> dict:
         stats = self.service.batcher.stats()
         out = {

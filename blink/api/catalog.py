@@ -29,7 +29,7 @@ WIRE = Wire(both_shapes, id_headers=("x-request-id", "x-typesafe-request-id"))
 
 
 def names(ctx: Context) -> list[str]:
-    return [ctx.served_name, *[a for a in ctx.aliases if a != ctx.served_name]]
+    return ctx.model_names()
 
 
 def model_card(ctx: Context, name: str) -> dict:

@@ -38,6 +38,12 @@ class ChatService:
     def tokenizer(self):
         return self.engine.tokenizer
 
+    @property
+    def defaults(self) -> dict:
+        """The sampling values a generation takes where its request sets none (`temperature`, `top_p`, `top_k`):
+        the model's generation_config, else OpenAI's; every backend samples with these."""
+        return dict(self.engine.defaults)
+
     # before admission ---------------------------------------------------------------------------------------
     def check(self, messages: list[dict]) -> None:
         """Refuse what no rendering could serve: image parts for a model that reads text only."""

@@ -15,6 +15,10 @@ explains JSON is not a call. Tags are explicit markup and count wherever they ap
 
 `ToolStream` streams text until a possible call begins, then buffers the rest, so raw call markup never
 reaches the client as content.
+
+A call cut off by the token limit (`parse(..., truncated=True)`: the generation ended with `length` inside an
+unclosed wrapper) is still a call, as OpenAI answers it: its name, and its `arguments` as far as they were
+written (not valid JSON); `Parsed.truncated` says the last call is such a one. Its markup never reaches content.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ START_MARKERS = tuple(f"<{w}>" for w in WRAPPERS) + ("<function=",)
 class Parsed:
     calls: list[dict] = field(default_factory=list)  # OpenAI `tool_calls` entries, each with `index`
     content: str | None = None  # the text that is not a call (None when empty)
+    truncated: bool = False  # the last call was cut off by the token limit (its arguments are partial)
 
 
 def new_call_id() -> str:
@@ -149,18 +154,61 @@ def _tagged(text: str, names: set[str] | None) -> tuple[list[dict], list[tuple[i
     return [call for _, found in located for call in found], sorted(spans)
 
 
-def parse(text: str, tool_names: list[str] | set[str] | None = None) -> Parsed:
+_PARTIAL_NAME = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_PARTIAL_ARGS = re.compile(r'"(?:arguments|parameters)"\s*:\s*', re.S)
+_PARTIAL_NAME_BEGUN = re.compile(r'<function=([^>\n]*)\Z|"name"\s*:\s*"((?:[^"\\]|\\.)*)\Z')
+
+
+def _unclosed(text: str) -> tuple[int, str] | None:
+    """Where the last call markup opened and never closed starts, and its marker; None when every call closed."""
+    start, marker = max((text.rfind(m), m) for m in START_MARKERS)
+    if start < 0:
+        return None
+    if marker == "<function=":
+        wrapped = [text.rfind(m, 0, start) for m in START_MARKERS[: len(WRAPPERS)]]
+        closing = "</function>"
+        outer = max(wrapped)
+        if outer >= 0 and not any(f"</{w}>" in text[outer:] for w in WRAPPERS):
+            start = outer  # `<tool_call><function=...`: the wrapper is where the markup starts
+    else:
+        closing = f"</{marker[1:-1]}>"
+    return None if closing in text[start:] else (start, marker)
+
+
+def _cut_call(inner: str, names: set[str] | None) -> dict:
+    """A call cut off inside its wrapper before its name was closed, or a JSON call cut off anywhere: its name
+    (a partly written one completed when it begins exactly one tool's name) and the raw text of its arguments so
+    far."""
+    name = _PARTIAL_NAME.search(inner)
+    if name is not None:
+        try:
+            written = json.loads(f'"{name.group(1)}"')
+        except (json.JSONDecodeError, ValueError):
+            written = name.group(1)
+        args = _PARTIAL_ARGS.search(inner, name.end()) or _PARTIAL_ARGS.search(inner)
+        return {"name": written, "arguments": inner[args.end() :].rstrip() if args else ""}
+    begun = _PARTIAL_NAME_BEGUN.search(inner)
+    prefix = (begun.group(1) or begun.group(2) or "") if begun else ""
+    matching = sorted(n for n in names or () if n.startswith(prefix))
+    return {"name": matching[0] if len(matching) == 1 else prefix, "arguments": ""}
+
+
+def parse(text: str, tool_names: list[str] | set[str] | None = None, truncated: bool = False) -> Parsed:
     """Tool calls in `text` (OpenAI shape, indexed in order) and the remaining content.
-    Without calls, `content` is the text unchanged."""
+    Without calls, `content` is the text unchanged. `truncated`: the generation ended at the token limit, so an
+    unclosed call at the end is a cut-off call (see the module's docstring)."""
     names = set(tool_names) if tool_names is not None else None
     calls, spans = _tagged(text, names)
+    cut = _unclosed(text) if truncated else None
+    if cut is not None:
+        at, marker = cut
+        if any(a <= at < b for a, b in spans) or any(a == at for a, _ in spans):
+            return Parsed(*_finish(text, calls, spans), truncated=True)  # read already (`<function=` unclosed)
+        calls, spans = _tagged(text[:at], names)
+        calls.append(_cut_call(text[at + len(marker) :], names))
+        return Parsed(*_finish(text, calls, [*spans, (at, len(text))]), truncated=True)
     if calls:
-        rest, last = [], 0
-        for a, b in spans:
-            rest.append(text[last:a])
-            last = b
-        rest.append(text[last:])
-        return Parsed(_openai(calls), _tidy("".join(rest)))
+        return Parsed(*_finish(text, calls, spans))
     whole = text.strip()
     fenced = _WHOLE_FENCE.match(whole)
     if fenced:
@@ -175,6 +223,16 @@ def parse(text: str, tool_names: list[str] | set[str] | None = None) -> Parsed:
         if found and all(found):
             return Parsed(_openai(found), None)
     return Parsed([], text if text else None)
+
+
+def _finish(text: str, calls: list[dict], spans: list[tuple[int, int]]) -> tuple[list[dict], str | None]:
+    """The calls in OpenAI's shape, and the text outside their spans as content."""
+    rest, last = [], 0
+    for a, b in spans:
+        rest.append(text[last:a])
+        last = b
+    rest.append(text[last:])
+    return _openai(calls), _tidy("".join(rest))
 
 
 class ToolStream:
@@ -215,11 +273,12 @@ class ToolStream:
             self.sent_any = True
         return out
 
-    def finish(self) -> Parsed:
-        """The calls in the buffered text and the content not yet sent."""
+    def finish(self, truncated: bool = False) -> Parsed:
+        """The calls in the buffered text and the content not yet sent (`truncated`: the generation ended at
+        the token limit, see `parse`)."""
         text, self.pending = self.pending, ""
         if not text:
             return Parsed([], None)
         if not self.buffering:
             return Parsed([], text)
-        return parse(text, self.names)
+        return parse(text, self.names, truncated)

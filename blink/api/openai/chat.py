@@ -27,7 +27,7 @@ from starlette.routing import Route
 
 from blink.api.openai.constraints import chat_params
 from blink.api.openai.generation import Calls, Content, Reasoning, Reply, as_blink_error, sse, sse_response, whole
-from blink.api.openai.protocol import WIRE, ChatRequest, parse_chat, render
+from blink.api.openai.protocol import WIRE, ChatRequest, parse_chat, render, require_model
 from blink.context import Context
 from blink.errors import EngineFailure
 from blink.generate.chat_engine import ChatEnd
@@ -67,6 +67,7 @@ async def start(ctx: Context, call: Call, req: ChatRequest) -> tuple[GeneratorSt
 def check_chat(ctx: Context, body) -> ChatRequest:
     """Before admission: the request parsed, its constraints compiled, its messages servable by this model."""
     req = parse_chat(body)
+    require_model(body, ctx.model_names())
     req.params = replace(req.params, **chat_params(body, req.tools))
     ctx.chats.check(req.messages)
     return req
@@ -100,11 +101,11 @@ def logprobs_field(entries: list | None) -> dict | None:
 
 async def completion(turn: Turn, reply: Reply) -> dict:
     got = await whole(reply)
-    message: dict = {"role": "assistant", "content": got.content}
+    message: dict = {"role": "assistant", "content": got.content, "refusal": None, "annotations": []}
     finish = got.final.finish_reason
     if got.calls:
-        message = {"role": "assistant", "content": got.content or None, "tool_calls": got.calls}
-        finish = "tool_calls"
+        message = {**message, "content": got.content or None, "tool_calls": got.calls}
+        finish = "length" if got.truncated else "tool_calls"  # a call cut off by the limit says so, as OpenAI's
     if reply.reasoning is not None:
         message["reasoning_content"] = got.reasoning or None
     return {
@@ -146,7 +147,7 @@ async def stream_events(turn: Turn, reply: Reply) -> AsyncIterator[str]:
                 yield chunk({"content": piece.text}, logprobs=piece.logprobs)
             elif isinstance(piece, Calls):
                 yield chunk({"tool_calls": piece.calls})
-                finish = "tool_calls"
+                finish = "length" if piece.truncated else "tool_calls"
             elif isinstance(piece, ChatEnd):
                 yield chunk({}, finish or piece.finish_reason)
                 if turn.request.include_usage:

@@ -22,7 +22,7 @@ from starlette.routing import Route
 from blink.api.openai.chat import usage
 from blink.api.openai.constraints import legacy_entries, legacy_logprobs
 from blink.api.openai.generation import Content, Reply, as_blink_error, sse, sse_response, whole
-from blink.api.openai.protocol import WIRE, bad, integer, render, sampling, streaming
+from blink.api.openai.protocol import WIRE, bad, integer, render, require_model, sampling, streaming
 from blink.context import Context
 from blink.errors import EngineFailure
 from blink.generate.chat_engine import ChatEnd
@@ -72,6 +72,7 @@ def parse(ctx: Context, body: Any) -> CompletionRequest:
         raise bad("the body must be a JSON object with `model` and `prompt`")
     if body.get("model") is not None and not isinstance(body["model"], str):
         raise bad("`model` must be a string", "model")
+    require_model(body, ctx.model_names())
     for name in ("n", "best_of"):
         value = integer(body, name, 1)
         if value is not None and value != 1:

@@ -58,6 +58,7 @@ class Content:
 @dataclass
 class Calls:
     calls: list[dict]  # chat's `tool_calls` entries (with `index`)
+    truncated: bool = False  # the last one was cut off by the token limit (blink.generate.toolcalls.parse)
 
 
 class Reply:
@@ -71,8 +72,10 @@ class Reply:
         thinking: bool = False,
         inside: bool = False,
         parallel_calls: bool = True,
+        max_calls: int | None = None,
     ):
         self.stream = stream
+        self.max_calls = max_calls  # Responses' `max_tool_calls`: the calls past it are dropped
         self.tool_names = tool_names
         self.parallel_calls = parallel_calls  # false: only the first call counts (`parallel_tool_calls: false`)
         self.tools = ToolStream(tool_names) if tool_names else None  # `whole` parses the whole text instead
@@ -87,10 +90,18 @@ class Reply:
         ids: list[int],
         tool_names: list[str] | None,
         parallel_calls: bool = True,
+        max_calls: int | None = None,
     ) -> Reply:
         """A chat turn's reply: reasoning split when the server thinks (the prompt may have opened the block)."""
         thinking, inside = chats.thinking(ids)
-        return cls(stream, tool_names=tool_names, thinking=thinking, inside=inside, parallel_calls=parallel_calls)
+        return cls(
+            stream,
+            tool_names=tool_names,
+            thinking=thinking,
+            inside=inside,
+            parallel_calls=parallel_calls,
+            max_calls=max_calls,
+        )
 
     def _content(self, text: str, logprobs: list | None):
         if logprobs is not None:
@@ -111,6 +122,14 @@ class Reply:
         content = self._content(answer, logprobs)
         return out + ([content] if content else [])
 
+    def kept(self, parsed) -> tuple[list[dict], bool]:
+        """The calls the reply answers with (only the first with `parallel_tool_calls: false`, at most
+        `max_calls`), and whether the last of them was cut off by the token limit."""
+        limit = 1 if not self.parallel_calls else self.max_calls
+        if limit is None or len(parsed.calls) <= limit:
+            return parsed.calls, parsed.truncated
+        return parsed.calls[:limit], False
+
     async def __aiter__(self):
         final = None
         async for item in self.stream:
@@ -127,12 +146,12 @@ class Reply:
         for piece in self._pieces("", None, final=True) if self.reasoning else []:
             yield piece
         if self.tools:
-            parsed = self.tools.finish()
+            parsed = self.tools.finish(truncated=final.finish_reason == "length")
             if parsed.content or self.logprobs:
                 yield Content(parsed.content or "", self.logprobs)
                 self.logprobs = None
             if parsed.calls:
-                yield Calls(parsed.calls if self.parallel_calls else parsed.calls[:1])
+                yield Calls(*self.kept(parsed))
         elif self.logprobs:
             yield Content("", self.logprobs)
             self.logprobs = None
@@ -148,11 +167,12 @@ class Whole:
     reasoning: str = ""
     calls: list[dict] = field(default_factory=list)
     logprobs: list | None = None
+    truncated: bool = False  # the last call was cut off by the token limit
 
 
 async def whole(reply: Reply) -> Whole:
     """The reply's pieces joined; tool calls parsed from the whole content at once (as the stream can't)."""
-    content, reasoning, calls, logprobs, final = [], [], [], None, None
+    content, reasoning, calls, logprobs, final, truncated = [], [], [], None, None, False
     reply.tools = None
     try:
         async for piece in reply:
@@ -166,11 +186,13 @@ async def whole(reply: Reply) -> Whole:
                     logprobs = (logprobs or []) + piece.logprobs
             elif isinstance(piece, Calls):
                 calls.extend(piece.calls)
+                truncated = piece.truncated
     except Exception as exc:  # noqa: BLE001 - the generator's failure, in the wire's shape
         raise as_blink_error(exc) from None
     text = "".join(content)
     if reply.tool_names:
-        parsed = parse(text, reply.tool_names)
+        parsed = parse(text, reply.tool_names, truncated=final.finish_reason == "length")
         if parsed.calls:
-            text, calls = parsed.content or "", parsed.calls if reply.parallel_calls else parsed.calls[:1]
-    return Whole(final, text, "".join(reasoning), calls, logprobs)
+            text = parsed.content or ""
+            calls, truncated = reply.kept(parsed)
+    return Whole(final, text, "".join(reasoning), calls, logprobs, truncated)

@@ -49,6 +49,21 @@ def bad(message: str, *loc, kind: str = "invalid_value") -> InvalidRequest:
     return InvalidRequest(message, loc=["body", *loc], kind=kind)
 
 
+def require_model(body: dict, served: list[str]) -> None:
+    """`model` is required on every OpenAI route (both specs say so); any name this server serves answers, the
+    error names them. Call after the body is known to be an object."""
+    if body.get("model") is None:
+        raise bad(f"`model` is required: this server serves {', '.join(served)}", "model", kind="missing")
+
+
+def content_required(raw: dict, role: Any, *loc) -> None:
+    """A user, system or developer message must carry `content` (null is a 400, as OpenAI answers it); an
+    assistant's may be null (its tool calls say it all)."""
+    if role in ("user", "system", "developer") and raw.get("content") is None:
+        where = f"{loc[0]}[{loc[1]}]"
+        raise bad(f"{where} (a {role} message) needs `content`: a string or a list of content parts", *loc, "content")
+
+
 # chat requests ----------------------------------------------------------------------------------------------
 @dataclass
 class ChatRequest:
@@ -59,6 +74,7 @@ class ChatRequest:
     max_tokens: int | None = None
     params: GenerationParams = field(default_factory=GenerationParams)
     parallel_tool_calls: bool = True  # false: the first call the model writes is the reply's only one
+    max_tool_calls: int | None = None  # Responses: the most calls the reply answers with (None: no limit)
 
 
 def data_url(part: dict, *loc) -> tuple[str, str]:
@@ -138,6 +154,7 @@ def _message(raw: Any, i: int) -> dict:
         raise bad(
             f"`role` must be one of system, developer, user, assistant, tool; got {role!r}", "messages", i, "role"
         )
+    content_required(raw, role, "messages", i)
     msg: dict = {
         "role": "system" if role == "developer" else role,
         "content": text_of(raw.get("content"), "messages", i, "content"),

@@ -13,6 +13,11 @@ Output items: a `reasoning` item (with thinking on), a `message` with one `outpu
 `response.output_text.delta` / `.done`, `response.function_call_arguments.delta` / `.done`),
 `response.output_item.done`, and `response.completed` (`response.incomplete` when the output budget ran out).
 A failure after the headers is an `error` event, then `response.failed`.
+
+Every field the Open Responses spec requires is in every response object, with the value used: `temperature` /
+`top_p` the request's or the server's defaults (blink.generate.service.ChatService.defaults), `top_logprobs`,
+`max_tool_calls` (enforced), no penalties (`0.0`), `completed_at` once completed. An `incomplete` response's item
+that the limit cut off says `incomplete` too; a call cut off is still a `function_call` item (blink.generate.toolcalls).
 """
 
 from __future__ import annotations
@@ -44,9 +49,12 @@ from blink.api.openai.protocol import (
     ChatRequest,
     arguments_for_template,
     bad,
+    content_required,
     input_items,
     integer,
+    number,
     render,
+    require_model,
     sampling,
     text_of,
 )
@@ -90,6 +98,19 @@ def _tools(tools: Any) -> list[dict] | None:
     return out
 
 
+def echoed_tool(tool: dict) -> dict:
+    """A function tool as the response lists it: every field the spec requires (null where the request sent
+    none)."""
+    return {
+        **tool,
+        "type": "function",
+        "name": tool["name"],
+        "description": tool.get("description"),
+        "parameters": tool.get("parameters"),
+        "strict": tool.get("strict"),
+    }
+
+
 def _tool_choice(choice: Any) -> Any:
     if choice is None or choice in ("none", "auto", "required"):
         return choice
@@ -120,6 +141,7 @@ class _Conversation:
         role = item.get("role")
         if role not in ("user", "system", "developer", "assistant"):
             raise bad(f"`role` must be user, system, developer or assistant; got {role!r}", "input", i, "role")
+        content_required(item, role, "input", i)
         msg = {
             "role": "system" if role == "developer" else role,
             "content": text_of(item.get("content"), "input", i, "content"),
@@ -217,6 +239,11 @@ def parse_responses(body: Any) -> ChatRequest:
         raise bad("`stream` must be true or false", "stream")
     if body.get("metadata") is not None and not isinstance(body["metadata"], dict):
         raise bad("`metadata` must be an object", "metadata")
+    for name in ("safety_identifier", "prompt_cache_key", "service_tier"):
+        if body.get(name) is not None and not isinstance(body[name], str):
+            raise bad(f"`{name}` must be a string", name)
+    for name in ("presence_penalty", "frequency_penalty"):
+        number(body, name, -2.0, 2.0)
     messages = _messages(body)
     tools = _tools(body.get("tools"))
     if _tool_choice(body.get("tool_choice")) == "none":
@@ -230,6 +257,7 @@ def parse_responses(body: Any) -> ChatRequest:
         integer(body, "max_output_tokens", 1),
         params,
         body.get("parallel_tool_calls") is not False,
+        integer(body, "max_tool_calls", 1),
     )
 
 
@@ -240,6 +268,11 @@ class Shape:
     def __init__(self, ctx: Context, body: dict, req: ChatRequest):
         self.id = _new_id("resp")
         self.created = int(time.time())
+        defaults = ctx.chats.defaults
+        used = {  # the sampling values the generation runs with: the request's, else the server's defaults
+            name: float(defaults[name] if getattr(req.params, name) is None else getattr(req.params, name))
+            for name in ("temperature", "top_p")
+        }
         self.fields = {
             "instructions": body.get("instructions"),
             "max_output_tokens": body.get("max_output_tokens"),
@@ -248,14 +281,21 @@ class Shape:
             "previous_response_id": None,
             "reasoning": {"effort": None, "summary": None},
             "store": False,
-            "temperature": req.params.temperature,
+            "temperature": used["temperature"],
             "text": body.get("text") or {"format": {"type": "text"}},
             "tool_choice": body.get("tool_choice") or "auto",
-            "tools": body.get("tools") or [],
-            "top_p": req.params.top_p,
+            "tools": [echoed_tool(t) for t in body.get("tools") or []],
+            "top_p": used["top_p"],
+            "presence_penalty": 0.0,  # no penalties are applied (a request's are accepted and not used)
+            "frequency_penalty": 0.0,
+            "top_logprobs": int(req.params.top_logprobs or 0),
+            "max_tool_calls": req.max_tool_calls,
             "truncation": "disabled",
             "user": body.get("user"),
             "background": False,
+            "service_tier": "default",
+            "safety_identifier": body.get("safety_identifier"),
+            "prompt_cache_key": body.get("prompt_cache_key"),
         }
         self.model = ctx.served_name
         tokenizer = ctx.chats.tokenizer
@@ -273,6 +313,7 @@ class Shape:
             "id": self.id,
             "object": "response",
             "created_at": self.created,
+            "completed_at": int(time.time()) if status == "completed" else None,
             "status": status,
             "error": error,
             "incomplete_details": None,
@@ -333,17 +374,29 @@ def _reasoning_tokens(count, text: str) -> int:
     return count(text) if count and text else 0
 
 
-def output_of(got: Whole) -> list[dict]:
-    items = [reasoning_item(got.reasoning)] if got.reasoning else []
+def status_of(end: ChatEnd, calls: bool, truncated: bool) -> str:
+    """`incomplete` when the output budget ran out (before any call, or in the middle of one), else `completed`."""
+    return "incomplete" if end.finish_reason == "length" and (truncated or not calls) else "completed"
+
+
+def output_of(got: Whole, status: str) -> list[dict]:
+    """The items of a whole reply; with an incomplete response, the item the limit cut off says so."""
+
+    def state(cut_here: bool) -> str:
+        return "incomplete" if status == "incomplete" and cut_here else "completed"
+
+    items = [reasoning_item(got.reasoning, state(not got.content and not got.calls))] if got.reasoning else []
     if got.content or not got.calls:
-        items.append(message_item([text_part(got.content, got.logprobs)]))
-    return items + [call_item(c) for c in got.calls]
+        items.append(message_item([text_part(got.content, got.logprobs)], state(not got.calls)))
+    last = len(got.calls) - 1
+    return items + [call_item(c, state(i == last)) for i, c in enumerate(got.calls)]
 
 
 def routes(ctx: Context) -> list[Route]:
     def check(call: Call) -> ChatRequest:
         """Before admission: the request parsed, its constraints compiled, its input servable by this model."""
         req = parse_responses(call.body)
+        require_model(call.body, ctx.model_names())
         req.params = replace(req.params, **responses_params(call.body, req.tools))
         ctx.chats.check(req.messages)
         return req
@@ -353,11 +406,11 @@ def routes(ctx: Context) -> list[Route]:
         shape = Shape(ctx, call.body, req)
         stream, ids = await start(ctx, call, req)
         names = [t["function"]["name"] for t in req.tools] if req.tools else None
-        reply = Reply.of_chat(ctx.chats, stream, ids, names, req.parallel_tool_calls)
+        reply = Reply.of_chat(ctx.chats, stream, ids, names, req.parallel_tool_calls, req.max_tool_calls)
         if not req.stream:
             got = await whole(reply)
-            status = "incomplete" if got.final.finish_reason == "length" and not got.calls else "completed"
-            return shape.body(status, output_of(got), got.final, _reasoning_tokens(shape.count, got.reasoning))
+            status = status_of(got.final, bool(got.calls), got.truncated)
+            return shape.body(status, output_of(got, status), got.final, _reasoning_tokens(shape.count, got.reasoning))
         return sse_response(call, events(shape, reply))
 
     endpoint = Endpoint(
@@ -399,6 +452,7 @@ class ResponseStream:
         self.thought: list[str] = []
         self.text: list[str] = []
         self.logprobs: list = []
+        self.truncated = False  # the last call was cut off by the token limit
 
     def start(self) -> list[str]:
         return [
@@ -415,6 +469,7 @@ class ResponseStream:
         if isinstance(piece, Content):
             return self.add_text(piece.text, piece.logprobs or [])
         if isinstance(piece, Calls):
+            self.truncated = piece.truncated
             return self.close_open() + self.add_calls(piece.calls)
         if isinstance(piece, ChatEnd):
             return self.finish(piece)
@@ -467,14 +522,16 @@ class ResponseStream:
         )
         return [*lines, delta]
 
-    def close_open(self) -> list[str]:
-        """Finish the reasoning item and the message still open."""
-        return self._close_reasoning() + self._close_message()
+    def close_open(self, status: str = "completed") -> list[str]:
+        """Finish the reasoning item and the message still open (`incomplete`: the token limit cut them off; a
+        reasoning item followed by a message was done before it)."""
+        reasoning = "completed" if self.message is not None else status
+        return self._close_reasoning(reasoning) + self._close_message(status)
 
-    def _close_reasoning(self) -> list[str]:
+    def _close_reasoning(self, status: str = "completed") -> list[str]:
         if self.reasoning is None:
             return []
-        item = reasoning_item("".join(self.thought), item_id=self.reasoning["id"])
+        item = reasoning_item("".join(self.thought), status, item_id=self.reasoning["id"])
         index = self.output.index(self.reasoning)
         self.output[index], self.reasoning = item, None
         return [
@@ -488,11 +545,11 @@ class ResponseStream:
             self.emit("response.output_item.done", output_index=index, item=item),
         ]
 
-    def _close_message(self) -> list[str]:
+    def _close_message(self, status: str = "completed") -> list[str]:
         if self.message is None:
             return []
         part = text_part("".join(self.text), self.logprobs)
-        item = message_item([part], item_id=self.message["id"])
+        item = message_item([part], status, item_id=self.message["id"])
         index = self.output.index(self.message)
         self.output[index], self.message = item, None
         return [
@@ -509,8 +566,9 @@ class ResponseStream:
         ]
 
     def add_calls(self, calls: list[dict]) -> list[str]:
+        """Each call added whole; a last one the token limit cut off is done as `incomplete`."""
         lines = []
-        for c in calls:
+        for n, c in enumerate(calls):
             added = call_item(c, "in_progress", arguments="")
             self.output.append(added)
             index = len(self.output) - 1
@@ -528,7 +586,8 @@ class ResponseStream:
                     arguments=args,
                 ),
             ]
-            self.output[index] = {**added, "arguments": args, "status": "completed"}
+            cut = self.truncated and n == len(calls) - 1
+            self.output[index] = {**added, "arguments": args, "status": "incomplete" if cut else "completed"}
             lines.append(self.emit("response.output_item.done", output_index=index, item=self.output[index]))
         return lines
 
@@ -536,11 +595,11 @@ class ResponseStream:
         """The last items closed (an empty answer is still a message), then `response.completed` (or
         `response.incomplete` when the output budget ran out before any call)."""
         calls = any(item["type"] == "function_call" for item in self.output)
+        status = status_of(end, calls, self.truncated)
         lines = []
         if not calls and not any(item["type"] == "message" for item in self.output):
             lines += self.close_open() + self.open_message()
-        lines += self.close_open()
-        status = "incomplete" if end.finish_reason == "length" and not calls else "completed"
+        lines += self.close_open("incomplete" if status == "incomplete" and not calls else "completed")
         tokens = _reasoning_tokens(self.shape.count, "".join(self.thought))
         kind = "response.incomplete" if status == "incomplete" else "response.completed"
         return [*lines, self.emit(kind, response=self.shape.body(status, self.output, end, tokens))]
