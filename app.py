@@ -122,6 +122,10 @@ CTX = build_context(
     warmup=not ZERO_GPU and not REMOTE,
     caller_of=lambda request: caller_from_headers(request.headers),
     description=DESCRIPTION or None,
+    # in front of vLLM the GPU ledger still shows, with no call in it
+    extra_health=[lambda: {"gpu_seconds": ESTIMATOR.health(), "zero_gpu": ZERO_GPU, "gpu_size": None}]
+    if REMOTE
+    else (),
 )
 
 # --- the UI, the queue, launch -----------------------------------------------------------------------------

@@ -130,6 +130,7 @@ def build_context(
     warmup: bool = True,
     caller_of: Callable | None = None,
     description: str | None = None,
+    extra_health: Iterable[Callable[[], dict]] = (),
 ) -> Context:
     """The complete context over one backend: `served` and `backend` are built from the settings unless given
     (the Space builds the model first, at module scope, for its GPU functions, and passes its ZeroGPU backend).
@@ -189,7 +190,7 @@ def build_context(
         admission=admission_of(settings),
         caller_of=caller_of or anonymous,
         description=description or Context.description,
-        live_health=[backend.health],
+        live_health=[backend.health, *extra_health],
     )
 
 

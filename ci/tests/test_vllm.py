@@ -550,7 +550,9 @@ def test_a_restarted_replica_is_back_and_a_stream_on_a_dying_one_ends_cleanly(vl
             home = replicas.order(route_for([rendered.ids]))[0]
             other = next(r for r in replicas.replicas if r is not home)
             served_other = other.served
-            generator = VllmChat(replicas, chat).generate(rendered.ids, {"max_tokens": 2000, "temperature": 0})
+            generator = VllmChat(replicas, chat).generate(
+                rendered.ids, GenerationParams(max_tokens=2000, temperature=0)
+            )
             assert isinstance(next(generator), str)  # a token was sent: from here on it is never retried
             home_proc = proc if home.url == url else dict(vllm_replicas)[home.url]
             stop_group(home_proc)
