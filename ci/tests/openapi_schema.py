@@ -139,7 +139,7 @@ def schema() -> dict:
     }
     decisions = {
         "type": "object",
-        "required": ["input", "questions"],
+        "required": ["model", "input", "questions"],
         "properties": {
             "model": {"type": "string", "maxLength": 40},
             "input": {"oneOf": [TEXT, {"type": "array", "maxItems": 3, "items": MESSAGE}]},

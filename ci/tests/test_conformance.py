@@ -210,12 +210,13 @@ def test_the_openai_npm_sdk_creates_responses_plain_and_streamed(url):
     assert got["helper"]["status"] == "incomplete" and got["helper"]["text"] == got["helper"]["output_text"], got
 
 
-@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/responses", "/v1/completions"])
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/responses", "/v1/completions", "/v1/decisions"])
 def test_model_is_required_and_the_error_names_what_is_served(url, route):
     body = {
         "/v1/chat/completions": {"messages": [{"role": "user", "content": "hi"}]},
         "/v1/responses": {"input": "hi"},
         "/v1/completions": {"prompt": "hi"},
+        "/v1/decisions": {"input": "hi", "questions": [{"type": "predicate", "name": "q", "instructions": "Is it?"}]},
     }[route]
     r = httpx.post(url + route, json=body, timeout=60)
     assert r.status_code == 400, r.text

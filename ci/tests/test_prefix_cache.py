@@ -273,13 +273,13 @@ def test_decisions_report_the_system_prompt_as_cached_for_a_new_conversation(ser
         }
         for _ in range(2)
     ]
-    system_end = engine.prepare(to_systemone(bodies[1]).body).prompts[0].system_end
+    system_end = engine.prepare(to_systemone(bodies[1], ["demo"]).body).prompts[0].system_end
     assert system_end > 40
     off = Engine(engine.loaded, prefix_cache_bytes=0)
     with httpx.Client(base_url=server, timeout=120) as client:
         got = [client.post("/v1/decisions", json=body).json() for body in bodies]
     assert got[1]["usage"]["input_tokens_details"]["cached_tokens"] == system_end
-    expected = off.decide(to_systemone(bodies[1]).body)
+    expected = off.decide(to_systemone(bodies[1], ["demo"]).body)
     assert abs(got[1]["answers"][0]["probability"] - next(iter(expected.values()))["noul"]) <= 1e-6
 
 

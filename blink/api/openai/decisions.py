@@ -12,7 +12,7 @@ from typing import Any
 
 from starlette.routing import Route
 
-from blink.api.openai.protocol import IMAGE_PARTS, WIRE, bad, data_url, input_items
+from blink.api.openai.protocol import IMAGE_PARTS, WIRE, bad, data_url, input_items, require_model
 from blink.context import Context
 from blink.errors import InvalidRequest
 from blink.web.endpoint import CHEAP_CHECK_BYTES, Body, Call, Endpoint
@@ -271,11 +271,12 @@ def _question(qid: str, q: Any) -> tuple[dict, QuestionPlan]:
     return parse(q, qid, name, instructions)
 
 
-def to_systemone(body: Any) -> Mapped:
+def to_systemone(body: Any, served: list[str]) -> Mapped:
     if not isinstance(body, dict):
         raise bad("the body must be a JSON object with `model`, `input` and `questions`")
     if body.get("model") is not None and not isinstance(body["model"], str):
         raise bad("`model` must be a string", "model")
+    require_model(body, served)
     if "input" not in body:
         raise bad("`input` is required", "input", kind="missing")
     images: list = []
@@ -313,7 +314,7 @@ def decisions_calibration(fact: dict) -> dict:
 
 def routes(ctx: Context) -> list[Route]:
     def check(call: Call) -> tuple[Mapped, Any]:
-        mapped = to_systemone(call.body)
+        mapped = to_systemone(call.body, ctx.model_names())
         try:
             return mapped, ctx.service.check(mapped.body)
         except InvalidRequest as error:
