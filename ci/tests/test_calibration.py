@@ -231,6 +231,7 @@ def test_calibrated_server_says_so_and_raw_equals_an_uncalibrated_server(server,
         decision = post(
             url,
             {
+                "model": "demo",
                 "input": request["state"],
                 "questions": [{"type": "predicate", "instructions": "Does this need a reply today?"}],
             },
@@ -239,6 +240,7 @@ def test_calibrated_server_says_so_and_raw_equals_an_uncalibrated_server(server,
         decision_raw = post(
             url,
             {
+                "model": "demo",
                 "input": request["state"],
                 "x_calibration": "raw",
                 "questions": [{"type": "predicate", "instructions": "Does this need a reply today?"}],
@@ -273,7 +275,7 @@ def test_bad_extension_values_are_refused_naming_the_field(server):
         assert r.json()["detail"][0]["loc"] == ["body", field] and field in r.json()["error"]
         r = post(
             server,
-            {"input": "hi", field: value, "questions": [{"type": "predicate", "instructions": "ok?"}]},
+            {"model": "demo", "input": "hi", field: value, "questions": [{"type": "predicate", "instructions": "ok?"}]},
             "/v1/decisions",
         )
         assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
