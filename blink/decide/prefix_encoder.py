@@ -90,21 +90,26 @@ class PrefixReusingEncoder:
 
     def _encode(self, text: str) -> list[int]:
         if len(text) < self.MIN_CHARS:  # short texts (e.g. the "\n" probes between pieces) don't displace the cache
-            return self.backend.encode(text, add_special_tokens=False).ids
+            return self._backend_encode(text).ids
         last = getattr(self.local, "last", None)
         cut = self._safe_cut(last[0], text) if last else 0
         if cut:
             _, ids, ends = last
             k = bisect.bisect_right(ends, cut)
             if k and ends[k - 1] == cut:
-                tail = self.backend.encode(text[cut:], add_special_tokens=False)
+                tail = self._backend_encode(text[cut:])
                 ids = ids[:k] + tail.ids
                 ends = ends[:k] + [cut + end for _, end in tail.offsets]
                 self.local.last = (text, ids, ends)
                 return list(ids)
-        encoding = self.backend.encode(text, add_special_tokens=False)
+        encoding = self._backend_encode(text)
         self.local.last = (text, encoding.ids, [end for _, end in encoding.offsets])
         return list(encoding.ids)
+
+    def _backend_encode(self, text: str):
+        # `encode_batch` releases the GIL while it works and `encode` does not: a 250k-character state encoded in
+        # a worker thread would otherwise stall the event loop (and /healthz) for the whole encode
+        return self.backend.encode_batch([text], add_special_tokens=False)[0]
 
     def _safe_cut(self, previous: str, text: str) -> int:
         """The last safe cut in `text` at or before where it stops matching `previous` (0: none). String
