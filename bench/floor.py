@@ -1,0 +1,126 @@
+"""blink against the compute floor, side by side in one process: what a decision costs against what its tokens cost.
+
+    .venv/bin/python bench/floor.py [--model large] [--state-tokens 1000] [--reps 7] [--threads 2]
+
+- **blink**: the engine's steps as a server runs them for one request (`prepare`, `score`, `answer`; no HTTP), on a
+  ~`--state-tokens` state and Q questions (1 / 6 / 16).
+- **floor**: one forward pass of the same model's decoder (no LM head: a decision reads only label rows) over the
+  same number of tokens as the request's `usage.input_tokens` (the state counted once), one sequence, no cache.
+- **cold**: a state never seen. **warm**: the same state again with new questions (what repeats is the state); its
+  floor is the decoder over the tokens the request really had to run (`input_tokens - cached_tokens`).
+
+The two sides alternate rep by rep (medians); the machine's load is printed before and after, since these
+machines are shared: read the ratios, measured side by side, not the milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+for var, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false")):
+    os.environ.setdefault(var, value)
+
+import torch  # noqa: E402
+import workload  # noqa: E402
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def request_tokens(prompts) -> int:
+    """`usage.input_tokens`: the tokens of every prompt with the shared state counted once."""
+    state = prompts[0].state_end
+    return state + sum(len(p.ids) - state for p in prompts) if state else sum(len(p.ids) for p in prompts)
+
+
+class Floor:
+    """The decoder alone over n tokens: embeddings in, last hidden states out, no cache kept."""
+
+    def __init__(self, loaded, vocab_ids: list[int]):
+        from blink.executor.core import decoder_of
+
+        self.decoder, _ = decoder_of(loaded.model)
+        self.embed = self.decoder.get_input_embeddings()
+        self.ids = vocab_ids
+
+    @torch.inference_mode()
+    def __call__(self, n: int) -> float:
+        ids = torch.tensor([(self.ids * (n // len(self.ids) + 1))[:n]])
+        start = time.perf_counter()
+        self.decoder(inputs_embeds=self.embed(ids), use_cache=False)
+        return time.perf_counter() - start
+
+
+def blink_once(engine, body) -> tuple[float, int, int]:
+    """One request through the engine: seconds, input tokens, cached tokens."""
+    start = time.perf_counter()
+    prepared = engine.prepare(body)
+    (scored,) = engine.score([prepared.prompts])
+    engine.answer(prepared, scored.result())
+    return time.perf_counter() - start, request_tokens(prepared.prompts), scored.cached_tokens
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="large", help="demo, large (the ~150M CPU benchmark model) or a path")
+    parser.add_argument("--state-tokens", type=int, default=1000)
+    parser.add_argument("--questions", default="1,6,16")
+    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    from blink.decide.planner import Engine
+    from blink.model.demo import demo_model_dir
+    from blink.model.loading import load
+
+    model = str(demo_model_dir(args.model)) if args.model in ("demo", "large") else args.model
+    loaded = load(model)
+    engine = Engine(loaded, prefix_cache_bytes=2 << 30)
+    tokenizer = loaded.tokenizer
+    floor = Floor(loaded, tokenizer(workload.text_of_tokens(tokenizer, 256, 0), add_special_tokens=False)["input_ids"])
+    params = sum(p.numel() for p in loaded.model.parameters()) / 1e6
+    print(f"model {args.model} ({params:.0f}M params), {args.threads} thread(s), {args.reps} reps")
+    print(f"load average before: {load_average()}")
+    blink_once(engine, workload.body(tokenizer, args.model, 64, 2, 1))  # warm the code paths
+    floor(64)
+
+    print("\n| questions | tokens (cold / warm new) | cold: blink / floor | warm: blink / floor over the new tokens |")
+    print("|---|---|---|---|")
+    seed = 10_000
+    for n_questions in map(int, args.questions.split(",")):
+        rows = {"cold": [], "cold_floor": [], "warm": [], "warm_floor": []}
+        tokens = new = 0
+        for rep in range(args.reps):
+            seed += 1
+            body = workload.body(tokenizer, args.model, args.state_tokens, n_questions, seed)
+            again = {**body, "questions": workload.questions(n_questions, seed + 7)}  # same state, new questions
+            floor_first = rep % 2 == 1
+            if floor_first:
+                rows["cold_floor"].append(floor(request_tokens(engine.prepare(body).prompts)))
+            t, tokens, _ = blink_once(engine, body)
+            rows["cold"].append(t)
+            if not floor_first:
+                rows["cold_floor"].append(floor(tokens))
+            t, warm_tokens, cached = blink_once(engine, again)
+            new = warm_tokens - cached
+            rows["warm"].append(t)
+            rows["warm_floor"].append(floor(max(1, new)))
+        ms = {k: statistics.median(v) * 1000 for k, v in rows.items()}
+        print(
+            f"| {n_questions} | {tokens} / {new} "
+            f"| {ms['cold']:.0f} / {ms['cold_floor']:.0f} ms = {ms['cold'] / ms['cold_floor']:.2f}x "
+            f"| {ms['warm']:.0f} / {ms['warm_floor']:.0f} ms = {ms['warm'] / ms['warm_floor']:.2f}x |"
+        )
+    print(f"\nload average after: {load_average()}")
+
+
+if __name__ == "__main__":
+    main()
