@@ -1,6 +1,6 @@
-"""The scripted stand-in for the network in the chat tests (test_openai_tools, test_openai_reasoning): the next
-token comes from a script chosen by `script=<name>` in the last user message, so everything after the model (the
-decode loop, the app, the wire) is the real code. The tools the scripts call, the scripts, `ask`, and
+"""The scripted stand-in for the network in the chat tests (test_openai_tools, test_openai_reasoning, test_ai_sdk):
+the next token comes from a script chosen by `script=<name>` in the last user message, so everything after the model
+(the decode loop, the app, the wire) is the real code. The tools the scripts call, the scripts, `ask`, and
 `scripted_context` (the real app's context with this model as its network)."""
 
 from __future__ import annotations
