@@ -13,10 +13,7 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -26,7 +23,7 @@ from llm_comply.runner import TestRunner
 from llm_comply.schema import SpecLoader
 from llm_comply.tests import get_tests
 
-from helpers import blink_serve, running
+from helpers import blink_serve, node_script, running
 
 CAP = 32  # the server's output cap: the random model runs to it, so every turn is quick
 SLOT_WAIT_S = 20
@@ -191,16 +188,7 @@ def test_a_completed_response_says_when(url):
 
 def test_the_openai_npm_sdk_creates_responses_plain_and_streamed(url):
     """The openai npm SDK's `responses.create` (plain, `stream: true`) and its `responses.stream` helper."""
-    folder = Path(__file__).resolve().parents[1] / "js"
-    if not (folder / "node_modules" / "openai").is_dir():
-        subprocess.run(
-            [shutil.which("npm") or "npm", "ci", "--no-audit", "--no-fund"], cwd=folder, check=True, timeout=300
-        )
-    run = subprocess.run(
-        ["node", "responses.mjs", url + "/v1", "demo"], cwd=folder, capture_output=True, text=True, timeout=300
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
-    got = json.loads(run.stdout.strip().splitlines()[-1])
+    got = node_script("responses.mjs", url + "/v1", "demo")
     assert "error" not in got, got
     assert got["plain"]["status"] == "incomplete" and got["plain"]["usage"]["output_tokens"] == 8, got
     assert got["plain"]["id"].startswith("resp_") and got["plain"]["output_text"]

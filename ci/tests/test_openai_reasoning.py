@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from helpers import Served
-from helpers.scripted import TOOLS, ScriptedModel, ask
+from helpers.scripted import TOOLS, ask, scripted_context
 
 pytestmark = pytest.mark.e2e
 
@@ -22,17 +22,9 @@ RESPONSE_TOOLS = [{"type": "function", **t["function"]} for t in TOOLS]
 
 @pytest.fixture(scope="module")
 def thinking(demo_dir):
-    from blink.generate.chat_engine import ChatEngine
-    from blink.model.loading import Loaded, load
-    from blink.server import ServedModel, build_context, build_engine, create_app
-    from blink.settings import Settings
+    from blink.server import create_app
 
-    loaded = load(str(demo_dir))
-    model = ScriptedModel(loaded.model.config, loaded.tokenizer)
-    engine = ChatEngine(Loaded(model, loaded.tokenizer, loaded.root), enable_thinking=True)
-    settings = Settings(model=str(demo_dir), served_model_name="blink-thinks", enable_thinking=True)
-    ctx = build_context(settings, ServedModel(loaded, build_engine(settings, loaded), engine))
-    served = Served(create_app(ctx))
+    served = Served(create_app(scripted_context(demo_dir, "blink-thinks", enable_thinking=True).ctx))
     yield served.url
     served.stop()
 

@@ -19,27 +19,20 @@ import openai
 import pytest
 
 from helpers import Served
-from helpers.scripted import FORMATS, SCRIPTS, TOOLS, ScriptedModel, ask
+from helpers.scripted import FORMATS, SCRIPTS, TOOLS, ScriptedModel, ask, scripted_context
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
 def scripted(demo_dir):
-    from blink.generate.chat_engine import ChatEngine
-    from blink.model.loading import Loaded, load
-    from blink.server import ServedModel, build_context, build_engine, create_app
-    from blink.settings import Settings
+    from blink.server import create_app
     from blink.web.auth import ApiKey
 
-    loaded = load(str(demo_dir))
-    model = ScriptedModel(loaded.model.config, loaded.tokenizer)
-    engine = ChatEngine(Loaded(model, loaded.tokenizer, loaded.root))
-    settings = Settings(model=str(demo_dir), served_model_name="blink-scripted")
-    ctx = build_context(settings, ServedModel(loaded, build_engine(settings, loaded), engine))
-    open_server = Served(create_app(ctx))
-    keyed = Served(create_app(dataclasses.replace(ctx, auth=ApiKey("sekret-key-123"))))
-    yield SimpleNamespace(url=open_server.url, keyed_url=keyed.url, model=model, ctx=ctx, tokenizer=loaded.tokenizer)
+    scripted = scripted_context(demo_dir, "blink-scripted")
+    open_server = Served(create_app(scripted.ctx))
+    keyed = Served(create_app(dataclasses.replace(scripted.ctx, auth=ApiKey("sekret-key-123"))))
+    yield SimpleNamespace(**vars(scripted), url=open_server.url, keyed_url=keyed.url)
     open_server.stop()
     keyed.stop()
 

@@ -7,7 +7,8 @@
 - request and answer helpers: `random_request`, `probabilities`, `worst`, `uncached`, `png`, `text_of`, `MB`;
 - wire contracts: `UNROUTED` and `check_unrouted` (unknown /v1/ paths and methods), `run_jevcompat` and
   `assert_all_pass` (the conformance suite);
-- clients: `mcp_call` (one MCP session), `bearer`, `form_args` (the UI's Decide event, as the page sends it).
+- clients: `mcp_call` (one MCP session), `bearer`, `form_args` (the UI's Decide event, as the page sends it),
+  `npm_installed` and `node_script` (the JS clients of ci/js, installed from its lock when they are not all there).
 
 The scripted stand-in network for chat (`ScriptedModel`, its tools and scripts) imports torch, so it lives in
 helpers/scripted.py; this module imports neither torch nor blink.
@@ -399,6 +400,32 @@ def mcp_call(endpoint: str, work, headers: dict | None = None):
                 return await work(mcp)
 
     return asyncio.run(session())
+
+
+JS = ROOT / "ci" / "js"
+
+
+def npm_installed(folder: Path = JS, timeout: float = 300) -> Path:
+    """`folder`, after `npm ci` there unless every dependency its package.json pins is installed at that version (a
+    node_modules from before a dependency was added or bumped is brought up to the lock)."""
+    wanted = json.loads((folder / "package.json").read_text())["dependencies"]
+
+    def installed(name: str, version: str) -> bool:
+        found = folder / "node_modules" / name / "package.json"
+        return found.is_file() and json.loads(found.read_text()).get("version") == version
+
+    if not all(installed(name, version) for name, version in wanted.items()):
+        npm = shutil.which("npm") or "npm"
+        subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=folder, check=True, timeout=timeout)
+    return folder
+
+
+def node_script(script: str, *args: str, timeout: float = 300) -> dict:
+    """Runs ci/js/`script` with `args` under node (installing ci/js first when needed) and returns the one JSON line
+    it prints last."""
+    run = subprocess.run(["node", script, *args], cwd=npm_installed(), capture_output=True, text=True, timeout=timeout)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 def bearer(key: str | None) -> dict | None:

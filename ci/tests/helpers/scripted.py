@@ -1,6 +1,7 @@
-"""The scripted stand-in for the network in the chat tests (test_openai_tools, test_openai_reasoning): the next
-token comes from a script chosen by `script=<name>` in the last user message, so everything after the model (the
-decode loop, the app, the wire) is the real code. The tools the scripts call, the scripts, and `ask`."""
+"""The scripted stand-in for the network in the chat tests (test_openai_tools, test_openai_reasoning, test_ai_sdk):
+the next token comes from a script chosen by `script=<name>` in the last user message, so everything after the model
+(the decode loop, the app, the wire) is the real code. The tools the scripts call, the scripts, `ask`, and
+`scripted_context` (the real app's context with this model as its network)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,9 @@ SCRIPTS = {
     "prose": 'A call looks like {"name": "get_weather", "arguments": {"city": "Paris"}} in JSON.',
     "plain": "The weather in Paris is mild today, with light wind from the west.",
     "stopper": "alpha beta STOP gamma delta",
+    # an instance of ci/js/ai-sdk.mjs's schema, written as the grammar allows it (blink.generate.structured's
+    # JSON_OPTIONS: ", " and ": ", no other whitespace; properties in the schema's order)
+    "weather": '{"city": "Paris", "temperature_c": 21, "conditions": "sunny", "tags": ["mild", "breezy"]}',
     # with thinking on (ci/tests/test_openai_reasoning.py)
     "think": "<think>\nThe user asks about Paris.\nIt is mild there.\n</think>\n\nThe weather in Paris is mild.",
     "thinkcall": (
@@ -93,6 +97,22 @@ class ScriptedModel(torch.nn.Module):
         logits = torch.full((1, 1, self.vocab), -1e4)
         logits[0, 0, token] = 1e4
         return SimpleNamespace(logits=logits)
+
+
+def scripted_context(demo_dir, served_model_name: str, enable_thinking: bool = False) -> SimpleNamespace:
+    """The real app's context (blink.server.build_context) over the demo model's config and tokenizer, with a
+    `ScriptedModel` as the chat network: `ctx` for `create_app`, and its `model` and `tokenizer`."""
+    from blink.generate.chat_engine import ChatEngine
+    from blink.model.loading import Loaded, load
+    from blink.server import ServedModel, build_context, build_engine
+    from blink.settings import Settings
+
+    loaded = load(str(demo_dir))
+    model = ScriptedModel(loaded.model.config, loaded.tokenizer)
+    engine = ChatEngine(Loaded(model, loaded.tokenizer, loaded.root), enable_thinking=enable_thinking)
+    settings = Settings(model=str(demo_dir), served_model_name=served_model_name, enable_thinking=enable_thinking)
+    ctx = build_context(settings, ServedModel(loaded, build_engine(settings, loaded), engine))
+    return SimpleNamespace(ctx=ctx, model=model, tokenizer=loaded.tokenizer)
 
 
 def ask(name: str) -> list[dict]:
