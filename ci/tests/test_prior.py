@@ -120,7 +120,11 @@ def test_the_wire_raw_equals_an_uncalibrated_server_and_prior_says_it_was_applie
         health = httpx.get(url + "/healthz").json()
         decision = post(
             url,
-            {"model": "demo", "input": BODY["state"], "questions": [{"type": "predicate", "instructions": "Reply today?"}]},
+            {
+                "model": "demo",
+                "input": BODY["state"],
+                "questions": [{"type": "predicate", "instructions": "Reply today?"}],
+            },
             "/v1/decisions",
         )
     assert raw["answers"] == plain["answers"]  # exactly: "raw" is the model's probabilities
