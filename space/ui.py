@@ -3,7 +3,8 @@
 `build(ctx, ...)` makes the Blocks from the context the API routes serve (the same decision service, batcher and
 GPU functions, and the same chat function) and the text users read; it reads nothing else. Each event passes
 its caller (`ctx.caller_of(request)`: on ZeroGPU the user's own quota) explicitly, as the routes do.
-The API is one documented endpoint, `decide(state, questions)` (space/tool.py), also the Space's MCP tool; every
+The API is one documented endpoint, `decide(state, questions, x_calibration=None)` (space/tool.py), also the Space's
+MCP tool; every
 event here is private (the page calls it, Gradio's clients and MCP don't see it). The Chat tab enters the same `chat`
 admission gate as the API's chat (`ctx.admission`), so UI and API chats share one limit, and anonymous UI turns
 never take the places kept for keyed API traffic.
@@ -402,7 +403,7 @@ def build(
     what users read (the caveat sits next to answers); `chat_max_tokens` caps a Chat-tab turn; `demo_model`
     (the served model is blink's random-weight demo) puts a banner above everything; `api_needs_key`: the
     `decide` endpoint asks for the API key too (space/tool.py)."""
-    with gr.Blocks(title=title) as demo:
+    with space_tool.Blocks(title=title) as demo:  # gr.Blocks, with decide's optional arguments for REST callers
         if demo_model:
             gr.HTML(f'<div class="blink-demo" id="blink-demo-banner">{html.escape(DEMO_BANNER)}</div>')
         gr.HTML(f'<div class="blink-header"><h1>{html.escape(title)}</h1><p>{html.escape(description)}</p></div>')
