@@ -3,10 +3,12 @@
 `build(ctx, ...)` makes the Blocks from the context the API routes serve (the same decision service, batcher and
 GPU functions, and the same chat function) and the text users read; it reads nothing else. Each event passes
 its caller (`ctx.caller_of(request)`: on ZeroGPU the user's own quota) explicitly, as the routes do.
-The API is one documented endpoint, `decide(state, questions)` (space/tool.py), also the Space's MCP tool; every
-event here is private (the page calls it, Gradio's clients and MCP don't see it). The Chat tab enters the same `chat`
-admission gate as the API's chat (`ctx.admission`), so UI and API chats share one limit, and anonymous UI turns
-never take the places kept for keyed API traffic.
+The API is one documented endpoint, `decide(state, questions, x_calibration=None)` (space/tool.py), also the Space's
+MCP tool; every event here is private (the page calls it, Gradio's clients and MCP don't see it). The Decide form's
+Calibration menu sends `x_calibration` as the API takes it (its default entry sends none: the server's default), and
+the caveat beside the answers says what the chosen one does. The Chat tab enters the same `chat` admission gate as
+the API's chat (`ctx.admission`), so UI and API chats share one limit, and anonymous UI turns never take the places
+kept for keyed API traffic.
 """
 
 import html
@@ -21,6 +23,7 @@ import gradio as gr
 import auth
 from blink.api.systemone import decide_body, error_body
 from blink.context import Context
+from blink.decide.x_fields import MODES, uses_prior, uses_temperatures
 from blink.errors import BlinkError
 from blink.web.admission import ANONYMOUS, KEYED
 from blink.web.auth import ApiKey
@@ -50,6 +53,19 @@ TYPES = [
 TYPE_INFO = "noul: a yes/no question, answered with P(yes) · choice: picks one option · score: picks one level"
 OPTIONS_LABEL = "Options (choice) or levels (score), one per line"
 OPTIONS_INFO = "choice: name: description (the description may be left out) · score: lowest level first · noul: empty"
+# the Calibration menu: what it shows, the `x_calibration` it sends; SPACE_DEFAULT sends none (the server's default)
+SPACE_DEFAULT = "default"
+CALIBRATION_WORDS = {
+    "fitted": "temperature scaling",
+    "prior": "bias removal",
+    "fitted+prior": "temperature scaling, then bias removal",
+    "raw": "none: the model's own probabilities",
+}
+CALIBRATION_INFO = (
+    "How the probabilities are adjusted. Temperature scaling corrects how sure the model sounds, with settings "
+    "fitted for these weights. Bias removal takes out the model's lean towards some options whatever the text says: "
+    'each answer is divided by the same question\'s answer about text that says nothing (such as "N/A").'
+)
 DEMO_BANNER = (
     "This Space serves blink's demo model: random weights, so its answers and replies are meaningless. "
     "Everything around them (the API, the batching, the UI) is real."
@@ -185,14 +201,56 @@ CONFIDENCE_NOTE = (
 )
 
 
-def decide_caveat(caveat: str, calibrated: bool) -> str:
-    """The caveat beside answers, true to this server: "calibrated" only where a calibration is applied
-    (/healthz `calibration.loaded`; every answer's `x_calibration.applied`)."""
-    if calibrated:
+def calibration_choices(default: str, loaded: bool) -> list[tuple[str, str]]:
+    """The Calibration menu's (label, value) pairs, this server's default first (`default`: one of MODES; `loaded`:
+    a calibration file is loaded, without which temperature scaling changes nothing)."""
+    words = dict(CALIBRATION_WORDS)
+    if not loaded:
+        words["fitted"] += " (none fitted for this model: same as None)"
+        words["fitted+prior"] = "temperature scaling (none fitted for this model), then bias removal"
+    default_words = calibration_words(default, loaded)
+    return [(f"Space default ({default_words})", SPACE_DEFAULT)] + [
+        (words[mode][:1].upper() + words[mode][1:], mode) for mode in MODES
+    ]
+
+
+def calibration_words(mode: str, loaded: bool) -> str:
+    """What answers asked with `mode` get, in a few words (the default's label)."""
+    temperatures, prior = loaded and uses_temperatures(mode), uses_prior(mode)
+    if temperatures and prior:
+        return CALIBRATION_WORDS["fitted+prior"]
+    if temperatures or prior:
+        return CALIBRATION_WORDS["fitted" if temperatures else "prior"]
+    return "none"
+
+
+def chosen_calibration(value) -> str | None:
+    """The `x_calibration` the form sends: one of MODES, or None (the Space's default: the field is not sent)."""
+    return value if value in MODES else None
+
+
+def decide_caveat(caveat: str, mode: str, calibrated: bool) -> str:
+    """The caveat beside answers, true to what answers asked with `mode` (one of MODES, the server's default
+    resolved) get on this server: "calibrated" only where something is applied (every answer's
+    `x_calibration.applied`), temperature scaling only where a calibration is loaded (/healthz
+    `calibration.loaded`), the prior whenever `mode` divides by it."""
+    temperatures, prior = calibrated and uses_temperatures(mode), uses_prior(mode)
+    removal = (
+        "freed of the model's lean towards some options whatever the text says (each answer is divided by the "
+        'same question\'s answer about text that says nothing, such as "N/A")'
+    )
+    if temperatures and prior:
+        note = f"The probabilities are calibrated for these weights (temperature scaling), then {removal}."
+    elif temperatures:
         note = "The probabilities are calibrated for these weights (temperature scaling)."
+    elif prior:
+        note = f"The probabilities are {removal}; no temperature scaling is applied."
     else:
         caveat = re.sub(r"\bcalibrated\s+", "", caveat)
-        note = "The probabilities are the model's own: no calibration is applied on this server."
+        if mode == "raw":
+            note = "The probabilities are the model's own: no calibration is applied to these answers."
+        else:
+            note = "The probabilities are the model's own: no calibration is applied on this server."
     return " ".join(part for part in (caveat.strip(), note) if part)
 
 
@@ -309,9 +367,12 @@ def text_of(content) -> str:
     return "" if content is None else str(content)
 
 
-async def decide(ctx: Context, request: gr.Request | None, state: str, count: float, slots) -> tuple:
+async def decide(
+    ctx: Context, request: gr.Request | None, state: str, count: float, slots, calibration: str | None = None
+) -> tuple:
     """The Decide button: the same service (and batcher, and GPU function) as POST /v1/systemone.
-    `slots`: (id, type, instructions, options) for each question slot; the first `count` are asked."""
+    `slots`: (id, type, instructions, options) for each question slot; the first `count` are asked;
+    `calibration`: the Calibration menu's value (sent as `x_calibration`, unless it is the Space's default)."""
     problems = form_problems(state, count, slots, ctx.limits)
     if problems:  # the validator shows them next to their boxes; a caller without the page gets them here
         return error_html(" · ".join(f"{box_name(i)}: {m}" for i, m in sorted(problems.items()))), None
@@ -321,6 +382,8 @@ async def decide(ctx: Context, request: gr.Request | None, state: str, count: fl
         questions[question_id(name, i)] = build_question(kind or "noul", instructions, options)
     value, note = state_value(state)
     body = {"model": ctx.served_name, "state": value, "questions": questions}
+    if (mode := chosen_calibration(calibration)) is not None:
+        body["x_calibration"] = mode
     caller = ctx.caller_of(request) if request is not None else None
     try:
         response = await decide_body(ctx, body, caller=caller, caller_class=ui_class(ctx, request))
@@ -402,7 +465,7 @@ def build(
     what users read (the caveat sits next to answers); `chat_max_tokens` caps a Chat-tab turn; `demo_model`
     (the served model is blink's random-weight demo) puts a banner above everything; `api_needs_key`: the
     `decide` endpoint asks for the API key too (space/tool.py)."""
-    with gr.Blocks(title=title) as demo:
+    with space_tool.Blocks(title=title) as demo:  # gr.Blocks, with decide's optional arguments for REST callers
         if demo_model:
             gr.HTML(f'<div class="blink-demo" id="blink-demo-banner">{html.escape(DEMO_BANNER)}</div>')
         gr.HTML(f'<div class="blink-header"><h1>{html.escape(title)}</h1><p>{html.escape(description)}</p></div>')
@@ -423,16 +486,24 @@ def build(
 def decide_tab(ctx: Context, caveat: str) -> None:
     """A state, up to SLOTS questions, one-click examples; a probability bar per option and the raw response."""
 
-    async def ui_decide(request: gr.Request, state: str, count: float, *slots: str):
-        return await decide(ctx, request, state, count, slots)
+    # the event's inputs: the state, the number of questions shown, the question slots' boxes, then the Calibration
+    # menu (ui_form numbers the boxes in this order)
+    async def ui_decide(request: gr.Request, state: str, count: float, *boxes: str):
+        return await decide(ctx, request, state, count, boxes[: 4 * SLOTS], boxes[4 * SLOTS])
 
-    def check_form(state: str, count: float, *slots: str) -> list:
-        """Before the request: each problem shown next to the box it concerns."""
-        problems = form_problems(state, count, slots, ctx.limits)
+    def check_form(state: str, count: float, *boxes: str) -> list:
+        """Before the request: each problem shown next to the box it concerns (the menu is always valid)."""
+        problems = form_problems(state, count, boxes[: 4 * SLOTS], ctx.limits)
         return [
             gr.validate(i not in problems, f"{box_name(i)}: {problems[i]}" if i in problems else "")
             for i in range(2 + 4 * SLOTS)
-        ]
+        ] + [gr.validate(True, "")]
+
+    loaded = bool(ctx.health.get("calibration", {}).get("loaded"))
+    default = ctx.health.get("x_calibration") or "fitted"
+
+    def caveat_for(value) -> str:
+        return caveat_html(decide_caveat(caveat, chosen_calibration(value) or default, loaded))
 
     with gr.Row():
         with gr.Column(scale=1):
@@ -466,10 +537,16 @@ def decide_tab(ctx: Context, caveat: str) -> None:
             with gr.Row():
                 add = gr.Button("+ question", size="sm")
                 remove = gr.Button("− question", size="sm")
+            calibration = gr.Dropdown(
+                calibration_choices(default, loaded),
+                value=SPACE_DEFAULT,
+                label="Calibration",
+                info=CALIBRATION_INFO,
+                elem_id="blink-calibration",
+            )
             decide_button = gr.Button("Decide", variant="primary", elem_id="blink-decide")
         with gr.Column(scale=1):
-            calibrated = bool(ctx.health.get("calibration", {}).get("loaded"))
-            gr.HTML(caveat_html(decide_caveat(caveat, calibrated)), elem_id="blink-caveat")
+            caveat_box = gr.HTML(caveat_for(SPACE_DEFAULT), elem_id="blink-caveat")
             results = gr.HTML(elem_id="blink-results", value="")
             raw = gr.JSON(label="Raw response (what POST /v1/systemone returns)", elem_id="blink-raw")
 
@@ -484,10 +561,19 @@ def decide_tab(ctx: Context, caveat: str) -> None:
         )
     add.click(lambda c: set_count(c, +1), count, [count, *groups], api_visibility=PRIVATE)
     remove.click(lambda c: set_count(c, -1), count, [count, *groups], api_visibility=PRIVATE)
+    # the caveat says what the chosen calibration does; answers got another way go with the old caveat
+    calibration.change(
+        lambda value: (caveat_for(value), "", None),
+        calibration,
+        [caveat_box, results, raw],
+        queue=False,
+        api_name="calibration",
+        api_visibility=PRIVATE,
+    )
     # the previous answers go first, whatever follows: new answers, a refusal next to its box, or an error
     decide_button.click(lambda: ("", None), None, [results, raw], queue=False, api_visibility=PRIVATE).then(
         ui_decide,
-        [state, count, *[c for slot in slots for c in slot]],
+        [state, count, *[c for slot in slots for c in slot], calibration],
         [results, raw],
         api_name="decide_form",
         validator=check_form,

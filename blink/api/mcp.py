@@ -35,7 +35,7 @@ Returns the System One response: `answers` maps each question id to its answer (
 chosen option, its confidence and every option's probability; score: the expected level, 0 = lowest, with
 its confidence and each level's probability), and `usage` counts the tokens read."""
 
-# the standalone tool's own argument (the Space's Gradio tool takes state and questions only)
+# the optional argument (the standalone tool's and the Space's Gradio `decide`'s)
 CALIBRATION_DOC = """
 
 `x_calibration` (optional): "prior" divides each answer by the question's answer on content-free states (a bias
@@ -109,9 +109,9 @@ def build_mcp(decide: Decide, caller_of: Callable[[Any], Any], name: str):
     return server
 
 
-def decide_schemas(calibration: bool = True) -> tuple[dict, dict | None]:
+def decide_schemas() -> tuple[dict, dict | None]:
     """The `decide` tool's input and output schemas exactly as FastMCP publishes them at /mcp (the Space's Gradio
-    MCP server publishes the same ones, less `x_calibration`: Gradio's `decide(state, questions)` takes no more)."""
+    MCP server publishes the same ones: its `decide(state, questions, x_calibration=None)` takes the same arguments)."""
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
@@ -121,11 +121,7 @@ def decide_schemas(calibration: bool = True) -> tuple[dict, dict | None]:
     server = build_mcp(noop, lambda request: None, "blink")
     with ThreadPoolExecutor(1) as pool:  # its own event loop, whether or not the caller runs one
         (tool,) = pool.submit(asyncio.run, server.list_tools()).result()
-    if calibration:
-        return tool.inputSchema, tool.outputSchema
-    inputs = {**tool.inputSchema, "properties": dict(tool.inputSchema["properties"])}
-    inputs["properties"].pop("x_calibration", None)
-    return inputs, tool.outputSchema
+    return tool.inputSchema, tool.outputSchema
 
 
 class McpEndpoint:

@@ -10,7 +10,19 @@ import httpx
 import pytest
 from gradio_page import PageValidationError, page_call, values_only
 
-from helpers import ARTIFACTS, ROOT, SERVERS, UNROUTED, bearer, check_unrouted, form_args, mcp_call, running, uncached
+from helpers import (
+    ARTIFACTS,
+    ROOT,
+    SERVERS,
+    UNROUTED,
+    bearer,
+    check_unrouted,
+    example_form,
+    form_args,
+    mcp_call,
+    running,
+    uncached,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.space]
 
@@ -63,7 +75,7 @@ def test_models_systemone_and_gradio_on_one_port(space):
     assert 0.0 <= r.answers["urgent"].noul <= 1.0
 
     # the UI's events (private: called as the page calls them), same server and port
-    example = values_only(page_call(space, "example_ticket"))
+    example = example_form(values_only(page_call(space, "example_ticket")))
     bars, raw = page_call(space, "decide_form", *example)
     assert raw["model"] == "blink-4b"
     team = raw["answers"]["team"]["probabilities"]
@@ -72,7 +84,7 @@ def test_models_systemone_and_gradio_on_one_port(space):
         assert f'data-option="{option}"' in bars  # a probability bar per option
     assert "urgent" in raw["answers"]
     for name in ("example_moderation", "example_sentiment"):
-        values = values_only(page_call(space, name))
+        values = example_form(values_only(page_call(space, name)))
         _, raw = page_call(space, "decide_form", *values)
         assert raw["answers"], name
     reply = page_call(space, "chat", "Hello there", [])[0]
@@ -222,7 +234,7 @@ def test_ui_and_api_agree_on_an_empty_state_and_empty_instructions(space):
 
 
 def test_ui_answers_name_the_level_and_warn_about_broken_json(space):
-    bars, raw = page_call(space, "decide_form", *values_only(page_call(space, "example_sentiment")))
+    bars, raw = page_call(space, "decide_form", *example_form(values_only(page_call(space, "example_sentiment"))))
     levels = ["Very negative", "Negative", "Mixed", "Positive", "Very positive"]
     top = max(raw["answers"]["sentiment"]["probabilities"].items(), key=lambda kv: kv[1])[0]
     assert f"level: <b>{levels[int(top)]}</b> ({int(top) + 1} of 5)" in bars
@@ -231,6 +243,42 @@ def test_ui_answers_name_the_level_and_warn_about_broken_json(space):
     )
     assert "looks like JSON but does not parse" in bars and "sent as plain text" in bars
     assert raw["answers"]["urgent"]["type"] == "noul"
+
+
+def test_the_calibration_menu_sends_x_calibration_and_the_caveat_follows_it(space):
+    """The Decide form's Calibration menu: the Space's default sends no `x_calibration` (the answers are the API's
+    without it), any other choice sends it (the API's answers with it); the caveat beside the answers says what the
+    choice does, and answers got another way go with the old caveat."""
+    config = httpx.get(space + "/config", timeout=30).json()
+    (menu,) = [c["props"] for c in config["components"] if c.get("props", {}).get("elem_id") == "blink-calibration"]
+    assert [value for _, value in menu["choices"]] == ["default", "fitted", "prior", "fitted+prior", "raw"]
+    # the demo has no calibration file, and the server's default (fitted) applies none
+    assert menu["value"] == "default" and menu["choices"][0][0] == "Space default (none)"
+    state, question = "The parcel is late.", ("late", "noul", "Is it late?", "")
+    body = {"state": state, "questions": {"late": {"type": "noul", "instructions": "Is it late?"}}}
+
+    def api(**fields) -> dict:
+        reply = httpx.post(space + "/v1/systemone", json={**body, **fields}, timeout=120)
+        assert reply.status_code == 200, reply.text
+        return uncached(reply.json())
+
+    _, default = page_call(space, "decide_form", *form_args(state, question))
+    assert uncached(default) == api() and "prior" not in default["x_calibration"]
+    _, raw = page_call(space, "decide_form", *form_args(state, question, calibration="raw"))
+    assert uncached(raw) == api(x_calibration="raw")
+    wire = api(x_calibration="prior")["x_calibration"]
+    bars, prior = page_call(space, "decide_form", *form_args(state, question, calibration="prior"))
+    assert prior["x_calibration"]["applied"] is True and 'data-option="yes"' in bars
+    assert prior["x_calibration"]["prior"] == {**wire["prior"], "tokens": 0}  # the wire's prior, kept
+    with pytest.raises(httpx.HTTPStatusError) as info:  # not one of the menu's choices: Gradio refuses the event
+        page_call(space, "decide_form", *form_args(state, question, calibration="cooked"))
+    assert info.value.response.status_code == 400 and "cooked" in info.value.response.text
+
+    caveat, results, answers = page_call(space, "calibration", "prior")
+    assert "lean towards some options" in caveat and "no temperature scaling" in caveat
+    assert (results, answers) == ("", None)  # the answers shown were got another way
+    assert "no calibration is applied to these answers" in page_call(space, "calibration", "raw")[0]
+    assert "no calibration is applied on this server" in page_call(space, "calibration", "default")[0]
 
 
 def test_ui_page_has_the_demo_banner_chat_examples_and_its_own_chat_caveat(space):
@@ -245,7 +293,7 @@ def test_ui_page_has_the_demo_banner_chat_examples_and_its_own_chat_caveat(space
     assert "noul: a yes/no question" in text  # the type explained where it is picked
 
 
-# --- the Space as a tool: `decide(state, questions)` over gradio_client, @gradio/client and MCP ------------------
+# --- the Space as a tool: `decide(state, questions, x_calibration=None)` over gradio_client, @gradio/client, MCP -
 QUESTIONS = {
     "spam": {"type": "noul", "instructions": "Is this message spam?"},
     "topic": {
@@ -259,10 +307,11 @@ STATE = {"ticket": "My parcel never arrived and I was charged twice. Please help
 BAD = {"pick": {"type": "choice", "instructions": "Pick one", "criteria": {}}}
 
 
-def systemone(url: str, key: str | None = None) -> dict:
+def systemone(url: str, key: str | None = None, **fields) -> dict:
+    """The /v1/systemone body for STATE and QUESTIONS (and `fields`, e.g. x_calibration)."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     reply = httpx.post(
-        url + "/v1/systemone", json={"state": STATE, "questions": QUESTIONS}, headers=headers, timeout=180
+        url + "/v1/systemone", json={"state": STATE, "questions": QUESTIONS, **fields}, headers=headers, timeout=180
     )  # generous: the CI machine is shared
     assert reply.status_code == 200, reply.text
     return uncached(reply.json())
@@ -282,8 +331,9 @@ def tool_body(result) -> dict:
     return json.loads(result.content[0].text)
 
 
-def js_decide(url: str, key: str | None = None) -> dict:
-    """@gradio/client (ci/js, pinned by its package-lock.json) calls decide with keyword arguments."""
+def js_decide(url: str, key: str | None = None, **fields) -> dict:
+    """@gradio/client (ci/js, pinned by its package-lock.json) calls decide with keyword arguments: STATE,
+    QUESTIONS and `fields` (x_calibration)."""
     import json
     import shutil
     import subprocess
@@ -293,31 +343,59 @@ def js_decide(url: str, key: str | None = None) -> dict:
         subprocess.run(
             [shutil.which("npm") or "npm", "ci", "--no-audit", "--no-fund"], cwd=folder, check=True, timeout=300
         )
-    argv = ["node", "decide.mjs", url, json.dumps({"state": STATE, "questions": QUESTIONS}), *([key] if key else [])]
+    request = json.dumps({"state": STATE, "questions": QUESTIONS, **fields})
+    argv = ["node", "decide.mjs", url, request, *([key] if key else [])]
     done = subprocess.run(argv, cwd=folder, capture_output=True, text=True, timeout=120, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def test_the_gradio_api_is_one_documented_decide_endpoint(space):
-    """gradio_client sees one endpoint, `decide(state, questions)`, documented, and keyword arguments give the body
-    /v1/systemone gives; the UI's own events are private."""
+    """gradio_client sees one endpoint, `decide(state, questions, x_calibration=None)`, documented, and keyword
+    arguments give the body /v1/systemone gives; the UI's own events are private."""
     from gradio_client import Client
 
     client = Client(space, verbose=False)
     api = client.view_api(print_info=False, return_format="dict")
     assert list(api["named_endpoints"]) == ["/decide"] and not api["unnamed_endpoints"]
     decide = api["named_endpoints"]["/decide"]
-    assert [p["parameter_name"] for p in decide["parameters"]] == ["state", "questions"]
-    assert all(not p["parameter_has_default"] for p in decide["parameters"])
-    assert "probability for every option" in decide["description"]
+    assert [p["parameter_name"] for p in decide["parameters"]] == ["state", "questions", "x_calibration"]
+    assert [p["parameter_has_default"] for p in decide["parameters"]] == [False, False, True]
+    assert decide["parameters"][2]["parameter_default"] is None  # left out: the server's default
+    assert "probability for every option" in decide["description"] and "x_calibration" in decide["description"]
     body = client.predict(state=STATE, questions=QUESTIONS, api_name="/decide")
     assert uncached(body) == systemone(space)  # the same engine, the same prompts: the same body
+    # the two-argument call, as before: by position too, and Gradio's REST path with two values
+    assert uncached(client.predict(STATE, QUESTIONS, api_name="/decide")) == systemone(space)
+    rest = httpx.post(space + "/gradio_api/run/decide", json={"data": [STATE, QUESTIONS]}, timeout=120)
+    assert rest.status_code == 200 and uncached(rest.json()["data"][0]) == systemone(space)
     assert (
         client.predict(state="plain text works too", questions={"q": QUESTIONS["spam"]}, api_name="/decide")["answers"][
             "q"
         ]["type"]
         == "noul"
     )
+
+
+def test_decide_takes_x_calibration_as_v1_systemone_does(space):
+    """`x_calibration` through gradio_client (by keyword and by position) and Gradio's REST path: the body
+    /v1/systemone gives with the same field."""
+    from gradio_client import Client
+
+    client = Client(space, verbose=False)
+    raw = systemone(space, x_calibration="raw")
+    assert raw["x_calibration"] == {"applied": False, "temperatures": {}}
+    assert uncached(client.predict(state=STATE, questions=QUESTIONS, x_calibration="raw", api_name="/decide")) == raw
+    assert uncached(client.predict(STATE, QUESTIONS, "raw", api_name="/decide")) == raw
+    rest = httpx.post(space + "/gradio_api/run/decide", json={"data": [STATE, QUESTIONS, "raw"]}, timeout=120)
+    assert rest.status_code == 200 and uncached(rest.json()["data"][0]) == raw
+    # the value reaches the decision (on the demo, with no calibration file, raw and the default read alike): the
+    # prior divides the answers, the body says so as /v1/systemone's does, and the prior is the one it computed (the
+    # same content-free prompts: kept, so none ran again)
+    wire = systemone(space, x_calibration="prior")["x_calibration"]
+    fact = client.predict(state=STATE, questions=QUESTIONS, x_calibration="prior", api_name="/decide")["x_calibration"]
+    assert fact["applied"] is True and fact["prior"]["states"] == ["N/A", "", "[MASK]"]
+    assert set(fact["prior"]["answers"]) == set(QUESTIONS)
+    assert fact["prior"] == {**wire["prior"], "tokens": 0}
 
 
 def test_decide_refuses_bad_input_with_the_wire_message(space):
@@ -327,6 +405,14 @@ def test_decide_refuses_bad_input_with_the_wire_message(space):
     with pytest.raises(AppError) as info:
         Client(space, verbose=False).predict(state="x", questions=BAD, api_name="/decide")
     assert "question 'pick'" in str(info.value) and "criteria" in str(info.value)
+    # an x_calibration the wire does not take: its 422, with the message /v1/systemone gives
+    wire = httpx.post(space + "/v1/systemone", json={"state": "x", "questions": QUESTIONS, "x_calibration": "cooked"})
+    assert wire.status_code == 422
+    with pytest.raises(AppError) as info:
+        Client(space, verbose=False).predict(state="x", questions=QUESTIONS, x_calibration="cooked", api_name="/decide")
+    assert str(info.value) == wire.json()["error"] and "`x_calibration` must be" in str(info.value)
+    rest = httpx.post(space + "/gradio_api/run/decide", json={"data": ["x", QUESTIONS, "cooked"]}, timeout=60)
+    assert rest.json()["title"] == "Error 422" and rest.json()["error"] == wire.json()["error"]
     assert httpx.get(space + "/healthz").json()["ok"] is True  # and the Space keeps serving
 
 
@@ -334,6 +420,7 @@ def test_the_js_client_calls_decide_with_keyword_arguments(space):
     out = js_decide(space)
     assert out["endpoints"] == ["/decide"]
     assert uncached(out["body"]) == systemone(space)
+    assert uncached(js_decide(space, x_calibration="raw")["body"]) == systemone(space, x_calibration="raw")
 
 
 def test_mcp_on_the_space_lists_and_calls_decide(space):
@@ -342,11 +429,24 @@ def test_mcp_on_the_space_lists_and_calls_decide(space):
     tool = tools[0]
     assert "probability for every option" in tool.description
     schema = tool.inputSchema
-    assert schema["required"] == ["state", "questions"]
+    assert schema["required"] == ["state", "questions"]  # x_calibration is optional
     assert "JSON value" in schema["properties"]["state"]["description"]
     assert "noul" in schema["properties"]["questions"]["description"]
+    calibration = schema["properties"]["x_calibration"]
+    assert {"enum": ["calibrated", "raw", "fitted", "prior", "fitted+prior"], "type": "string"} in calibration["anyOf"]
+    assert calibration["default"] is None and "x_calibration" in tool.description
     result = mcp_decide(space)
     assert uncached(tool_body(result)) == systemone(space)
+    raw = mcp_call(
+        space + "/gradio_api/mcp/",
+        lambda mcp: mcp.call_tool("decide", {"state": STATE, "questions": QUESTIONS, "x_calibration": "raw"}),
+    )
+    assert uncached(tool_body(raw)) == systemone(space, x_calibration="raw")
+    cooked = mcp_call(
+        space + "/gradio_api/mcp/",
+        lambda mcp: mcp.call_tool("decide", {"state": "x", "questions": QUESTIONS, "x_calibration": "cooked"}),
+    )
+    assert cooked.isError and "cooked" in cooked.content[0].text  # refused by the schema, as a tool error
     refused = mcp_call(
         space + "/gradio_api/mcp/", lambda mcp: mcp.call_tool("decide", {"state": "x", "questions": BAD})
     )
@@ -379,7 +479,7 @@ def test_with_gradio_api_needs_key_decide_and_mcp_ask_for_the_key(keyed_space):
     assert KEY not in (ARTIFACTS / f"space-keyed-{port}.log").read_text()
 
 
-FORM = ["The parcel is late.", 1, "late", "noul", "Is it late?", ""] + ["q", "noul", "", ""] * 3
+FORM = form_args("The parcel is late.", ("late", "noul", "Is it late?", ""))
 
 
 def test_with_gradio_ui_needs_key_the_ui_and_its_api_ask_for_a_login_with_the_key(login_space):

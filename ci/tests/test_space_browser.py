@@ -1,6 +1,7 @@
 """A real browser drives the Space's UI: headless Chromium (Debian's chromium + chromium-driver, via selenium)
 loads an example in one click, clicks Decide and finds a probability bar for every option. A screenshot of
-the answered page is saved to ci/artifacts/space-ui-answered.png.
+the answered page is saved to ci/artifacts/space-ui-answered.png (with bias removal chosen in the Calibration menu:
+space-ui-prior.png).
 
 ci/browser-setup.sh installs chromium, chromium-driver (apt) and selenium when they are missing."""
 
@@ -100,6 +101,21 @@ def test_decide_in_a_real_browser(space, browser):
     assert space_config.CAVEAT[:40] in page
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "space-ui-answered.png"
+    browser.save_screenshot(str(shot))
+    assert shot.stat().st_size > 10_000
+
+    # the Calibration menu: choosing bias removal clears the answers got otherwise and the caveat says what it does;
+    # the next decision sends it (the raw response says the prior was applied)
+    browser.find_element(By.CSS_SELECTOR, "#blink-calibration input").click()
+    wait.until(
+        EC.element_to_be_clickable((By.CSS_SELECTOR, '[data-testid="dropdown-option"][aria-label="Bias removal"]'))
+    ).click()
+    wait.until(lambda d: "lean towards some options" in d.find_element(By.ID, "blink-caveat").text)
+    wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, "#blink-results .blink-bar"))
+    browser.find_element(By.ID, "blink-decide").click()
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#blink-results .blink-bar")) == 6)
+    wait.until(lambda d: '"prior"' in d.find_element(By.ID, "blink-raw").text)  # x_calibration.prior
+    shot = ARTIFACTS / "space-ui-prior.png"
     browser.save_screenshot(str(shot))
     assert shot.stat().st_size > 10_000
 

@@ -1,10 +1,10 @@
 """The Space's two MCP endpoints, with a real `mcp` client and with the MCP Inspector's CLI (npm,
 `@modelcontextprotocol/inspector --cli`, pinned by ci/js/inspector/package-lock.json): Gradio's `/gradio_api/mcp/`
 and blink's own `/mcp` (the standalone server's FastMCP app, served by the Space too). Both publish `decide` with
-the same typed input schema (every question's `type`, `instructions`, `criteria`) and an output schema, and answer
-with JSON text and structured content equal to the `/v1/systemone` body. The key rules: `/mcp` asks for the /v1 key
-when one is set; Gradio's tool and REST path only with `BLINK_GRADIO_API_NEEDS_KEY`, and the REST path refuses
-with 401, not 500."""
+the same typed input schema (every question's `type`, `instructions`, `criteria`; the optional `x_calibration`) and
+an output schema, and answer with JSON text and structured content equal to the `/v1/systemone` body. The key
+rules: `/mcp` asks for the /v1 key when one is set; Gradio's tool and REST path only with
+`BLINK_GRADIO_API_NEEDS_KEY`, and the REST path refuses with 401, not 500."""
 
 from __future__ import annotations
 
@@ -61,10 +61,10 @@ def session(url: str, work, headers: dict | None = None):
     return asyncio.run(run())
 
 
-def systemone(url: str, key: str | None = None) -> dict:
+def systemone(url: str, key: str | None = None, **fields) -> dict:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     reply = httpx.post(
-        url + "/v1/systemone", json={"state": STATE, "questions": QUESTIONS}, headers=headers, timeout=180
+        url + "/v1/systemone", json={"state": STATE, "questions": QUESTIONS, **fields}, headers=headers, timeout=180
     )
     assert reply.status_code == 200, reply.text
     return uncached(reply.json())
@@ -77,8 +77,12 @@ async def list_and_call(mcp):
     return tools, result, bad
 
 
+async def call_raw(mcp):
+    return await mcp.call_tool("decide", {"state": STATE, "questions": QUESTIONS, "x_calibration": "raw"})
+
+
 def test_both_endpoints_publish_a_typed_tool_and_answer_json(space):
-    expected = systemone(space)
+    expected, expected_raw = systemone(space), systemone(space, x_calibration="raw")
     schemas = {}
     for path in ENDPOINTS:
         tools, result, bad = session(space + path, list_and_call)
@@ -97,11 +101,11 @@ def test_both_endpoints_publish_a_typed_tool_and_answer_json(space):
         assert result.structuredContent == body
         assert uncached(body) == expected, path
         assert bad.isError  # a question of an unknown type is refused by the schema, as a tool error
-    # one tool, typed once; blink's own /mcp also takes `x_calibration` (Gradio's `decide(state, questions)` does not)
-    (mcp_in, mcp_out), (gradio_in, gradio_out) = schemas["/mcp"], schemas["/gradio_api/mcp/"]
-    assert "x_calibration" in mcp_in["properties"] and "x_calibration" not in gradio_in["properties"]
-    mcp_in = {**mcp_in, "properties": {k: v for k, v in mcp_in["properties"].items() if k != "x_calibration"}}
-    assert (mcp_in, mcp_out) == (gradio_in, gradio_out)
+        raw = session(space + path, call_raw)
+        assert not raw.isError and uncached(raw.structuredContent) == expected_raw, path
+    # one tool, typed once, with the same optional `x_calibration` on both
+    assert schemas["/mcp"] == schemas["/gradio_api/mcp/"]
+    assert "x_calibration" in schemas["/mcp"][0]["properties"] and "x_calibration" not in schemas["/mcp"][0]["required"]
 
 
 def test_the_key_rules_on_both_endpoints_and_the_rest_path(keyed_space):
@@ -145,6 +149,7 @@ def test_the_mcp_inspector_cli_on_both_endpoints(space):
     for path in ENDPOINTS:
         listed = inspector(space + path, "--transport", "http", "--method", "tools/list")
         (tool,) = [t for t in listed["tools"] if t["name"] == "decide"]
+        assert "x_calibration" in tool["inputSchema"]["properties"]
         assert tool["inputSchema"]["$defs"]["DecisionQuestion"]["properties"]["type"]["enum"] == [
             "noul",
             "choice",

@@ -77,6 +77,47 @@ def test_decide_errors_are_gradio_errors_with_the_wire_message_and_status(ctx_an
     assert asyncio.run(keyed("x", QUESTIONS, request_with(authorization="Bearer sk-unit-key")))["answers"]
 
 
+def test_decide_takes_x_calibration_and_checks_it_as_the_wire_does(ctx_and_callers):
+    """The optional last argument goes into the body as `x_calibration` (left out or None: not sent, the server's
+    default); a value the wire does not take is its 422."""
+    from blink.api.systemone import decide_body
+    from space import tool as space_tool
+
+    ctx, _ = ctx_and_callers
+    decide = space_tool.decide_endpoint(ctx)
+    state = "The parcel is five days late."
+
+    def direct(**field):
+        return asyncio.run(decide_body(ctx, {"state": state, "questions": QUESTIONS, **field}))
+
+    for value in ("raw", None):
+        body = asyncio.run(decide(state, QUESTIONS, request_with(), value))
+        assert uncached(body) == uncached(direct(**({} if value is None else {"x_calibration": value}))), value
+    prior = asyncio.run(decide(state, QUESTIONS, request_with(), "prior"))["x_calibration"]
+    assert prior["applied"] is True and prior["prior"]["tokens"] > 0  # its content-free prompts ran
+    # the wire's own prior: the same one (its prompts kept, so none ran again)
+    assert {**prior["prior"], "tokens": 0} == direct(x_calibration="prior")["x_calibration"]["prior"]
+    for bad in ("cooked", "", 1, ["raw"]):
+        with pytest.raises(gr.Error) as info:
+            asyncio.run(decide(state, QUESTIONS, request_with(), bad))
+        assert info.value.title == "Error 422" and "`x_calibration` must be" in info.value.message, bad
+
+
+def test_a_direct_rest_call_may_leave_the_optional_arguments_out():
+    """Gradio's REST paths hand `decide` the `data` list as sent: the optional last argument, left out, takes its
+    default; other events' inputs, and a call short of the required arguments, are left as Gradio checks them."""
+    from space import tool as space_tool
+
+    with space_tool.Blocks() as demo:
+        space_tool.register(None)
+        gr.Button().click(lambda a, b, c: a, [gr.Textbox(), gr.Textbox(), gr.Textbox()], None, api_name="other")
+    fns = {fn.api_name: fn for fn in demo.fns.values()}
+    assert space_tool.with_defaults(fns["decide"], ["s", {}]) == ["s", {}, None]
+    assert space_tool.with_defaults(fns["decide"], ["s", {}, "raw"]) == ["s", {}, "raw"]
+    assert space_tool.with_defaults(fns["decide"], ["s"]) == ["s"]  # Gradio's own error: a required one is missing
+    assert space_tool.with_defaults(fns["other"], ["a", "b"]) == ["a", "b"]
+
+
 def test_a_ui_chat_takes_a_shared_chat_slot(ctx_and_callers):
     from space import ui
 

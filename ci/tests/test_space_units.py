@@ -388,6 +388,35 @@ def test_the_decide_form_is_checked_box_by_box_within_the_limits():
     )
 
 
+@pytest.mark.parametrize(
+    "mode,loaded,says,never",
+    [
+        ("fitted", True, ["calibrated for these weights (temperature scaling)."], ["lean", "own"]),
+        ("fitted", False, ["model's own: no calibration is applied on this server"], ["calibrated", "lean"]),
+        ("raw", True, ["model's own: no calibration is applied to these answers"], ["calibrated", "lean"]),
+        ("raw", False, ["model's own: no calibration is applied to these answers"], ["calibrated", "lean"]),
+        ("prior", True, ["lean towards some options", "no temperature scaling"], ["own", "calibrated for"]),
+        ("prior", False, ["lean towards some options", "no temperature scaling"], ["own", "calibrated for"]),
+        ("fitted+prior", True, ["calibrated for these weights (temperature scaling), then freed"], ["own"]),
+        ("fitted+prior", False, ["lean towards some options", "no temperature scaling"], ["own", "calibrated for"]),
+    ],
+)
+def test_the_decide_caveat_is_true_to_the_calibration_chosen(mode, loaded, says, never):
+    """What the caveat beside answers says for each `x_calibration` (the server's default resolved), with and
+    without a calibration file: temperature scaling only where one is loaded, the prior whenever it divides."""
+    from space import ui
+
+    caveat = ui.decide_caveat("Small model: calibrated estimates.", mode, loaded)
+    applied = (loaded and mode in ("fitted", "fitted+prior")) or "prior" in mode  # every answer's `applied`
+    assert caveat.startswith("Small model: calibrated estimates." if applied else "Small model: estimates.")
+    note = caveat.split("estimates. ", 1)[1]
+    assert all(words in note for words in says) and not any(words in note for words in never), note
+    choices = ui.calibration_choices(mode, loaded)
+    assert [value for _, value in choices] == [ui.SPACE_DEFAULT, "fitted", "prior", "fitted+prior", "raw"]
+    assert ("none fitted for this model" in choices[1][0]) is not loaded
+    assert ui.chosen_calibration(mode) == mode and ui.chosen_calibration(ui.SPACE_DEFAULT) is None
+
+
 def test_a_gradio_caller_has_shown_the_key_by_bearer_header_or_by_the_ui_login():
     """What counts as keyed on the Gradio side (the admission class and the decide endpoint's check)."""
     from starlette.requests import Request

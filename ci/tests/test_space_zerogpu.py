@@ -17,7 +17,7 @@ import httpx
 import pytest
 from fake_zerogpu import FakeScheduler
 
-from helpers import ROOT, mcp_call, running
+from helpers import ROOT, example_form, mcp_call, running
 
 pytestmark = [pytest.mark.e2e, pytest.mark.space, pytest.mark.zerogpu, pytest.mark.slow]
 
@@ -165,7 +165,7 @@ def test_ui_decision_through_the_scheduler(zspace):
     url, fake = zspace
     example = values_only(page_call(url, "example_sentiment"))
     mark = fake.mark()
-    _, raw = page_call(url, "decide_form", *example)
+    _, raw = page_call(url, "decide_form", *example_form(example))
     assert len(raw["answers"]["sentiment"]["probabilities"]) == 5
     schedules = fake.since(mark, "/schedule")
     assert len(schedules) == 1

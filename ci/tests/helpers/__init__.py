@@ -7,8 +7,9 @@
 - request and answer helpers: `random_request`, `probabilities`, `worst`, `uncached`, `png`, `text_of`, `MB`;
 - wire contracts: `UNROUTED` and `check_unrouted` (unknown /v1/ paths and methods), `run_jevcompat` and
   `assert_all_pass` (the conformance suite);
-- clients: `mcp_call` (one MCP session), `bearer`, `form_args` (the UI's Decide event, as the page sends it),
-  `npm_installed` and `node_script` (the JS clients of ci/js, installed from its lock when they are not all there).
+- clients: `mcp_call` (one MCP session), `bearer`, `form_args` and `example_form` (the UI's Decide event, as the
+  page sends it), `npm_installed` and `node_script` (the JS clients of ci/js, installed from its lock when they are
+  not all there).
 
 The scripted stand-in network for chat (`ScriptedModel`, its tools and scripts) imports torch, so it lives in
 helpers/scripted.py; this module imports neither torch nor blink.
@@ -441,7 +442,14 @@ def slots(*questions) -> list:
     return out
 
 
-def form_args(state: str, *questions) -> list:
-    """The UI's Decide event's 18 inputs, as the page sends them: the state, the number of questions shown, and
-    the four question slots (`questions` are (id, type, instructions, options) tuples; the rest are blanks)."""
-    return [state, len(questions), *slots(*questions)]
+def form_args(state: str, *questions, calibration: str = "default") -> list:
+    """The UI's Decide event's 19 inputs, as the page sends them: the state, the number of questions shown, the
+    four question slots (`questions` are (id, type, instructions, options) tuples; the rest are blanks) and the
+    Calibration menu (`default`: the Space's default, no `x_calibration` sent; else the value it sends)."""
+    return [state, len(questions), *slots(*questions), calibration]
+
+
+def example_form(values: list, calibration: str = "default") -> list:
+    """A one-click example's form as the Decide event's 19 inputs: what its event fills the form with (its values,
+    gradio_page.values_only, less the cleared answers that follow them) and the Calibration menu."""
+    return [*values[: 2 + 4 * 4], calibration]
