@@ -236,6 +236,11 @@ def summary(run: dict, samples: list[dict], seconds: float) -> dict:
         "p99_first_s": round(quantile(first, 0.99), 3),
         "p50_last_s": round(quantile(last, 0.5), 3),
         "p99_last_s": round(quantile(last, 0.99), 3),
+        # the trend, not only its ends: p99 of the decisions that arrived in each minute
+        "p99_by_minute_s": [
+            round(quantile([lat for at, lat in run["latencies"] if m * 60 <= at < (m + 1) * 60], 0.99), 3)
+            for m in range(int(seconds // 60))
+        ],
         "five_xx": sum(
             n for k, n in run["statuses"].items() if k.split()[-1].startswith("5") and k.split()[-1] != "529"
         ),
