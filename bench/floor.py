@@ -2,8 +2,10 @@
 
     .venv/bin/python bench/floor.py [--model large] [--state-tokens 1000] [--reps 7] [--threads 2]
 
-- **blink**: the engine's steps as a server runs them for one request (`prepare`, `score`, `answer`; no HTTP), on a
+- **engine**: the engine's steps as a server runs them for one request (`prepare`, `score`, `answer`; no HTTP), on a
   ~`--state-tokens` state and Q questions (1 / 6 / 16).
+- **served**: the same request's round trip to `python -m blink serve` on the same model (loopback HTTP, the
+  server's defaults): the engine plus everything a server adds (body, checks, admission, batching, thread hops).
 - **floor**: one forward pass of the same model's decoder (no LM head: a decision reads only label rows) over the
   same number of tokens as the request's `usage.input_tokens` (the state counted once), one sequence, no cache.
 - **cold**: a state never seen. **warm**: the same state again with new questions (what repeats is the state); its
@@ -26,8 +28,12 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 for var, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false")):
     os.environ.setdefault(var, value)
 
+import httpx  # noqa: E402
 import torch  # noqa: E402
 import workload  # noqa: E402
+from servers import DEMO_ROOT, blink_serve  # noqa: E402
+
+from helpers import running  # noqa: E402
 
 
 def load_average() -> str:
@@ -67,6 +73,18 @@ def blink_once(engine, body) -> tuple[float, int, int]:
     return time.perf_counter() - start, request_tokens(prepared.prompts), scored.cached_tokens
 
 
+def served_once(client: httpx.Client, body: dict) -> float:
+    start = time.perf_counter()
+    r = client.post("/v1/systemone", json=body)
+    took = time.perf_counter() - start
+    r.raise_for_status()
+    return took
+
+
+def ratio(ms: dict, side: str, floor: str) -> str:
+    return f"{ms[side]:.0f} / {ms[floor]:.0f} ms = {ms[side] / ms[floor]:.2f}x"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="large", help="demo, large (the ~150M CPU benchmark model) or a path")
@@ -92,34 +110,51 @@ def main() -> None:
     blink_once(engine, workload.body(tokenizer, args.model, 64, 2, 1))  # warm the code paths
     floor(64)
 
-    print("\n| questions | tokens (cold / warm new) | cold: blink / floor | warm: blink / floor over the new tokens |")
-    print("|---|---|---|---|")
+    with (
+        running(blink_serve(model=model), DEMO_ROOT, name="floor-serve") as url,
+        httpx.Client(base_url=url, timeout=300) as client,
+    ):
+        served_once(client, workload.body(tokenizer, args.model, 64, 2, 1))
+        table(args, engine, floor, tokenizer, client)
+    print(f"\nload average after: {load_average()}")
+
+
+def table(args, engine, floor: Floor, tokenizer, client: httpx.Client) -> None:
+    print(
+        "\n| questions | tokens (cold / warm new) | cold: engine / floor | cold: served / floor "
+        "| warm: engine / floor over the new tokens | warm: served / floor over the new tokens |"
+    )
+    print("|---|---|---|---|---|---|")
     seed = 10_000
     for n_questions in map(int, args.questions.split(",")):
-        rows = {"cold": [], "cold_floor": [], "warm": [], "warm_floor": []}
+        rows = {k: [] for k in ("cold", "cold_served", "cold_floor", "warm", "warm_served", "warm_floor")}
         tokens = new = 0
         for rep in range(args.reps):
-            seed += 1
+            seed += 2
+            # cold: a state never seen, once in the engine and once (another state) by the server
             body = workload.body(tokenizer, args.model, args.state_tokens, n_questions, seed)
+            other = workload.body(tokenizer, args.model, args.state_tokens, n_questions, seed + 1)
             again = {**body, "questions": workload.questions(n_questions, seed + 7)}  # same state, new questions
-            floor_first = rep % 2 == 1
-            if floor_first:
-                rows["cold_floor"].append(floor(request_tokens(engine.prepare(body).prompts)))
-            t, tokens, _ = blink_once(engine, body)
-            rows["cold"].append(t)
-            if not floor_first:
-                rows["cold_floor"].append(floor(tokens))
+            other_again = {**other, "questions": again["questions"]}
+            tokens = request_tokens(engine.prepare(body).prompts)
+            steps = [
+                ("cold_floor", lambda: floor(tokens)),
+                ("cold", lambda: blink_once(engine, body)[0]),
+                ("cold_served", lambda: served_once(client, other)),
+            ]
+            for name, step in steps if rep % 2 == 0 else steps[::-1]:  # alternate who goes first
+                rows[name].append(step())
             t, warm_tokens, cached = blink_once(engine, again)
             new = warm_tokens - cached
             rows["warm"].append(t)
+            rows["warm_served"].append(served_once(client, other_again))
             rows["warm_floor"].append(floor(max(1, new)))
         ms = {k: statistics.median(v) * 1000 for k, v in rows.items()}
         print(
-            f"| {n_questions} | {tokens} / {new} "
-            f"| {ms['cold']:.0f} / {ms['cold_floor']:.0f} ms = {ms['cold'] / ms['cold_floor']:.2f}x "
-            f"| {ms['warm']:.0f} / {ms['warm_floor']:.0f} ms = {ms['warm'] / ms['warm_floor']:.2f}x |"
+            f"| {n_questions} | {tokens} / {new} | {ratio(ms, 'cold', 'cold_floor')} "
+            f"| {ratio(ms, 'cold_served', 'cold_floor')} | {ratio(ms, 'warm', 'warm_floor')} "
+            f"| {ratio(ms, 'warm_served', 'warm_floor')} |"
         )
-    print(f"\nload average after: {load_average()}")
 
 
 if __name__ == "__main__":
