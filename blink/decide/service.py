@@ -51,7 +51,12 @@ class DecisionService:
         that many requests at once, each on its own, instead of one batch at a time."""
         self.planner = planner
         parallel = int(getattr(backend, "parallel", 1) or 1)
-        self.batcher = Batcher(backend.score, window_ms / 1000.0, max_batch, max_queued, concurrency=parallel)
+        # Admission bounds the decisions in flight to max_queued + max_batch (web/admission.py); the queue holds
+        # that many, so an admitted decision is never refused after it was planned (a batch run smaller than
+        # max_batch leaves more than max_queued waiting). The batcher's own 529 stays as a backstop.
+        self.batcher = Batcher(
+            backend.score, window_ms / 1000.0, max_batch, max_queued + max_batch, concurrency=parallel
+        )
 
     def check(self, body, parts: dict | None = None) -> Checked:
         """Before admission (in a worker thread): everything refusable without tokenizing."""
