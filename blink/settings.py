@@ -112,7 +112,9 @@ class Settings:
                                   "are decided in one GPU call (0 = off)", fleet="limits.batch_window_ms")
     max_batch_requests: int = knob(16, Integer(1, 64), "most requests decided in one call",
                                    fleet="limits.max_batch_requests")
-    max_queued_requests: int = knob(64, Integer(1, 1024), "most requests waiting; past it 529 + Retry-After",
+    max_queued_requests: int = knob(64, Integer(1, 1024), "decisions waiting beyond a full batch: a decision holds "
+                                    "one of max-queued + max-batch places from its first byte to its answer; past "
+                                    "them 529 + Retry-After",
                                     fleet="limits.max_queued_requests")
     pass_cost_tokens: float | None = knob(None, Number(0, 1e6, auto=True), "the fixed cost of one more forward pass, "
                                           "in tokens, against the padding it saves when rows are grouped into "

@@ -40,7 +40,9 @@ def test_concurrent_requests_are_batched_and_keep_their_own_answers(demo_root, s
 
 
 def test_full_queue_gets_529_with_retry_after(demo_root):
-    with running(blink_serve("--max-queued-requests", "1"), demo_root, name="serve-tiny-queue") as url:
+    # two places (one waiting, one in the batch): 16 requests at once are mostly refused at admission, unplanned
+    flags = ("--max-queued-requests", "1", "--max-batch-requests", "1", "--decide-wait-s", "0")
+    with running(blink_serve(*flags), demo_root, name="serve-tiny-queue") as url:
         body = {"state": "word " * 3000, "questions": {f"q{i}": {"type": "noul"} for i in range(16)}}
         with ThreadPoolExecutor(16) as pool:
             responses = list(pool.map(lambda _: httpx.post(url + "/v1/systemone", json=body, timeout=120), range(16)))
