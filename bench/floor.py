@@ -56,8 +56,14 @@ class Floor:
         self.embed = self.decoder.get_input_embeddings()
         self.ids = vocab_ids
 
-    @torch.inference_mode()
     def __call__(self, n: int) -> float:
+        # on the thread that runs the engine's passes: one OpenMP pool in this process (compute_thread.py)
+        from blink.executor.compute_thread import COMPUTE
+
+        return COMPUTE.call(self._timed, n)
+
+    @torch.inference_mode()
+    def _timed(self, n: int) -> float:
         ids = torch.tensor([(self.ids * (n // len(self.ids) + 1))[:n]])
         start = time.perf_counter()
         self.decoder(inputs_embeds=self.embed(ids), use_cache=False)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from blink.errors import StartupError
+from blink.executor.compute_thread import on_cpu_thread
 from blink.executor.passes import length_buckets
 from blink.executor.prefix_cache import Entry, PrefixCache, layer_tensors, row_of
 from blink.executor.vision import image_inputs, image_positions, pixels_and_grid
@@ -99,7 +100,8 @@ def decoder_of(model) -> tuple:
 
 
 class Executor:
-    """Scores groups of prompts on one model. Not thread-safe: one thread owns it (see batching)."""
+    """Scores groups of prompts on one model. Not thread-safe: one thread owns it (see batching); on the CPU every
+    pass runs on the compute thread whoever calls (compute_thread.py)."""
 
     # the fixed cost of one more forward pass, in tokens (see passes.length_buckets). CPU (1 thread): measured, the
     # optimum is flat from 8 to 32 on the 141M benchmark model and 32-128 on the 16M demo. CUDA: an estimate
@@ -231,9 +233,12 @@ class Executor:
         """Label logits (after temperature) per group, per prompt, per read: plain Python floats."""
         return self.score_reusing(groups)[0]
 
-    @torch.inference_mode()
     def score_reusing(self, groups: list[list[Prompt]]) -> tuple[list, list[int]]:
         """`score`, and per group the prefix tokens taken from the prefix-state cache (not run again)."""
+        return on_cpu_thread(self.device, self._score_reusing, groups)
+
+    @torch.inference_mode()
+    def _score_reusing(self, groups: list[list[Prompt]]) -> tuple[list, list[int]]:
         inputs = self.inputs(groups)
         resumed = self.saved_prefixes(inputs)
         cached = [resumed[g].length if g in resumed else 0 for g in range(len(groups))]
@@ -455,10 +460,13 @@ class Executor:
             for prompts in groups
         ]
 
-    @torch.inference_mode()
     def reference(self, prompt: Prompt) -> list[list[float]]:
         """The plain path: one fresh forward of one prompt, no cache reuse, logits only at its read positions
         (DecisionPipeline's model cost). The exactness checks and the benchmarks' plain side."""
+        return on_cpu_thread(self.device, self._reference, prompt)
+
+    @torch.inference_mode()
+    def _reference(self, prompt: Prompt) -> list[list[float]]:
         ids = torch.tensor([prompt.ids], device=self.device)
         extra = image_inputs(prompt.images, ids, self.image_token_id, self.device) if prompt.images else {}
         keep = torch.tensor([read.position for read in prompt.reads], device=self.device)

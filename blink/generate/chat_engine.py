@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blink.errors import InvalidRequest, param_of
+from blink.executor.compute_thread import iterate_on_cpu_thread
 from blink.generate.logprobs import TokenLogprobs
 from blink.generate.structured import Grammars
 from blink.generate.text import IncrementalDecoder, StopStrings
@@ -305,9 +306,13 @@ class ChatEngine:
 
     # the GPU step ----------------------------------------------------------------------------------------
     def generate(self, ids: list[int], params: GenerationParams) -> Iterator[Any]:
-        """Yield text deltas (`str`, or `Delta` when logprobs are asked), then one `ChatEnd`.
+        """Yield text deltas (`str`, or `Delta` when logprobs are asked), then one `ChatEnd`; on the CPU each step
+        runs on the compute thread (blink.executor.compute_thread), whichever thread pulls.
 
         `params`: a blink.plan.GenerationParams (its sampling values left None take the engine's defaults)."""
+        return iterate_on_cpu_thread(next(self.model.parameters()).device, self._generate(ids, params))
+
+    def _generate(self, ids: list[int], params: GenerationParams) -> Iterator[Any]:
         import time
 
         started = time.perf_counter()
