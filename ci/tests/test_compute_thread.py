@@ -1,0 +1,77 @@
+"""On the CPU every forward pass runs on one thread, whoever asks (blink/executor/compute_thread.py): a second
+thread running the model makes a second OpenMP pool, and libgomp then throttles its workers (bench/pools.py)."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from blink.executor.compute_thread import COMPUTE
+from blink.executor.core import decoder_of
+from blink.plan import GenerationParams
+
+REQUEST = {
+    "state": "The parcel arrived broken and I want my money back.",
+    "questions": {
+        "refund": {"type": "noul", "instructions": "Is the customer asking for money back?"},
+        "team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": None, "shipping": None}},
+    },
+}
+
+
+@pytest.fixture
+def pass_threads(engine):
+    """The threads the decoder's first layer ran on while the test ran."""
+    seen: set[int] = set()
+    decoder, _ = decoder_of(engine.loaded.model)
+    handle = decoder.layers[0].register_forward_pre_hook(lambda *_: seen.add(threading.get_ident()))
+    yield seen
+    handle.remove()
+
+
+def test_decisions_from_any_thread_run_on_the_compute_thread(engine, pass_threads):
+    here = engine.decide(REQUEST)
+    with ThreadPoolExecutor(2) as pool:
+        there = [f.result() for f in [pool.submit(engine.decide, REQUEST) for _ in range(3)]]
+    assert there == [here] * 3
+    assert pass_threads == {COMPUTE._ident}
+    assert threading.get_ident() not in pass_threads
+
+
+def test_a_chat_generator_pulled_from_many_threads_runs_on_the_compute_thread(engine, pass_threads):
+    from blink.generate.chat_engine import ChatEngine
+
+    chat = ChatEngine(engine.loaded)
+    ids = chat.render([{"role": "user", "content": "Say something."}]).ids
+    alone = list(chat.generate(ids, GenerationParams(max_tokens=8, temperature=0)))
+    items = chat.generate(ids, GenerationParams(max_tokens=8, temperature=0))
+    with ThreadPoolExecutor(3) as pool:  # each step pulled by whichever worker, as anyio and Gradio do
+        pulled = []
+        while (item := pool.submit(next, items, None).result()) is not None:
+            pulled.append(item)
+    assert pulled[:-1] == alone[:-1]  # the same text (the last item is the end, with its timing)
+    assert pulled[-1].completion_tokens == alone[-1].completion_tokens == 8
+    assert pass_threads == {COMPUTE._ident}
+
+
+def test_a_generator_closed_early_leaves_the_thread_free(engine, pass_threads):
+    from blink.generate.chat_engine import ChatEngine
+
+    chat = ChatEngine(engine.loaded)
+    ids = chat.render([{"role": "user", "content": "Count to a hundred."}]).ids
+    items = chat.generate(ids, GenerationParams(max_tokens=64, temperature=0))
+    next(items)
+    items.close()  # a client that left mid-stream
+    assert engine.decide(REQUEST) == engine.decide(REQUEST)
+    assert pass_threads == {COMPUTE._ident}
+
+
+def test_an_error_on_the_compute_thread_reaches_the_caller_as_it_is():
+    def fails():
+        raise ValueError("bad input")
+
+    with pytest.raises(ValueError, match="bad input"):
+        COMPUTE.call(fails)
+    assert COMPUTE.call(lambda: threading.get_ident()) == COMPUTE._ident
