@@ -39,7 +39,7 @@ import torch
 from blink.errors import StartupError
 from blink.executor.compute_thread import on_cpu_thread
 from blink.executor.passes import length_buckets
-from blink.executor.prefix_cache import Entry, PrefixCache, layer_tensors, row_of
+from blink.executor.prefix_cache import Entry, PrefixCache, layer_tensors, row_of, shared_structure
 from blink.executor.vision import image_inputs, image_positions, pixels_and_grid
 from blink.plan import Prompt, common_prefix_length
 
@@ -323,16 +323,20 @@ class Executor:
         return found
 
     def resume(self, inputs: Inputs, g: int, entry):
-        """1'. A group's prefix cache from a copy of a saved state: only the tokens past it run (one row, no
-        padding), and the longer prefix is saved in turn."""
-        cache, done, n = copy.deepcopy(entry.cache), entry.length, inputs.prefix_len[g]
-        if n > done:
-            first = inputs.groups[g][0]
-            embeds = self._embeddings(first, done, n, inputs.features)[None]
-            text = torch.arange(done, n)[None]
-            rope = inputs.positions[id(first)][:, done:n][:, None]
-            self._forward(embeds, torch.ones((1, n), dtype=torch.long), text, rope, cache)
-            self.prefix_cache.save(inputs.keys[g], copy.deepcopy(cache))
+        """1'. A group's prefix cache from a saved state: only the tokens past it run (one row, no padding), on a
+        copy, and the longer prefix is saved in turn. With nothing past it the saved tensors are shared, not
+        copied: every later step makes new tensors before a forward writes (`fan_out` reorders, `stacked`
+        concatenates), so only the cache's structure is copied."""
+        done, n = entry.length, inputs.prefix_len[g]
+        if n == done:
+            return shared_structure(entry.cache)
+        cache = copy.deepcopy(entry.cache)
+        first = inputs.groups[g][0]
+        embeds = self._embeddings(first, done, n, inputs.features)[None]
+        text = torch.arange(done, n)[None]
+        rope = inputs.positions[id(first)][:, done:n][:, None]
+        self._forward(embeds, torch.ones((1, n), dtype=torch.long), text, rope, cache)
+        self.prefix_cache.save(inputs.keys[g], copy.deepcopy(cache))
         return cache
 
     def stacked(self, inputs: Inputs, bucket: list[int], caches: list) -> Prefix:
@@ -394,9 +398,10 @@ class Executor:
         return length_buckets(rows, tails, self.max_rows, self.pass_cost_tokens, self.max_cells, carried=prefix.width)
 
     def fan_out(self, prefix: Prefix, rows: list[tuple[int, int]], copy_cache: bool):
-        """2. The prefix cache with one row per suffix row. `reorder_cache` works in place, so every pass but the
-        last takes a copy."""
-        cache = copy.deepcopy(prefix.cache) if copy_cache else prefix.cache
+        """2. The prefix cache with one row per suffix row. `reorder_cache` replaces every tensor of the cache it
+        is called on (an `index_select`: new tensors), so a pass that is not the last reorders a copy of the
+        structure only, sharing the prefix's tensors."""
+        cache = shared_structure(prefix.cache) if copy_cache else prefix.cache
         cache.reorder_cache(torch.tensor([prefix.row_of[g] for g, _ in rows], device=self.device))
         return cache
 

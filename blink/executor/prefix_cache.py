@@ -52,6 +52,12 @@ def row_of(cache, row: int, start: int):
     return copy.deepcopy(cache, memo)
 
 
+def shared_structure(cache):
+    """A copy of `cache`'s structure (its layers, their lists and dicts) holding the very same tensors: for a cache
+    about to be reordered (`reorder_cache` replaces every tensor it holds, test_executor holds it to that)."""
+    return copy.deepcopy(cache, {id(t): t for _, _, t in layer_tensors(cache)})
+
+
 class PrefixCache:
     def __init__(self, max_bytes: int):
         self.max_bytes = int(max_bytes)

@@ -11,7 +11,7 @@ import pytest
 from blink.decide.planner import WARMUP
 from blink.errors import StartupError
 from blink.plan import GenerationParams
-from helpers import random_request, worst
+from helpers import check_resumes_share_and_keep_saved_states, random_request, worst
 
 pytestmark = pytest.mark.slow
 
@@ -93,6 +93,13 @@ def test_the_prefix_cache_changes_no_answer_on_plain_attention(qwen3_loaded):
     for prepared, a, b in zip(mixed, on.score([p.prompts for p in mixed]), off.score([p.prompts for p in mixed])):
         assert worst(on.answer(prepared, a.result()), off.answer(prepared, b.result())) <= 1e-6
     assert on.executor.prefix_cache.stats()["entries"] >= 4
+
+
+def test_resumed_states_are_shared_and_stay_as_saved_on_plain_attention(qwen3_loaded):
+    from blink.decide.planner import Engine
+
+    on, off = Engine(qwen3_loaded, prefix_cache_bytes=64 << 20), Engine(qwen3_loaded, prefix_cache_bytes=0)
+    check_resumes_share_and_keep_saved_states(on, off, random.Random(22))
 
 
 def test_chat_generates_on_a_standard_rope_model(qwen3_loaded):

@@ -12,7 +12,7 @@ import pytest
 
 from blink.decide.questions import parse_decision
 from blink.plan import Prompt
-from helpers import random_request, worst
+from helpers import check_resumes_share_and_keep_saved_states, random_request, worst
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +64,10 @@ def test_cached_answers_equal_uncached_alone_and_in_batches(engines):
     mixed = [on.prepare(body) for body in bodies[:2] + [random_request(rng, 2), bodies[0]]]
     for prepared, a, b in zip(mixed, on.score([p.prompts for p in mixed]), off.score([p.prompts for p in mixed])):
         assert worst(on.answer(prepared, a.result()), off.answer(prepared, b.result())) <= 1e-6
+
+
+def test_resumed_states_are_shared_and_stay_as_saved(engines):
+    check_resumes_share_and_keep_saved_states(*engines, random.Random(21))
 
 
 def test_the_longest_saved_start_is_resumed(engines):
