@@ -2,7 +2,7 @@
 `running`, so a stopped bench leaves no process behind).
 
     .venv/bin/python bench/overhead.py outside [--reps 60] [--trees OTHER_CHECKOUT ...]
-    .venv/bin/python bench/overhead.py throughput --before /work/wt/before14 [--reps 2]
+    .venv/bin/python bench/overhead.py throughput --before /work/wt/before14 [--reps 2] [--mix warm|cold]
 
 - `outside`: per request, the server's own `server-timing` total minus its `model` part (everything the server
   does that is not the forward pass: reading the body, parsing, rendering, queueing, answers, the JSON), median over
@@ -12,6 +12,7 @@
 - `throughput`: requests/s of this tree's server and of another checkout's (`--before`, e.g. main before issue 14)
   at 1/16/64 closed-loop clients, the same bodies to both, the sides alternating rep by rep; `after / before` > 1
   means this tree serves more. Both servers run with the same flags (batching on: `--batch-window-ms 2`).
+  `--mix cold`: every request a state neither server has seen (the same bodies to both).
 """
 
 from __future__ import annotations
@@ -115,7 +116,8 @@ def throughput(args) -> None:
     ):
         urls = {"before": before_url, "after": after_url}
         print(f"\nbefore: {before} (git {git_head(before)}); after: {ROOT} (git {git_head(ROOT)})")
-        print(f"workload: {STATE_TOKENS}-token states x 6 questions; 16 states and 4 question sets, cycled")
+        cycled = "16 states and 4 question sets, cycled" if args.mix == "warm" else "a new state every request"
+        print(f"workload: {STATE_TOKENS}-token states x 6 questions; {cycled}")
         print("\n| clients | requests | before (req/s) | after (req/s) | after / before | errors b/a |")
         print("|---|---|---|---|---|---|")
         for url in urls.values():  # warm-up: every state and question set seen once by both servers
@@ -133,6 +135,11 @@ def throughput(args) -> None:
             ]
             got = {"before": [], "after": []}
             for rep in range(args.reps):
+                if args.mix == "cold":  # states neither server has seen (the same bodies to both)
+                    bodies = [
+                        [{**body, "state": new_state(tokenizer, rep, c, k)} for k, body in enumerate(row)]
+                        for c, row in enumerate(bodies)
+                    ]
                 for name in ("before", "after") if rep % 2 == 0 else ("after", "before"):
                     got[name].append(asyncio.run(closed_loop(urls[name], bodies, timeout=600)))
             rps = {name: statistics.median(g["rps"] for g in runs) for name, runs in got.items()}
@@ -141,6 +148,10 @@ def throughput(args) -> None:
                 f"| {clients} | {clients * each} x {args.reps} | {rps['before']:.1f} | {rps['after']:.1f} | "
                 f"{rps['after'] / rps['before']:.2f}x | {errors} |"
             )
+
+
+def new_state(tokenizer, rep: int, client: int, k: int) -> str:
+    return workload.text_of_tokens(tokenizer, STATE_TOKENS, seed=100_000 + rep * 10_000 + client * 100 + k)
 
 
 def git_head(path: Path) -> str:
@@ -161,6 +172,7 @@ def main() -> None:
     two = sub.add_parser("throughput")
     two.add_argument("--before", required=True, help="a checkout of the tree to compare against")
     two.add_argument("--reps", type=int, default=2)
+    two.add_argument("--mix", choices=("warm", "cold"), default="warm", help="states seen before, or new ones")
     args = parser.parse_args()
     print(f"uptime: {os.popen('uptime').read().strip()}")
     outside(args) if args.row == "outside" else throughput(args)
