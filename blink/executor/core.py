@@ -50,7 +50,9 @@ class Inputs:
 
     groups: list[list[Prompt]]
     prefix_len: list[int]  # per group: its prompts' common prefix (a lone prompt is all prefix)
-    features: dict  # image key -> its vision features (the tower run once per call)
+    features: (
+        dict  # image key -> its vision features (the tower run once per call, once the resumed prefixes are known)
+    )
     positions: dict  # id(prompt) -> the prompt's multimodal rotary positions [3, L] (unused by standard RoPE)
     keys: dict | None = None  # group -> its prefix's cache keys, for the groups whose prefix is saved
     systems: dict | None = None  # group -> where its system prompt ends (a second save point), for those that have one
@@ -162,12 +164,16 @@ class Executor:
         return DynamicCache(config=self.base.config)
 
     # multimodal helpers: for text-only prompts these reduce to token embeddings and 0..n-1 positions --------
-    def _encode_images(self, prompts: list[Prompt]) -> dict:
-        """Vision features per distinct image of the call, the vision tower run once for all of them."""
+    def _encode_images(self, groups: list[list[Prompt]], resumed: dict) -> dict:
+        """Vision features per distinct image the call's passes embed, the vision tower run once for all of them.
+        An image whose tokens all lie inside a group's resumed prefix is not embedded again, so it is not run."""
         unique = {}
-        for prompt in prompts:
-            for image in prompt.images:
-                unique.setdefault(image.key, image)
+        for g, prompts in enumerate(groups):
+            start = resumed[g].length if g in resumed else 0
+            for prompt in prompts:
+                for image, first, count in self._image_spans(prompt):
+                    if first + count > start:
+                        unique.setdefault(image.key, image)
         if not unique:
             return {}
         if self.vision is None:
@@ -176,6 +182,20 @@ class Executor:
         pixels, grid = pixels_and_grid(images, self.device)
         features = self.vision.get_image_features(pixels, grid, return_dict=True).pooler_output
         return {image.key: f for image, f in zip(images, features)}
+
+    def _image_spans(self, prompt: Prompt) -> list[tuple]:
+        """(image, its first image token's position, its token count) for each of a prompt's images, in order."""
+        if not prompt.images:
+            return []
+        at = [i for i, token in enumerate(prompt.ids) if token == self.image_token_id]
+        spans, done = [], 0
+        for image in prompt.images:
+            count = math.prod(image.grid_thw) // self._merge**2
+            if at[done + count - 1] - at[done] != count - 1:  # the prompt builder writes an image's tokens together
+                raise ValueError("an image's tokens are not contiguous in the prompt")
+            spans.append((image, at[done], count))
+            done += count
+        return spans
 
     def _keys(self, prompt: Prompt) -> list:
         """Token ids with each image token tagged by its image, so prompts share a prefix only through the
@@ -204,14 +224,18 @@ class Executor:
         return image_positions(self.vision, prompt.ids, prompt.images, self.image_token_id)[0].cpu()
 
     def _embeddings(self, prompt: Prompt, start: int, end: int, features: dict) -> torch.Tensor:
+        """Tokens `start:end` of a prompt embedded, its image tokens replaced by their images' features (only the
+        images with tokens in that range: the others may not have been run)."""
         ids = torch.tensor(prompt.ids[start:end], device=self.device)
         embeds = self.embed(ids)
-        if prompt.images:
-            rows = torch.cat([features[i.key] for i in prompt.images]).to(embeds.dtype)
-            is_image = torch.tensor(prompt.ids, device=self.device) == self.image_token_id
-            skip = int(is_image[:start].sum())
-            mask = is_image[start:end]
-            embeds = embeds.masked_scatter(mask[:, None], rows[skip : skip + int(mask.sum())])
+        rows = [
+            features[image.key][max(0, start - first) : end - first]
+            for image, first, count in self._image_spans(prompt)
+            if first < end and first + count > start
+        ]
+        if rows:
+            mask = torch.tensor(prompt.ids[start:end], device=self.device) == self.image_token_id
+            embeds = embeds.masked_scatter(mask[:, None], torch.cat(rows).to(embeds.dtype))
         return embeds
 
     def _forward(self, embeds, mask, text_positions, rope_positions, cache):
@@ -241,6 +265,7 @@ class Executor:
     def _score_reusing(self, groups: list[list[Prompt]]) -> tuple[list, list[int]]:
         inputs = self.inputs(groups)
         resumed = self.saved_prefixes(inputs)
+        inputs.features = self._encode_images(groups, resumed)
         cached = [resumed[g].length if g in resumed else 0 for g in range(len(groups))]
         hidden = {}  # (group, prompt, read) -> the hidden state at that read's position
         for prefix in self.prefixes(inputs, resumed):
@@ -270,7 +295,7 @@ class Executor:
                     if 0 < system < end and all(p.system_end == system for p in prompts):
                         systems[g] = system
         positions = {id(p): self._positions(p) for p in everything}
-        return Inputs(groups, prefix_len, self._encode_images(everything), positions, saved, systems)
+        return Inputs(groups, prefix_len, {}, positions, saved, systems)
 
     @staticmethod
     def save_point(prompts: list[Prompt], prefix_len: int) -> int:

@@ -314,8 +314,8 @@ def test_requests_about_saved_states_still_share_their_suffix_passes(engines):
 
 def test_an_image_prefix_is_saved_keyed_by_its_pixels(demo_root):
     """A state with an image, asked new questions: resumed from its saved prefix (image tokens keyed by the image's
-    hash), exact against the cache off; the same state with another image of the same size shares nothing past the
-    text before the image."""
+    hash) without running the vision tower again, exact against the cache off; the same state with another image
+    of the same size shares nothing past the text before the image."""
     import base64
 
     from blink.decide.planner import Engine
@@ -340,10 +340,18 @@ def test_an_image_prefix_is_saved_keyed_by_its_pixels(demo_root):
     prepared = [on.prepare(r) for r in requests]
     end = prepared[0].prompts[0].state_end
     assert end > 0 and prepared[1].prompts[0].state_end == end and prepared[0].prompts[0].images
-    cached = []
-    for p in prepared:
-        (a,), (b,) = on.score([p.prompts]), off.score([p.prompts])
-        assert worst(on.answer(p, a.result()), off.answer(p, b.result())) <= 1e-6
-        cached.append(a.cached_tokens)
+    cached, towers, images = [], [], []
+    hook = on.executor.vision.visual.register_forward_hook(lambda *_: images.append(1))  # the vision tower
+    try:
+        for p in prepared:
+            images.clear()
+            (a,) = on.score([p.prompts])
+            towers.append(len(images))
+            (b,) = off.score([p.prompts])
+            assert worst(on.answer(p, a.result()), off.answer(p, b.result())) <= 1e-6
+            cached.append(a.cached_tokens)
+    finally:
+        hook.remove()
+    assert towers == [1, 0, 1]  # the image inside the resumed prefix is not run through the tower again
     assert prepared[2].prompts[0].ids == prepared[1].prompts[0].ids  # the blue image: the same ids as the red...
     assert cached == [0, end, 0]  # ...and another hash
