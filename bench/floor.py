@@ -20,20 +20,18 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
-for var, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false")):
-    os.environ.setdefault(var, value)
+import offline  # noqa: F401 - first: the repository importable, the Hub off
 
-import httpx  # noqa: E402
-import torch  # noqa: E402
-import workload  # noqa: E402
-from servers import DEMO_ROOT, blink_serve  # noqa: E402
+# isort: split
 
-from helpers import running  # noqa: E402
+import httpx
+import torch
+import workload
+from servers import DEMO_ROOT, blink_serve
+
+from helpers import running
 
 
 def load_average() -> str:

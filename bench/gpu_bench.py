@@ -22,25 +22,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-for var, value in (
-    ("HF_HUB_OFFLINE", "1"),
-    ("TRANSFORMERS_OFFLINE", "1"),
-    ("TRANSFORMERS_VERBOSITY", "error"),
-    ("TOKENIZERS_PARALLELISM", "false"),
-):
-    os.environ.setdefault(var, value)
+import offline  # noqa: F401 - first: the repository importable, the Hub off
 
-import workload  # noqa: E402
-from honesty import duration_honesty  # noqa: E402
+# isort: split
+
+import workload
+from honesty import duration_honesty
 
 # ASSUMED shape of Qwen3.5-4B (not read from a checkpoint: no Hub on the GPU box). Qwen3_5TextConfig's own
 # defaults are a larger model (hidden 4096, intermediate 12288); the 4B numbers below are the ones our design
@@ -175,7 +168,7 @@ def main(argv=None) -> None:
         import fla
 
         kernels = f"flash-linear-attention {fla.__version__}"
-    except Exception:  # noqa: BLE001
+    except Exception:
         kernels = "reference PyTorch (no fla)"
     engine = Engine(Loaded(model, tokenizer, root, {"device": args.device, "kernels": kernels}))
     gpu = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
@@ -202,7 +195,7 @@ def main(argv=None) -> None:
             for b in check_bodies:
                 p = engine.prepare(b)
                 fp32_answers.append(engine.answer(p, plain(engine, p, args.device)))
-        except Exception as exc:  # noqa: BLE001 - the drift is a side measurement: never lose the run to it
+        except Exception as exc:
             log(f"fp32 reference failed, no drift measured: {type(exc).__name__}: {exc}")
             fp32_answers = []
         model.to(dtype)  # in place: the executor's references to the embedding and head stay valid

@@ -14,18 +14,13 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
-import os
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
-    os.environ.setdefault(var, "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import offline  # noqa: F401 - first: the repository importable, the Hub off
 
-import psutil  # noqa: E402
-from hostile import QUESTION, text_of  # noqa: E402
+# isort: split
+
+import psutil
+from hostile import QUESTION, text_of
 
 
 def main() -> None:

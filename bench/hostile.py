@@ -28,22 +28,14 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "ci" / "tests")]
-for var, value in (
-    ("HF_HUB_OFFLINE", "1"),
-    ("TRANSFORMERS_OFFLINE", "1"),
-    ("TRANSFORMERS_VERBOSITY", "error"),
-    ("TOKENIZERS_PARALLELISM", "false"),
-    ("HF_HUB_DISABLE_TELEMETRY", "1"),
-):
-    os.environ.setdefault(var, value)
+from offline import ROOT  # first: the repository importable, the Hub off
 
-import httpx  # noqa: E402
-import zstandard  # noqa: E402
-from servers import Server, blink_serve  # noqa: E402
+# isort: split
+
+import httpx
+import zstandard
+from servers import Server, blink_serve
 
 RESULTS = ROOT / "bench" / "hostile-results.json"
 MB = 2**20
@@ -333,7 +325,7 @@ def _threads(n: int, fn):
     def run(i):
         try:
             out[i] = fn()
-        except Exception as exc:  # noqa: BLE001 - reported as the status
+        except Exception as exc:
             out[i] = type(exc).__name__
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]

@@ -22,20 +22,18 @@ import asyncio
 import os
 import re
 import statistics
-import sys
 from contextlib import ExitStack
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "ci" / "tests")]
-for var, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false")):
-    os.environ.setdefault(var, value)
+from offline import ROOT  # first: the repository importable, the Hub off
 
-import httpx  # noqa: E402
-import workload  # noqa: E402
-from servers import closed_loop  # noqa: E402
+# isort: split
 
-from helpers import running  # noqa: E402
+import httpx
+import workload
+from servers import closed_loop
+
+from helpers import running
 
 CLIENTS = {1: 24, 16: 6, 64: 3}  # concurrent clients -> requests each
 STATE_TOKENS = 64

@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import offline  # noqa: F401 - first: the repository importable, the Hub off
 
-import torch  # noqa: E402
-import workload  # noqa: E402
+# isort: split
+
+import torch
+import workload
 
 
 def timed(fn, *args):

@@ -25,15 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "ci" / "tests")]
-for var, value in (
-    ("HF_HUB_OFFLINE", "1"),
-    ("TRANSFORMERS_OFFLINE", "1"),
-    ("TRANSFORMERS_VERBOSITY", "error"),
-    ("TOKENIZERS_PARALLELISM", "false"),
-):
-    os.environ.setdefault(var, value)
+import offline  # noqa: F401 - first: the repository importable, the Hub off
+
+# isort: split
 
 WORDS = (
     "parcel refund invoice courier screen battery router login charge warranty locker voucher outage charger "

@@ -23,15 +23,14 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "ci" / "tests")]
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+from offline import ROOT  # first: the repository importable, the Hub off
 
-import httpx  # noqa: E402
-from servers import DEMO_ROOT  # noqa: E402
+# isort: split
 
-from conftest import free_port, launch, server_env, stop_group, wait_healthy  # noqa: E402
+import httpx
+from servers import DEMO_ROOT
+
+from helpers import free_port, launch, server_env, stop_group, wait_healthy
 
 OUT = ROOT / "bench" / "out"
 QUESTION = {"type": "noul", "instructions": "Is the parcel late?"}

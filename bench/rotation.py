@@ -22,22 +22,15 @@ import copy
 import os
 import platform
 import statistics
-import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-for var, value in (
-    ("HF_HUB_OFFLINE", "1"),
-    ("TRANSFORMERS_OFFLINE", "1"),
-    ("TRANSFORMERS_VERBOSITY", "error"),
-    ("TOKENIZERS_PARALLELISM", "false"),
-):
-    os.environ.setdefault(var, value)
+import offline  # noqa: F401 - first: the repository importable, the Hub off
 
-import workload  # noqa: E402
+# isort: split
+
+import workload
 
 OPTIONS = {
     "billing": "Charges, refunds and invoices",

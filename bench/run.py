@@ -31,22 +31,15 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-for var, value in (
-    ("HF_HUB_OFFLINE", "1"),
-    ("TRANSFORMERS_OFFLINE", "1"),
-    ("TRANSFORMERS_VERBOSITY", "error"),
-    ("TOKENIZERS_PARALLELISM", "false"),
-    ("HF_HUB_DISABLE_TELEMETRY", "1"),
-):
-    os.environ.setdefault(var, value)
+import offline  # noqa: F401 - first: the repository importable, the Hub off
 
-import httpx  # noqa: E402
-import psutil  # noqa: E402
-import workload  # noqa: E402
-from honesty import duration_honesty  # noqa: E402
-from servers import Server, blink_serve, closed_loop  # noqa: E402
+# isort: split
+
+import httpx
+import psutil
+import workload
+from honesty import duration_honesty
+from servers import Server, blink_serve, closed_loop
 
 # (state tokens, questions): the performance issue's grid, plus the engine issue's 1,000-token state at 1/4/16
 FULL_GRID = [

@@ -12,12 +12,12 @@ import time
 from pathlib import Path
 
 import httpx
+import offline  # noqa: F401 - first: the repository importable, the Hub off
 import psutil
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "ci" / "tests"))
+# isort: split
 
-from helpers import blink_serve, free_port, launch, server_env, stop_group, wait_healthy  # noqa: E402
+from helpers import blink_serve, free_port, launch, server_env, stop_group, wait_healthy
 
 # where `--model demo` finds (or builds) its model, as blink.model.demo.demo_model_dir looks for it in this process
 DEMO_ROOT = Path(os.environ.get("BLINK_DEMO_DIR") or Path.home() / ".cache" / "blink")

@@ -24,13 +24,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+from offline import ROOT  # first: the repository importable, the Hub off
 
-import httpx  # noqa: E402
-import workload  # noqa: E402
+# isort: split
+
+import httpx
+import workload
 
 
 def log(message: str) -> None:
