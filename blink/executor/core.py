@@ -50,10 +50,9 @@ class Inputs:
 
     groups: list[list[Prompt]]
     prefix_len: list[int]  # per group: its prompts' common prefix (a lone prompt is all prefix)
-    features: (
-        dict  # image key -> its vision features (the tower run once per call, once the resumed prefixes are known)
-    )
+    features: dict  # image key -> its vision features (the tower runs once the resumed prefixes are known)
     positions: dict  # id(prompt) -> the prompt's multimodal rotary positions [3, L] (unused by standard RoPE)
+    spans: dict  # id(prompt) -> (image, first token, token count) per image (see _image_spans)
     keys: dict | None = None  # group -> its prefix's cache keys, for the groups whose prefix is saved
     systems: dict | None = None  # group -> where its system prompt ends (a second save point), for those that have one
 
@@ -164,14 +163,14 @@ class Executor:
         return DynamicCache(config=self.base.config)
 
     # multimodal helpers: for text-only prompts these reduce to token embeddings and 0..n-1 positions --------
-    def _encode_images(self, groups: list[list[Prompt]], resumed: dict) -> dict:
+    def _encode_images(self, inputs: Inputs, resumed: dict) -> dict:
         """Vision features per distinct image the call's passes embed, the vision tower run once for all of them.
         An image whose tokens all lie inside a group's resumed prefix is not embedded again, so it is not run."""
         unique = {}
-        for g, prompts in enumerate(groups):
+        for g, prompts in enumerate(inputs.groups):
             start = resumed[g].length if g in resumed else 0
             for prompt in prompts:
-                for image, first, count in self._image_spans(prompt):
+                for image, first, count in inputs.spans[id(prompt)]:
                     if first + count > start:
                         unique.setdefault(image.key, image)
         if not unique:
@@ -197,19 +196,14 @@ class Executor:
             done += count
         return spans
 
-    def _keys(self, prompt: Prompt) -> list:
+    def _keys(self, prompt: Prompt, spans: list[tuple]) -> list:
         """Token ids with each image token tagged by its image, so prompts share a prefix only through the
         same pixels (two different images of one size have identical ids)."""
-        if not prompt.images:
+        if not spans:
             return prompt.ids
-        keys, images, left = list(prompt.ids), iter(prompt.images), 0
-        for i, token in enumerate(keys):
-            if token == self.image_token_id:
-                if left == 0:
-                    image = next(images)
-                    left = math.prod(image.grid_thw) // self._merge**2
-                keys[i] = (token, image.key)
-                left -= 1
+        keys = list(prompt.ids)
+        for image, first, count in spans:
+            keys[first : first + count] = [(self.image_token_id, image.key)] * count
         return keys
 
     @property
@@ -223,14 +217,14 @@ class Executor:
             return torch.arange(n).expand(3, n)
         return image_positions(self.vision, prompt.ids, prompt.images, self.image_token_id)[0].cpu()
 
-    def _embeddings(self, prompt: Prompt, start: int, end: int, features: dict) -> torch.Tensor:
+    def _embeddings(self, inputs: Inputs, prompt: Prompt, start: int, end: int) -> torch.Tensor:
         """Tokens `start:end` of a prompt embedded, its image tokens replaced by their images' features (only the
         images with tokens in that range: the others may not have been run)."""
         ids = torch.tensor(prompt.ids[start:end], device=self.device)
         embeds = self.embed(ids)
         rows = [
-            features[image.key][max(0, start - first) : end - first]
-            for image, first, count in self._image_spans(prompt)
+            inputs.features[image.key][max(0, start - first) : end - first]
+            for image, first, count in inputs.spans[id(prompt)]
             if first < end and first + count > start
         ]
         if rows:
@@ -265,7 +259,7 @@ class Executor:
     def _score_reusing(self, groups: list[list[Prompt]]) -> tuple[list, list[int]]:
         inputs = self.inputs(groups)
         resumed = self.saved_prefixes(inputs)
-        inputs.features = self._encode_images(groups, resumed)
+        inputs.features = self._encode_images(inputs, resumed)
         cached = [resumed[g].length if g in resumed else 0 for g in range(len(groups))]
         hidden = {}  # (group, prompt, read) -> the hidden state at that read's position
         for prefix in self.prefixes(inputs, resumed):
@@ -281,7 +275,8 @@ class Executor:
 
     def inputs(self, groups: list[list[Prompt]]) -> Inputs:
         everything = [p for prompts in groups for p in prompts]
-        keys = [[self._keys(p) for p in prompts] for prompts in groups]
+        spans = {id(p): self._image_spans(p) for p in everything}
+        keys = [[self._keys(p, spans[id(p)]) for p in prompts] for prompts in groups]
         prefix_len = [
             len(prompts[0].ids) if len(prompts) == 1 else common_prefix_length(rows)
             for prompts, rows in zip(groups, keys)
@@ -295,7 +290,7 @@ class Executor:
                     if 0 < system < end and all(p.system_end == system for p in prompts):
                         systems[g] = system
         positions = {id(p): self._positions(p) for p in everything}
-        return Inputs(groups, prefix_len, {}, positions, saved, systems)
+        return Inputs(groups, prefix_len, {}, positions, spans, saved, systems)
 
     @staticmethod
     def save_point(prompts: list[Prompt], prefix_len: int) -> int:
@@ -357,7 +352,7 @@ class Executor:
             return shared_structure(entry.cache)
         cache = copy.deepcopy(entry.cache)
         first = inputs.groups[g][0]
-        embeds = self._embeddings(first, done, n, inputs.features)[None]
+        embeds = self._embeddings(inputs, first, done, n)[None]
         text = torch.arange(done, n)[None]
         rope = inputs.positions[id(first)][:, done:n][:, None]
         self._forward(embeds, torch.ones((1, n), dtype=torch.long), text, rope, cache)
@@ -403,7 +398,7 @@ class Executor:
         rope = torch.zeros((3, len(bucket), width), dtype=torch.long)
         for row, g in enumerate(bucket):
             n, first = lengths[g], inputs.groups[g][0]
-            embeds[row, width - n :] = self._embeddings(first, 0, n, inputs.features)
+            embeds[row, width - n :] = self._embeddings(inputs, first, 0, n)
             mask[row, width - n :] = 1
             rope[:, row, width - n :] = inputs.positions[id(first)][:, :n]
         text = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -443,7 +438,7 @@ class Executor:
         rope = torch.zeros((3, len(rows), span), dtype=torch.long)
         for r, ((g, p), tail) in enumerate(zip(rows, tails)):
             prompt, n = inputs.groups[g][p], inputs.prefix_len[g]
-            embeds[r, :tail] = self._embeddings(prompt, n, len(prompt.ids), inputs.features)
+            embeds[r, :tail] = self._embeddings(inputs, prompt, n, len(prompt.ids))
             mask[r, :tail] = 1
             text[r] = torch.arange(n, n + span)
             rope[:, r, :tail] = inputs.positions[id(prompt)][:, n:]

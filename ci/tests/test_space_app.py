@@ -20,6 +20,7 @@ from helpers import (
     example_form,
     form_args,
     mcp_call,
+    npm_installed,
     running,
     uncached,
 )
@@ -335,14 +336,9 @@ def js_decide(url: str, key: str | None = None, **fields) -> dict:
     """@gradio/client (ci/js, pinned by its package-lock.json) calls decide with keyword arguments: STATE,
     QUESTIONS and `fields` (x_calibration)."""
     import json
-    import shutil
     import subprocess
 
-    folder = ROOT / "ci" / "js"
-    if not (folder / "node_modules" / "@gradio" / "client").is_dir():
-        subprocess.run(
-            [shutil.which("npm") or "npm", "ci", "--no-audit", "--no-fund"], cwd=folder, check=True, timeout=300
-        )
+    folder = npm_installed()
     request = json.dumps({"state": STATE, "questions": QUESTIONS, **fields})
     argv = ["node", "decide.mjs", url, request, *([key] if key else [])]
     done = subprocess.run(argv, cwd=folder, capture_output=True, text=True, timeout=120, check=True)

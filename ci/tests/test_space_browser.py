@@ -7,50 +7,19 @@ ci/browser-setup.sh installs chromium, chromium-driver (apt) and selenium when t
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import sys
 
 import pytest
 
-from helpers import ARTIFACTS, ROOT, running
+from helpers import ARTIFACTS, ROOT, headless_chromium, running
 
 pytestmark = [pytest.mark.e2e, pytest.mark.space, pytest.mark.browser, pytest.mark.slow]
-
-CHROMEDRIVER = "/usr/bin/chromedriver"
 
 
 @pytest.fixture(scope="module")
 def browser():
-    try:
-        import selenium  # noqa: F401
-
-        have_selenium = True
-    except ImportError:
-        have_selenium = False
-    if not (have_selenium and shutil.which("chromium") and os.path.exists(CHROMEDRIVER)):
-        subprocess.run(["bash", str(ROOT / "ci" / "browser-setup.sh")], check=True, timeout=900)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-dev-shm-usage",
-        "--window-size=1400,1800",
-    ):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    try:
+    with headless_chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 @pytest.fixture(scope="module")

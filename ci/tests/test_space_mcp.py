@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import subprocess
 import sys
 
 import httpx
 import pytest
 
-from helpers import ROOT, running, uncached
+from helpers import ROOT, npm_installed, running, uncached
 
 KEY = "sk-space-mcp-Kq72-unusual"
 APP = [sys.executable, str(ROOT / "app.py")]
@@ -133,11 +132,7 @@ def test_the_key_rules_on_both_endpoints_and_the_rest_path(keyed_space):
 
 
 def inspector(*args: str) -> dict:
-    folder = ROOT / "ci" / "js" / "inspector"
-    if not (folder / "node_modules" / "@modelcontextprotocol" / "inspector").is_dir():
-        subprocess.run(
-            [shutil.which("npm") or "npm", "ci", "--no-audit", "--no-fund"], cwd=folder, check=True, timeout=600
-        )
+    folder = npm_installed(ROOT / "ci" / "js" / "inspector", timeout=600)
     cli = folder / "node_modules" / ".bin" / "mcp-inspector"
     done = subprocess.run([str(cli), "--cli", *args], cwd=folder, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr + done.stdout

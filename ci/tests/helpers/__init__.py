@@ -421,6 +421,43 @@ def npm_installed(folder: Path = JS, timeout: float = 300) -> Path:
     return folder
 
 
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+
+@contextmanager
+def headless_chromium():
+    """A headless Chromium driven by selenium, closed on exit (ci/browser-setup.sh installs chromium,
+    chromium-driver and selenium when they are missing)."""
+    try:
+        import selenium  # noqa: F401
+
+        have_selenium = True
+    except ImportError:
+        have_selenium = False
+    if not (have_selenium and shutil.which("chromium") and os.path.exists(CHROMEDRIVER)):
+        subprocess.run(["bash", str(ROOT / "ci" / "browser-setup.sh")], check=True, timeout=900)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1800",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
 def node_script(script: str, *args: str, timeout: float = 300) -> dict:
     """Runs ci/js/`script` with `args` under node (installing ci/js first when needed) and returns the one JSON line
     it prints last."""
