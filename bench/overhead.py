@@ -7,8 +7,9 @@
 - `outside`: per request, the server's own `server-timing` total minus its `model` part (everything the server
   does that is not the forward pass: reading the body, parsing, rendering, queueing, answers, the JSON), median over
   sequential requests of a 64-token state x 1/6/16 questions. The common case: the same questions about new states.
-  The parts (prepare, queue, answer) are medians too, so they need not add up to the total. `--trees`: other
-  checkouts (main before this work) served beside this one, every request sent to each side in alternating order.
+  The parts (the body's bytes arriving, prepare, queue, answer) are medians too, so they need not add up to the
+  total. `--trees`: other checkouts (main before this work) served beside this one, every request sent to each side
+  in alternating order.
 - `throughput`: requests/s of this tree's server and of another checkout's (`--before`, e.g. main before issue 14)
   at 1/16/64 closed-loop clients, the same bodies to both, the sides alternating rep by rep; `after / before` > 1
   means this tree serves more. Both servers run with the same flags (batching on: `--batch-window-ms 2`).
@@ -65,8 +66,11 @@ def outside(args) -> None:
         clients = [stack.enter_context(httpx.Client(base_url=url, timeout=120)) for url in urls]
         for i, tree in enumerate(trees):
             print(f"side {i}: {tree} (git {git_head(tree)})")
-        print("\n| outside model, 64 tok (total - model) | side | median (ms) | prepare | queue | answer | model |")
-        print("|---|---|---|---|---|---|---|")
+        print(
+            "\n| outside model, 64 tok (total - model) | side | median (ms) | of it, the body arriving | prepare "
+            "| queue | answer | model |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
         for n_questions in (1, 6, 16):
             questions = workload.questions(n_questions, seed=3)
             rows = [[] for _ in trees]
@@ -84,12 +88,12 @@ def outside(args) -> None:
             for side, got in enumerate(rows):
                 med = {
                     k: statistics.median(row.get(k, 0.0) for row in got)
-                    for k in ("prepare", "queue", "answer", "model")
+                    for k in ("body", "prepare", "queue", "answer", "model")
                 }
                 rest = statistics.median(row["total"] - row["model"] for row in got)
                 print(
-                    f"| {n_questions} q | {side} | {rest:.2f} | {med['prepare']:.2f} | {med['queue']:.2f} | "
-                    f"{med['answer']:.2f} | {med['model']:.2f} |"
+                    f"| {n_questions} q | {side} | {rest:.2f} | {med['body']:.2f} | {med['prepare']:.2f} "
+                    f"| {med['queue']:.2f} | {med['answer']:.2f} | {med['model']:.2f} |"
                 )
 
 

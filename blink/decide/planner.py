@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from itertools import islice
 
 from blink.decide.answers import answer_from_probabilities, read_answers
 from blink.decide.calibration import UNCALIBRATED, Calibration
@@ -30,6 +31,10 @@ from blink.model.loading import Loaded
 from blink.plan import Prompt, Scored, image_usage, processed_tokens
 
 log = logging.getLogger("blink")
+
+# A text decision this small is planned (rendered, tokenized) on the event loop: its plan costs ~0.1-0.3 ms here,
+# less than the worker-thread hop it would otherwise take (~0.5 ms). Bigger ones, images and rotations go to a thread.
+INLINE_PLAN_CHARS = 4096
 
 # After a call over this many tokens the freed activations go back to the system: glibc would keep ~250 MB of a
 # 32k-token pass otherwise (bench/heap_retention.py); the trim costs milliseconds against a pass of seconds.
@@ -65,6 +70,7 @@ class Checked:
     body: dict
     parts: dict
     decision: Decision | None
+    inline: bool = False  # small enough to plan on the event loop (INLINE_PLAN_CHARS)
 
 
 @dataclass
@@ -85,6 +91,23 @@ class Prepared:
     def prior_plans(self) -> list[list[Prompt]]:
         """The content-free plans still to score with this request (none without a prior, or when all are kept)."""
         return self.prior.plans if self.prior is not None else []
+
+
+def text_size(value, budget: int) -> int:
+    """The characters of a JSON value's strings and keys (and one per value), counted only until they pass `budget`:
+    the work is bounded by the budget, not by the value."""
+    size, stack = 0, [value]
+    while stack and size <= budget:
+        item = stack.pop()
+        size += 1
+        if isinstance(item, str):
+            size += len(item)
+        elif isinstance(item, dict):
+            size += sum(len(key) for key in islice(item, budget) if isinstance(key, str))
+            stack.extend(islice(item.values(), budget))
+        elif isinstance(item, list):
+            stack.extend(islice(item, budget))
+    return size
 
 
 def failure(exc: Exception) -> BlinkError:
@@ -141,7 +164,8 @@ class DecisionPlanner:
         text-only model. Cheap whatever the body holds; runs before the request takes a place."""
         parts = parts or {}
         if not has_images(body, parts):
-            return Checked(body, parts, parse_decision(body, self.config, self.limits, self.questions))
+            decision = parse_decision(body, self.config, self.limits, self.questions)
+            return Checked(body, parts, decision, inline=self.plans_inline(decision))
         if not self.accepts_images:
             raise InvalidRequest(
                 "this server's model reads text only: images are not accepted",
@@ -149,6 +173,12 @@ class DecisionPlanner:
                 kind="images_unsupported",
             )
         return Checked(body, parts, None)
+
+    def plans_inline(self, decision: Decision) -> bool:
+        if (decision.order or self.order) == "rotate":
+            return False
+        size = text_size(decision.state, INLINE_PLAN_CHARS) + text_size(decision.raw_questions, INLINE_PLAN_CHARS)
+        return size <= INLINE_PLAN_CHARS
 
     def plan(self, checked: Checked) -> Prepared:
         """The checked decision tokenized into what the GPU call needs, every count capped by the limits."""

@@ -1,5 +1,5 @@
-"""The decision service every decision entry point uses: check (before admission), then plan in a worker thread,
-queue, one GPU call for the batch, answers.
+"""The decision service every decision entry point uses: check (before admission), then plan (in a worker thread,
+unless it is small: `Checked.inline`), queue, one GPU call for the batch, answers.
 
 `/v1/systemone`, `/v1/decisions`, both MCP servers, Gradio's `decide` and the UI go through the same `check` and
 `run`, so a decision costs the same whichever wire asks for it.
@@ -65,13 +65,17 @@ class DecisionService:
     async def run(self, checked: Checked, ticket, caller=None, timing: Timing | None = None) -> Decided:
         """An admitted decision: planned under the ticket's preparing bound, queued and batched with other
         requests of the same `caller` (opaque; on the Space their ZeroGPU identity, so their own quota pays),
-        answered."""
+        answered. A small plan is made on the event loop unless requests are batched across a window: there the
+        thread hop lets the loop take in the requests that arrived with this one, so the window has their company."""
         timing = timing or Timing()
         t = time.perf_counter()
         self.batcher.expect(+1)
         try:
             async with ticket.preparing():
-                prepared = await run_in_threadpool(self.planner.plan, checked)
+                if checked.inline and not self.batcher.window_s:  # cheaper than a thread hop (see below)
+                    prepared = self.planner.plan(checked)
+                else:
+                    prepared = await run_in_threadpool(self.planner.plan, checked)
             timing.add("prepare", time.perf_counter() - t)
             job = self.batcher.submit(prepared.prompts, caller, prepared.prior_plans)
         finally:

@@ -174,3 +174,57 @@ def test_pass_settings_reach_the_executor(demo_dir):
     default = Engine(load(str(demo_dir))).executor  # CPU defaults
     assert default.pass_cost_tokens == Executor.PASS_COST_TOKENS["cpu"]
     assert default.max_cells == Executor.PASS_CACHE_BYTES["cpu"] // default.kv_bytes_per_token()
+
+
+def test_small_text_decisions_are_planned_on_the_loop_and_the_rest_in_a_thread(engine):
+    from blink.decide.planner import INLINE_PLAN_CHARS
+
+    assert engine.check(REQUEST).inline
+    assert not engine.check({**REQUEST, "state": "word " * INLINE_PLAN_CHARS}).inline
+    assert not engine.check({**REQUEST, "state": {"rows": [{"n": i} for i in range(INLINE_PLAN_CHARS)]}}).inline
+    assert not engine.check({**REQUEST, "x_order": "rotate"}).inline
+
+
+def json_values():
+    from hypothesis import strategies as st
+
+    scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=40)
+    return st.recursive(
+        scalars, lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=8), inner, max_size=6)
+    )
+
+
+def exact_size(value) -> int:
+    if isinstance(value, str):
+        return 1 + len(value)
+    if isinstance(value, dict):
+        return 1 + sum(len(k) for k in value) + sum(exact_size(v) for v in value.values())
+    if isinstance(value, list):
+        return 1 + sum(exact_size(v) for v in value)
+    return 1
+
+
+def test_text_size_is_exact_up_to_its_budget_and_reads_no_further():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from blink.decide.planner import text_size
+
+    @settings(max_examples=300, deadline=None)
+    @given(json_values(), st.integers(0, 300))
+    def exact_below_the_budget(value, budget):
+        size, exact = text_size(value, budget), exact_size(value)
+        assert size == exact if exact <= budget else size > budget
+
+    exact_below_the_budget()
+
+    read = []
+
+    class Watched(dict):  # counts the values the walk takes
+        def values(self):
+            for value in super().values():
+                read.append(value)
+                yield value
+
+    assert text_size(Watched((str(i), i) for i in range(100_000)), 64) > 64
+    assert len(read) <= 65
