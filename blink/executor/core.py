@@ -30,6 +30,7 @@ from the end of the system prompt.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import inspect
 import math
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ import torch
 
 from blink.errors import StartupError
 from blink.executor.compute_thread import on_cpu_thread
-from blink.executor.passes import length_buckets
+from blink.executor.passes import delta_rule_chunk, length_buckets
 from blink.executor.prefix_cache import Entry, PrefixCache, layer_tensors, row_of, shared_structure
 from blink.executor.vision import image_inputs, image_positions, pixels_and_grid
 from blink.plan import Prompt, common_prefix_length
@@ -100,6 +101,11 @@ def decoder_of(model) -> tuple:
     return base, vision
 
 
+def has_linear_attention(config) -> bool:
+    """A hybrid decoder (Qwen3.5: Gated DeltaNet layers beside attention)."""
+    return "linear_attention" in (getattr(config, "layer_types", None) or ())
+
+
 class Executor:
     """Scores groups of prompts on one model. Not thread-safe: one thread owns it (see batching); on the CPU every
     pass runs on the compute thread whoever calls (compute_thread.py)."""
@@ -143,6 +149,13 @@ class Executor:
         if prefix_cache_bytes is None:
             prefix_cache_bytes = self.PREFIX_CACHE_BYTES.get(self.device.type, self.PREFIX_CACHE_BYTES["cuda"])
         self.prefix_cache = PrefixCache(prefix_cache_bytes)
+        # passes choose the Gated DeltaNet rule's chunk (passes.delta_rule_chunk) where its PyTorch reference runs on
+        # the CPU, where it was measured; flash-linear-attention's kernels, and the reference on a GPU, keep their own
+        self.reference_delta_rule = (
+            self.device.type == "cpu"
+            and has_linear_attention(self.base.config)
+            and importlib.util.find_spec("fla") is None
+        )
 
     @property
     def device(self):
@@ -233,6 +246,9 @@ class Executor:
         return embeds
 
     def _forward(self, embeds, mask, text_positions, rope_positions, cache):
+        # the Gated DeltaNet reference rule's chunk, where it runs (passes.delta_rule_chunk): a forward keyword
+        # every layer passes on, which the linear-attention layers hand to the rule
+        extra = {"chunk_size": delta_rule_chunk(embeds.shape[1])} if self.reference_delta_rule else {}
         if self.multimodal_rope:  # 4 rows: the sequence index (masks, cache slots) then the three rotary rows
             position_ids = torch.cat([text_positions[None], rope_positions]).to(self.device)
         else:
@@ -243,6 +259,7 @@ class Executor:
             position_ids=position_ids,
             use_cache=True,
             cache=cache,
+            **extra,
         )
         return out.last_hidden_state
 

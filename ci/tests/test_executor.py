@@ -232,3 +232,38 @@ def test_plan_and_rendering_import_no_torch():
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_delta_rule_runs_with_the_chunk_the_executor_chose(engine, monkeypatch):
+    """On the CPU the executor passes its chunk (blink.executor.passes.delta_rule_chunk) through the model's forward
+    keywords to transformers' reference Gated DeltaNet rule, in the prefill and the suffix passes alike; the
+    per-question reference forward keeps the model's own 64. Recorded at the rule itself, so a
+    transformers that stopped passing the keyword on would fail here instead of silently running 64 again."""
+    from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen
+
+    from blink.executor.passes import delta_rule_chunk
+
+    assert engine.executor.reference_delta_rule
+    seen = []
+    rule = qwen.torch_chunk_gated_delta_rule
+
+    def recording(*args, chunk_size: int = 64, **kwargs):
+        seen.append((args[0].shape[1], chunk_size))  # (the pass's span, its chunk)
+        return rule(*args, chunk_size=chunk_size, **kwargs)
+
+    monkeypatch.setattr(qwen, "torch_chunk_gated_delta_rule", recording)
+    prepared = engine.prepare(
+        {"state": "word " * 300, "questions": {"short": {"type": "noul", "instructions": "Ok?"}, "long": LONG_QUESTION}}
+    )
+    engine.executor.score([prepared.prompts])
+    assert seen and all(chunk == delta_rule_chunk(span) != 64 for span, chunk in seen), seen
+    seen.clear()
+    engine.executor.reference(prepared.prompts[0])
+    assert seen and all(chunk == 64 for _, chunk in seen), seen
+
+
+LONG_QUESTION = {
+    "type": "choice",
+    "instructions": "Which of these teams should take the ticket, judging by what the customer wrote?",
+    "criteria": {"billing": "Charges and refunds", "shipping": "Late or lost parcels", "other": "Anything else"},
+}
