@@ -73,21 +73,16 @@ def passes(executor, reps: int) -> None:
 
 
 def forward(executor, embeds, mask, text, rope, cache, chunk: int) -> None:
-    """The executor's own forward with its chunk choice pinned to `chunk` (the passes table)."""
-    saved = executor.reference_delta_rule
-    executor.reference_delta_rule = False  # the chunk is given here, not chosen
-    try:
-        position_ids = torch.cat([text[None], rope]) if executor.multimodal_rope else text
-        executor.base(
-            inputs_embeds=embeds,
-            attention_mask=mask,
-            position_ids=position_ids,
-            use_cache=True,
-            cache=cache,
-            chunk_size=chunk,
-        )
-    finally:
-        executor.reference_delta_rule = saved
+    """The decoder as the executor runs it (`Executor._forward`), with the rule's chunk given instead of chosen."""
+    position_ids = torch.cat([text[None], rope]) if executor.multimodal_rope else text
+    executor.base(
+        inputs_embeds=embeds,
+        attention_mask=mask,
+        position_ids=position_ids,
+        use_cache=True,
+        cache=cache,
+        chunk_size=chunk,
+    )
 
 
 def requests(engine, fresh, tokenizer, args) -> None:
