@@ -30,7 +30,6 @@ from the end of the system prompt.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import inspect
 import math
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ import torch
 
 from blink.errors import StartupError
 from blink.executor.compute_thread import on_cpu_thread
-from blink.executor.passes import delta_rule_chunk, length_buckets
+from blink.executor.passes import delta_rule_chunk, fla_version, length_buckets
 from blink.executor.prefix_cache import Entry, PrefixCache, layer_tensors, row_of, shared_structure
 from blink.executor.vision import image_inputs, image_positions, pixels_and_grid
 from blink.plan import Prompt, common_prefix_length
@@ -152,9 +151,7 @@ class Executor:
         # passes choose the Gated DeltaNet rule's chunk (passes.delta_rule_chunk) where its PyTorch reference runs on
         # the CPU, where it was measured; flash-linear-attention's kernels, and the reference on a GPU, keep their own
         self.reference_delta_rule = (
-            self.device.type == "cpu"
-            and has_linear_attention(self.base.config)
-            and importlib.util.find_spec("fla") is None
+            self.device.type == "cpu" and has_linear_attention(self.base.config) and fla_version() is None
         )
 
     @property

@@ -65,3 +65,14 @@ def length_buckets(
 def delta_rule_chunk(span: int) -> int:
     """The reference rule's chunk for a pass whose rows are `span` tokens long."""
     return 16 if span <= 16 else 32
+
+
+def fla_version() -> str | None:
+    """flash-linear-attention's version when transformers runs its kernels, None when it falls back to its reference
+    PyTorch rules (fla absent, blocked on a machine without CUDA by `blink.model.loading`, or failing to import:
+    transformers tries the same import and falls back on any error)."""
+    try:
+        import fla
+    except Exception:  # noqa: BLE001
+        return None
+    return fla.__version__

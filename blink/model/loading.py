@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from blink.errors import StartupError
+from blink.executor.passes import fla_version
 
 log = logging.getLogger("blink")
 
@@ -215,12 +216,12 @@ def load(
     if adapter:
         lm = merge_adapter_on_cpu(lm, adapter, adapter_revision)
     lm = lm.to(device).eval()
-    try:
-        import fla  # noqa: F401
-
-        kernels = f"flash-linear-attention {fla.__version__}"
-    except Exception:  # noqa: BLE001
-        kernels = "reference PyTorch (much slower on GPU; install flash-linear-attention there)"
+    fla = fla_version()
+    kernels = (
+        f"flash-linear-attention {fla}"
+        if fla
+        else "reference PyTorch (much slower on GPU; install flash-linear-attention there)"
+    )
     info = {
         "model": model,
         "revision": revision,
