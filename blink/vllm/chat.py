@@ -21,7 +21,7 @@ from blink.generate.chat_engine import ChatEnd, Sampling
 from blink.generate.text import IncrementalDecoder, StopStrings
 from blink.plan import GenerationParams
 from blink.vllm.affinity import route_for
-from blink.vllm.replicas import Replicas
+from blink.vllm.replicas import ReplicaDown, ReplicaRefused, Replicas, finish_reason
 
 
 class VllmChat:
@@ -64,9 +64,10 @@ class VllmChat:
         produced, finish = 0, "length"
         # routed by the conversation so far: its next turn lands where this one is cached
         replica, response = self.replicas.start_stream(route_for([ids]), self.body(ids, params))
+        stream = _CompletionStream(response)
         error = None
         try:
-            for token in _stream_tokens(response):
+            for token in stream:
                 if token in eos:
                     finish = "stop"
                     break
@@ -77,7 +78,9 @@ class VllmChat:
                 if hit:
                     finish = "stop"
                     break
-        except httpx.TransportError as exc:
+            else:
+                finish = stream.finish  # "stop": vLLM met one of the stop ids without returning it
+        except (httpx.TransportError, ReplicaDown, ReplicaRefused) as exc:
             error = exc
             raise EngineFailure(f"the model server stopped mid-answer: {type(exc).__name__}: {exc}") from None
         finally:
@@ -89,16 +92,28 @@ class VllmChat:
         yield ChatEnd(finish, len(ids), produced, time.perf_counter() - started)
 
 
-def _stream_tokens(response: httpx.Response) -> Iterator[int]:
-    """The generated token ids of a streamed completion, in order."""
-    for line in response.iter_lines():
-        if not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
-        if data == "[DONE]":
-            return
-        chunk = json.loads(data)
-        if "error" in chunk:
-            raise EngineFailure(f"the model server failed mid-answer: {chunk['error'].get('message', chunk)}")
-        for choice in chunk.get("choices") or []:
-            yield from choice.get("token_ids") or []
+class _CompletionStream:
+    """The generated token ids of a streamed completion, in order; then `finish`, as vLLM said it ended. A stream
+    that ends any other way (an abort, an error event, no `[DONE]`) raises: a cut-off answer never passes for a
+    whole one."""
+
+    def __init__(self, response: httpx.Response):
+        self.response = response
+        self.finish: str | None = None
+
+    def __iter__(self) -> Iterator[int]:
+        for line in self.response.iter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                if self.finish is None:
+                    raise EngineFailure("the model server ended the stream without saying why (no finish_reason)")
+                return
+            chunk = json.loads(data)
+            if "error" in chunk:
+                raise EngineFailure(f"the model server failed mid-answer: {chunk['error'].get('message', chunk)}")
+            for choice in chunk.get("choices") or []:
+                yield from choice.get("token_ids") or []
+                self.finish = finish_reason(choice) or self.finish
+        raise EngineFailure("the model server closed the stream before it finished (no [DONE])")

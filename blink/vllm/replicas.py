@@ -79,6 +79,18 @@ def check(response: httpx.Response) -> dict:
     raise ReplicaRefused(f"HTTP {response.status_code}: {message}")
 
 
+def finish_reason(choice: dict) -> str | None:
+    """How vLLM says a completion's choice ended: None while it streams, "stop" or "length" once it finished. A
+    choice the replica aborted (it is shutting down or paused) raises `ReplicaDown`, any other end `ReplicaRefused`:
+    its tokens are not the model's whole answer, so they must never pass for one."""
+    reason = choice.get("finish_reason")
+    if reason in (None, "stop", "length"):
+        return reason
+    if reason == "abort":
+        raise ReplicaDown("the model server aborted the request (it is shutting down or paused)")
+    raise ReplicaRefused(f"the model server ended the request with finish_reason {reason!r}")
+
+
 class Replicas:
     """The replicas one blink routes to. Thread-safe: the scorer and chat call it from many threads."""
 
@@ -231,7 +243,7 @@ class Replicas:
 
     def finish(self, replica: Replica, response: httpx.Response, error: Exception | None = None) -> None:
         response.close()
-        self._release(replica, error, down=isinstance(error, httpx.TransportError))
+        self._release(replica, error, down=isinstance(error, (httpx.TransportError, ReplicaDown)))
 
     # what each replica serves -----------------------------------------------------------------------------
     def describe(self, replica: Replica) -> None:

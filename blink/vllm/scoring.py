@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from blink.errors import BlinkError, EngineFailure
 from blink.plan import Prompt, Scored
 from blink.vllm.affinity import Route, route_for
-from blink.vllm.replicas import Replica, Replicas
+from blink.vllm.replicas import Replica, Replicas, finish_reason
 
 log = logging.getLogger("blink")
 
@@ -106,11 +106,12 @@ class VllmScorer:
             if len(choices) != len(prompts):
                 raise EngineFailure(f"the model server answered {len(choices)} reads of {len(prompts)}")
             for values, choice in zip(out, choices):
-                top = choice["logprobs"]["top_logprobs"][0]
+                finish_reason(choice)  # an aborted read is retried on another replica, never read as scores
                 try:
+                    top = choice["logprobs"]["top_logprobs"][0]
                     values.update({token: float(top[f"token_id:{token}"]) for token in labels})
-                except KeyError as missing:
-                    raise EngineFailure(f"the model server left out the log-probability of {missing}") from None
+                except (KeyError, IndexError, TypeError) as missing:
+                    raise EngineFailure(f"the model server left out a log-probability ({missing!r})") from None
         return out
 
     def close(self) -> None:

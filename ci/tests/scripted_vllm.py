@@ -2,13 +2,18 @@
 answered well-formed after a fixed sleep, computing nothing. For the replica simulation (bench/replicas_sim.py)
 and its CI test (ci/tests/test_replicas_sim.py); not a test module.
 
-    python ci/tests/scripted_vllm.py --port P [--delay-ms 100] [--parallel 1]
+    python ci/tests/scripted_vllm.py --port P [--delay-ms 100] [--parallel 1] [--abort-after N | --close-after N]
 
 - `GET /health` (200), `GET /v1/models` (one model, its `max_model_len`);
 - `POST /v1/completions` without `stream`: one choice per prompt of `prompt` (a list of token-id lists), each with
   `logprobs.top_logprobs[0]` holding `"token_id:N"` for every N of `logprob_token_ids` (fixed made-up values);
-- `POST /v1/completions` with `stream`: server-sent events of `choices[0].token_ids`, `max_tokens` tokens, then
-  `data: [DONE]`.
+- `POST /v1/completions` with `stream`: server-sent events of `choices[0].token_ids`, `max_tokens` tokens, the last
+  with `finish_reason: "length"`, then `data: [DONE]`.
+
+Two faults a real replica shows while it shuts down: `--abort-after N` ends every stream after N tokens with
+`finish_reason: "abort"` and `[DONE]`, and answers every read aborted (no log-probabilities), as vLLM does with the
+requests in flight when it is stopped; `--close-after N` closes the connection after N tokens, a clean end of the
+body with no `[DONE]`.
 
 The replica answers `--parallel` requests at a time (default 1: a replica that is never faster with more load),
 each after `--delay-ms`. It binds loopback only. To hang it, stop its process (SIGSTOP): the kernel still accepts
@@ -27,7 +32,7 @@ MODEL = "scripted"
 STREAM_TOKEN = 1000  # an ordinary token id of any Qwen tokenizer (never an end-of-sequence id)
 
 
-def scores(body: dict) -> dict:
+def scores(body: dict, aborted: bool = False) -> dict:
     prompts = body.get("prompt") or []
     if prompts and not isinstance(prompts[0], list):
         prompts = [prompts]
@@ -38,14 +43,16 @@ def scores(body: dict) -> dict:
         "object": "text_completion",
         "model": MODEL,
         "choices": [
-            {"index": i, "text": "", "finish_reason": "length", "logprobs": {"top_logprobs": [top]}}
+            {"index": i, "text": "", "finish_reason": "abort", "logprobs": None}
+            if aborted
+            else {"index": i, "text": "", "finish_reason": "length", "logprobs": {"top_logprobs": [top]}}
             for i in range(len(prompts))
         ],
         "usage": {"prompt_tokens": sum(len(p) for p in prompts), "completion_tokens": len(prompts)},
     }
 
 
-def make_handler(delay_s: float, slots: threading.Semaphore, counts: dict):
+def make_handler(delay_s: float, slots: threading.Semaphore, counts: dict, abort_after=None, close_after=None):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -78,19 +85,25 @@ def make_handler(delay_s: float, slots: threading.Semaphore, counts: dict):
                 time.sleep(delay_s)
                 counts["served"] += 1
                 if not body.get("stream"):
-                    self._json(200, scores(body))
+                    self._json(200, scores(body, aborted=abort_after is not None))
                     return
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
                 self.send_header("connection", "close")
                 self.end_headers()
-                for _ in range(int(body.get("max_tokens") or 16)):
-                    chunk = {"choices": [{"index": 0, "text": "", "token_ids": [STREAM_TOKEN]}]}
+                self.close_connection = True
+                wanted = int(body.get("max_tokens") or 16)
+                for k in range(wanted):
+                    if k == close_after:
+                        return  # the body ends with the connection: no [DONE]
+                    end = "abort" if k + 1 == abort_after else "length" if k + 1 == wanted else None
+                    chunk = {"choices": [{"index": 0, "text": "", "token_ids": [STREAM_TOKEN], "finish_reason": end}]}
                     self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                     self.wfile.flush()
+                    if end:
+                        break
                     time.sleep(0.005)
                 self.wfile.write(b"data: [DONE]\n\n")
-                self.close_connection = True
 
     return Handler
 
@@ -105,10 +118,16 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--delay-ms", type=float, default=100.0)
     parser.add_argument("--parallel", type=int, default=1)
+    faults = parser.add_mutually_exclusive_group()
+    faults.add_argument("--abort-after", type=int, help="end every stream after N tokens, aborted; abort every read")
+    faults.add_argument("--close-after", type=int, help="close every stream after N tokens, with no [DONE]")
     args = parser.parse_args()
     counts = {"served": 0}
     server = Server(
-        ("127.0.0.1", args.port), make_handler(args.delay_ms / 1000, threading.Semaphore(args.parallel), counts)
+        ("127.0.0.1", args.port),
+        make_handler(
+            args.delay_ms / 1000, threading.Semaphore(args.parallel), counts, args.abort_after, args.close_after
+        ),
     )
     print(f"scripted vLLM replica on http://127.0.0.1:{args.port} ({args.delay_ms} ms, {args.parallel} at a time)")
     server.serve_forever()

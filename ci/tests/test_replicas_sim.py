@@ -1,10 +1,12 @@
 """Faults that stay local, shown with scripted replicas (ci/tests/scripted_vllm.py: vLLM's wire, a fixed sleep per
 request, nothing computed) behind a real `python -m blink serve --engine vllm`: a hung replica (SIGSTOP) holds only
-the requests sent to it, which time out and are answered by a live one; the others keep answering meanwhile.
+the requests sent to it, which time out and are answered by a live one; the others keep answering meanwhile. A
+replica that is shutting down (its answers aborted or cut off) never has a cut-off answer pass for a whole one.
 The bench with the figures is bench/replicas_sim.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -19,16 +21,21 @@ from helpers import ARTIFACTS, ROOT, blink_serve, free_port, launch, running, st
 ENGINE_TIMEOUT_S = 3.0  # the cap on one call; the hung replica's requests take about this long, then move on
 
 
+def start_scripted(name: str, *flags: str) -> tuple[str, object]:
+    port = free_port()
+    argv = [sys.executable, str(ROOT / "ci" / "tests" / "scripted_vllm.py"), "--port", str(port), *flags]
+    log = ARTIFACTS / f"scripted-{name}-{port}.log"
+    url, proc = f"http://127.0.0.1:{port}", launch(argv, port, dict(os.environ), log)
+    wait_healthy(url, proc, log, timeout=30, path="/health")
+    return url, proc
+
+
 @pytest.fixture
 def scripted():
     procs = []
     try:
         for i in range(3):
-            port = free_port()
-            argv = [sys.executable, str(ROOT / "ci" / "tests" / "scripted_vllm.py"), "--port", str(port)]
-            log = ARTIFACTS / f"scripted-{i}-{port}.log"
-            procs.append((f"http://127.0.0.1:{port}", launch(argv + ["--delay-ms", "50"], port, dict(os.environ), log)))
-            wait_healthy(procs[-1][0], procs[-1][1], log, timeout=30, path="/health")
+            procs.append(start_scripted(str(i), "--delay-ms", "50"))
         yield procs
     finally:
         for _, proc in procs:
@@ -87,3 +94,37 @@ def test_a_hung_replica_stalls_nobody_else(demo_root, scripted):
     # (one batch at a time, every request would wait behind the hung one's for that long)
     assert len(during) >= 20 and silence < ENGINE_TIMEOUT_S, (len(during), silence)
     assert sum(r["timeouts"] for r in replicas) >= 1  # the hung one's calls timed out and were retried
+
+
+@pytest.mark.parametrize("fault", ["--abort-after", "--close-after"])
+def test_a_cut_off_answer_never_passes_for_a_whole_one(demo_root, fault):
+    """A replica being stopped aborts what it has in flight (vLLM: `finish_reason: "abort"`, then `[DONE]`) or
+    drops the connection at a clean boundary. A chat stream cut so ends with the wire's error event, never with a
+    finish_reason; a decision's read that was aborted is never read as scores: it is retried, and with no other
+    replica it is answered 529 with Retry-After."""
+    url_r, replica = start_scripted(fault.strip("-"), "--delay-ms", "5", fault, "3")
+    try:
+        flags = ("--engine", "vllm", "--engine-url", url_r, "--engine-timeout-s", str(ENGINE_TIMEOUT_S))
+        with running(blink_serve(*flags), demo_root, name=f"serve-{fault.strip('-')}") as url:
+            chat = {
+                "model": "demo",
+                "messages": [{"role": "user", "content": "Hello"}],
+                "max_tokens": 20,
+                "stream": True,
+            }
+            with httpx.stream("POST", url + "/v1/chat/completions", json=chat, timeout=60) as r:
+                assert r.status_code == 200, r.read()
+                events = [line.removeprefix("data: ") for line in r.iter_lines() if line.startswith("data: ")]
+            assert events[-1] == "[DONE]"
+            chunks = [json.loads(e) for e in events[:-1]]
+            assert "error" in chunks[-1] and chunks[-1]["error"]["type"] == "internal_error", chunks[-1]
+            ends = [c["finish_reason"] for chunk in chunks for c in chunk.get("choices", []) if c.get("finish_reason")]
+            assert ends == [], ends  # a cut-off answer is not a "length" one
+
+            decision = httpx.post(url + "/v1/systemone", json=body(1), timeout=60)
+            if fault == "--abort-after":
+                assert decision.status_code == 529 and decision.headers.get("retry-after"), decision.text
+            else:  # reads are whole answers: only streams are cut
+                assert decision.status_code == 200, decision.text
+    finally:
+        stop_group(replica)
