@@ -560,10 +560,11 @@ def test_a_restarted_replica_is_back_and_a_stream_on_a_dying_one_ends_cleanly(vl
             started = time.perf_counter()
             stopping = threading.Thread(target=stop_group, args=(home_proc,))
             stopping.start()
-            with pytest.raises(EngineFailure):
+            with pytest.raises(EngineFailure) as ended:
                 for _ in range(5000):
                     next(generator)
             TIMING["stream_end_s"] = round(time.perf_counter() - started, 2)
+            TIMING["stream_end"] = str(ended.value)[:300]
             stopping.join()
             assert other.served == served_other and other.in_flight == 0  # nothing of it went elsewhere
     finally:
