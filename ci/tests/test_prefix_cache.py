@@ -216,6 +216,29 @@ def test_a_state_is_counted_once_and_refused_at_its_capped_tokenize(engine):
         prompts = builder.build(fits)
         assert sum(n >= 100 for n in calls) == 1 and prompts[0].state_end > 20, calls
         assert builder.once.render(fits) is not None
+        # asked about again, with other questions: the state is not tokenized again, and its prompts are the same
+        again = parse_decision(
+            {"state": "word " * 20, "questions": {"late": {"type": "noul", "instructions": "Is it lost?"}}},
+            engine.config,
+            engine.limits,
+        )
+        calls.clear()
+        (prompt,) = builder.build(again)
+        assert not [n for n in calls if n >= 100], calls
+        assert prompt.ids[: prompt.state_end] == prompts[0].ids[: prompts[0].state_end]
+        assert [row[:2] for row in builder.once.render(again)] == [row[:2] for row in builder._library_prompts(again)]
+        # the states refused above were never remembered; the remembered ones are bounded by their tokens
+        remembered = list(builder.once.states)
+        assert builder.once.state_template.render(state="word " * 20) in remembered
+        assert all(len(state) < 1000 for state in remembered), [len(state) for state in remembered]
+        builder.once.MAX_STATE_BYTES = 4 * 2 * (len("word " * 20) + len(prompt.ids))
+        for k in range(6):
+            builder.build(
+                parse_decision({"state": f"{k} " + "word " * 20, "questions": questions}, engine.config, engine.limits)
+            )
+        kept = list(builder.once.states)
+        assert 0 < builder.once.state_bytes <= builder.once.MAX_STATE_BYTES
+        assert kept[-1].startswith("5 ") and not any(state.startswith("0 ") for state in kept), kept  # oldest out
     finally:
         builder.tokenizer.encode = encode
 
