@@ -6,10 +6,11 @@
 
 - `outside`: per request, the server's own `server-timing` total minus its `model` part (everything the server
   does that is not the forward pass: reading the body, parsing, rendering, queueing, answers, the JSON), median over
-  sequential requests of a 64-token state x 1/6/16 questions. The common case: the same questions about new states.
-  The parts (the body's bytes arriving, prepare, queue, answer) are medians too, so they need not add up to the
-  total. `--trees`: other checkouts (main before this work) served beside this one, every request sent to each side
-  in alternating order.
+  sequential requests of a 64-token state x 1/6/16 questions. The common case: the same questions about new states
+  (`new`: a state no request sent before); then the same state asked about again (`seen`: each state sent once
+  with other questions first, untimed). The parts (the body's bytes arriving, prepare, queue, answer) are medians
+  too, so they need not add up to the total. `--trees`: other checkouts (main before this work) served beside
+  this one, every request sent to each side in alternating order.
 - `throughput`: requests/s of this tree's server and of another checkout's (`--before`, e.g. main before issue 14)
   at 1/16/64 closed-loop clients, the same bodies to both, the sides alternating rep by rep; `after / before` > 1
   means this tree serves more. Both servers run with the same flags (batching on: `--batch-window-ms 2`).
@@ -71,16 +72,17 @@ def outside(args) -> None:
             "| queue | answer | model |"
         )
         print("|---|---|---|---|---|---|---|---|")
-        for n_questions in (1, 6, 16):
+        for n_questions, state in [(n, state) for state in ("new", "seen") for n in (1, 6, 16)]:
             questions = workload.questions(n_questions, seed=3)
             rows = [[] for _ in trees]
             for rep in range(args.warmup + args.reps):
-                body = {
-                    "state": workload.text_of_tokens(tokenizer, STATE_TOKENS, seed=9000 + rep),
-                    "questions": questions,
-                }
+                seed = 9000 + 1000 * n_questions + (500 if state == "seen" else 0) + rep  # never sent before
+                body = {"state": workload.text_of_tokens(tokenizer, STATE_TOKENS, seed=seed), "questions": questions}
                 order = list(range(len(trees)))
                 for side in order if rep % 2 == 0 else order[::-1]:
+                    if state == "seen":
+                        first = {**body, "questions": workload.questions(n_questions, seed=4)}
+                        clients[side].post("/v1/systemone", json=first).raise_for_status()
                     r = clients[side].post("/v1/systemone", json=body)
                     r.raise_for_status()
                     if rep >= args.warmup:
@@ -92,7 +94,8 @@ def outside(args) -> None:
                 }
                 rest = statistics.median(row["total"] - row["model"] for row in got)
                 print(
-                    f"| {n_questions} q | {side} | {rest:.2f} | {med['body']:.2f} | {med['prepare']:.2f} "
+                    f"| {n_questions} q, {state} state | {side} | {rest:.2f} | {med['body']:.2f} "
+                    f"| {med['prepare']:.2f} "
                     f"| {med['queue']:.2f} | {med['answer']:.2f} | {med['model']:.2f} |"
                 )
 
