@@ -21,6 +21,7 @@ machines are shared: read the ratios, measured side by side, not the millisecond
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import statistics
 import time
@@ -82,8 +83,6 @@ class Floor:
 
     @torch.inference_mode()
     def _timed_resumed(self, state: int, n: int) -> float:
-        import copy
-
         if self._saved is None or self._saved[0] != state:
             out = self.decoder(inputs_embeds=self.embed(self._tokens(state)), use_cache=True)
             self._saved = (state, out.cache)

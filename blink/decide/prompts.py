@@ -231,7 +231,7 @@ class OnceRenderer:
         self.state_template = _compile_jinja_template(macro + "{{- text(state) -}}")
         self.control = tuple(tokenizer.added_tokens_encoder) + (_CONTROL_TOKEN_START, _CONTROL_TOKEN_END)
         self.parts: OrderedDict = OrderedDict()
-        self.states: OrderedDict[str, tuple[array, int]] = OrderedDict()  # state text: (head ids, system end)
+        self.states: OrderedDict[str, tuple[array, int, int]] = OrderedDict()  # state: (head ids, system end, size)
         self.state_bytes = 0
         self.lock = threading.Lock()
         self.head = self.tail = ""
@@ -259,43 +259,39 @@ class OnceRenderer:
         parts = [self._part(q) for q in decision.questions]
         if any(part is None for part in parts):
             return None
-        known = self._known_state(state)
-        if known is None:
-            head = self._head_ids(self.head + state + "\n\n", max_tokens)
-            if head is None:
-                raise state_too_long(decision, max_tokens)
-            system_end = self._system_end(state, head)
-            self._remember_state(state, head, system_end)
-        else:
-            head, system_end = known
-            if max_tokens is not None and len(head) > max_tokens:
-                raise state_too_long(decision, max_tokens)
+        found = self._state_head(state, max_tokens)
+        if found is None:
+            raise state_too_long(decision, max_tokens)
+        head, system_end = found
         out = []
         for q, part in zip(decision.questions, parts):
             ids = head + part
             out.append(RenderedPrompt(ids, [len(ids)], [q], [], len(head), system_end))
         return out
 
-    def _known_state(self, state: str) -> tuple[list[int], int] | None:
+    def _state_head(self, state: str, max_tokens: int | None) -> tuple[list[int], int] | None:
+        """The ids of the chat head and `state` with the end of its system prompt, or None past `max_tokens`:
+        remembered for a state seen before, else tokenized (capped) and remembered if it fits."""
         with self.lock:
             known = self.states.get(state)
-            if known is None:
-                return None
-            self.states.move_to_end(state)
-        return list(known[0]), known[1]
-
-    def _remember_state(self, state: str, head: list[int], system_end: int) -> None:
+            if known is not None:
+                self.states.move_to_end(state)
+        if known is not None:
+            ids, system_end, _ = known
+            return (list(ids), system_end) if max_tokens is None or len(ids) <= max_tokens else None
+        head = self._head_ids(self.head + state + "\n\n", max_tokens)
+        if head is None:
+            return None
+        system_end = self._system_end(state, head)
         size = 4 * (len(state) + len(head))
-        if size > self.MAX_STATE_BYTES:
-            return
-        with self.lock:
-            if state in self.states:
-                return
-            self.states[state] = (array("i", head), system_end)
-            self.state_bytes += size
-            while self.state_bytes > self.MAX_STATE_BYTES:
-                old, (ids, _) = self.states.popitem(last=False)
-                self.state_bytes -= 4 * (len(old) + len(ids))
+        if size <= self.MAX_STATE_BYTES:
+            with self.lock:
+                if state not in self.states:
+                    self.states[state] = (array("i", head), system_end, size)
+                    self.state_bytes += size
+                while self.state_bytes > self.MAX_STATE_BYTES:
+                    self.state_bytes -= self.states.popitem(last=False)[1][2]
+        return head, system_end
 
     def _system_end(self, state: str, head: list[int]) -> int:
         """The tokens of the chat head and the system prompt leading `state` (0: none), when they are where `head`
