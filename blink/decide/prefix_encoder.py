@@ -10,6 +10,7 @@ import bisect
 import json
 import threading
 
+from blink.decide.fast_bpe import FastBPE
 from blink.plan import common_prefix_length
 
 
@@ -39,7 +40,9 @@ class PrefixReusingEncoder:
         spec = json.loads(backend.to_str()) if backend is not None else None  # parsed once: ~1 s for Qwen's
         self.backend = self._untrimmed(spec)
         self.local = threading.local()
-        self.enabled = self.backend is not None and self._qwen_pretokenizer(spec) and self._self_test()
+        self.enabled = self.backend is not None and self._qwen_pretokenizer(spec)
+        self.fast = FastBPE.for_tokenizer(self.backend, spec) if self.enabled else None
+        self.enabled = self.enabled and self._self_test()
 
     @staticmethod
     def _untrimmed(spec: dict | None):
@@ -76,6 +79,8 @@ class PrefixReusingEncoder:
             "<|im_start|>user\nA state. It ends here\n\nWhich team?\nA. x<|im_end|>\n",
             "<|im_start|>user\nA state. It ends here\n\nWhat tone?\nA. calm<|im_end|>\n",
             '<|im_start|>user\n{"a": "b\\n"}\n\n\u0301accent, 12 34\n\nB. 5<|im_end|>',
+            "A state, all ASCII:  it's 12.5% off\t(see #4471)\n\nWhich team?\nA. x\nB. y\n\n",
+            ' "Kaffee" and Kaffee,\r\n  Negeri\n\n',
         ]
         self.local.last = None
         try:
@@ -90,26 +95,32 @@ class PrefixReusingEncoder:
 
     def _encode(self, text: str) -> list[int]:
         if len(text) < self.MIN_CHARS:  # short texts (e.g. the "\n" probes between pieces) don't displace the cache
-            return self._backend_encode(text).ids
+            return self._backend_encode(text)[0]
         last = getattr(self.local, "last", None)
         cut = self._safe_cut(last[0], text) if last else 0
         if cut:
             _, ids, ends = last
             k = bisect.bisect_right(ends, cut)
             if k and ends[k - 1] == cut:
-                tail = self._backend_encode(text[cut:])
-                ids = ids[:k] + tail.ids
-                ends = ends[:k] + [cut + end for _, end in tail.offsets]
+                tail_ids, tail_ends = self._backend_encode(text[cut:])
+                ids = ids[:k] + tail_ids
+                ends = ends[:k] + [cut + end for end in tail_ends]
                 self.local.last = (text, ids, ends)
                 return list(ids)
-        encoding = self._backend_encode(text)
-        self.local.last = (text, encoding.ids, [end for _, end in encoding.offsets])
-        return list(encoding.ids)
+        ids, ends = self._backend_encode(text)
+        self.local.last = (text, ids, ends)
+        return list(ids)
 
-    def _backend_encode(self, text: str):
+    def _backend_encode(self, text: str) -> tuple[list[int], list[int]]:
+        """`text`'s ids and the end offset of each: by tiktoken where it gives `tokenizers`' own ids (plain ASCII
+        text, see `fast_bpe`: 3-9x faster), else by `tokenizers`."""
+        fast = self.fast.encode(text) if self.fast is not None else None
+        if fast is not None:
+            return fast
         # `encode_batch` releases the GIL while it works and `encode` does not: a 250k-character state encoded in
         # a worker thread would otherwise stall the event loop (and /healthz) for the whole encode
-        return self.backend.encode_batch([text], add_special_tokens=False)[0]
+        encoding = self.backend.encode_batch([text], add_special_tokens=False)[0]
+        return encoding.ids, [end for _, end in encoding.offsets]
 
     def _safe_cut(self, previous: str, text: str) -> int:
         """The last safe cut in `text` at or before where it stops matching `previous` (0: none). String
