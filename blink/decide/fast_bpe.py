@@ -59,7 +59,10 @@ class FastBPE:
         as_text = str.maketrans({char: chr(to_byte[char]) for char in ascii_chars})
         texts = {rank: token.translate(as_text) for token, rank in vocab.items()}
         ranks = {text.encode(): rank for rank, text in texts.items()}
-        encoding = tiktoken.Encoding("blink-bpe", pat_str=pattern, mergeable_ranks=ranks, special_tokens={})
+        try:
+            encoding = tiktoken.Encoding("blink-bpe", pat_str=pattern, mergeable_ranks=ranks, special_tokens={})
+        except ValueError:  # a pattern tiktoken's regex engine doesn't parse: the library encodes everything
+            return None
         unreached = frozenset(
             ()
             if model.get("ignore_merges")  # `tokenizers` looks a whole pre-token up first too
