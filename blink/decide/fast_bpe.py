@@ -24,6 +24,7 @@ two by property, on the repository's own files and on every ASCII token of the v
 
 from __future__ import annotations
 
+import re
 from itertools import accumulate
 
 import tiktoken
@@ -33,11 +34,11 @@ from transformers.convert_slow_tokenizer import bytes_to_unicode
 class FastBPE:
     """`encode(text)`: the ids and end offsets `tokenizers` would give `text`, or None where it might not."""
 
-    def __init__(self, encoding: tiktoken.Encoding, lengths: dict, unreached: frozenset, added: tuple):
+    def __init__(self, encoding: tiktoken.Encoding, lengths: dict, unreached: frozenset, added: re.Pattern | None):
         self.encoding = encoding
         self.lengths = lengths  # id: its bytes, for the ASCII tokens (an ASCII text's tokens: its characters)
         self.unreached = unreached  # ids `tokenizers` never merges a token's own bytes into
-        self.added = added  # the added tokens' texts
+        self.added = added  # finds any added token's text (one search, not one per token: ~0.4 µs against ~7)
 
     @classmethod
     def for_tokenizer(cls, backend, spec: dict) -> FastBPE | None:
@@ -68,11 +69,12 @@ class FastBPE:
             if model.get("ignore_merges")  # `tokenizers` looks a whole pre-token up first too
             else (rank for token, rank in vocab.items() if [t.id for t in backend.model.tokenize(token)] != [rank])
         )
-        added = tuple(token.content for token in backend.get_added_tokens_decoder().values())
-        return cls(encoding, {rank: len(text) for rank, text in texts.items()}, unreached, added)
+        added = [re.escape(token.content) for token in backend.get_added_tokens_decoder().values() if token.content]
+        lengths = {rank: len(text) for rank, text in texts.items()}
+        return cls(encoding, lengths, unreached, re.compile("|".join(added)) if added else None)
 
     def encode(self, text: str) -> tuple[list[int], list[int]] | None:
-        if not text.isascii() or any(token in text for token in self.added):
+        if not text.isascii() or (self.added is not None and self.added.search(text)):
             return None
         ids = self.encoding.encode_ordinary(text)
         if self.unreached and not self.unreached.isdisjoint(ids):
