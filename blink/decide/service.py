@@ -59,8 +59,14 @@ class DecisionService:
         )
 
     def check(self, body, parts: dict | None = None) -> Checked:
-        """Before admission (in a worker thread): everything refusable without tokenizing."""
-        return self.planner.check(body, parts)
+        """Before admission (in a worker thread): everything refusable without tokenizing. A request being checked
+        is on its way to the batcher too: without counting it, a window could close on the requests checked first
+        while the rest of their burst is still being parsed."""
+        self.batcher.expect(+1)
+        try:
+            return self.planner.check(body, parts)
+        finally:
+            self.batcher.expect(-1)
 
     async def run(self, checked: Checked, ticket, caller=None, timing: Timing | None = None) -> Decided:
         """An admitted decision: planned under the ticket's preparing bound, queued and batched with other
