@@ -40,9 +40,9 @@ class PrefixReusingEncoder:
         spec = json.loads(backend.to_str()) if backend is not None else None  # parsed once: ~1 s for Qwen's
         self.backend = self._untrimmed(spec)
         self.local = threading.local()
-        self.enabled = self.backend is not None and self._qwen_pretokenizer(spec)
-        self.fast = FastBPE.for_tokenizer(self.backend, spec) if self.enabled else None
-        self.enabled = self.enabled and self._self_test()
+        cuts_safely = self.backend is not None and self._qwen_pretokenizer(spec)
+        self.fast = FastBPE.for_tokenizer(self.backend, spec) if cuts_safely else None
+        self.enabled = cuts_safely and self._self_test()  # the self-test runs the fast path too
 
     @staticmethod
     def _untrimmed(spec: dict | None):
@@ -115,8 +115,10 @@ class PrefixReusingEncoder:
         """`text`'s ids and the end offset of each: by tiktoken where it gives `tokenizers`' own ids (plain ASCII
         text, see `fast_bpe`: 3-9x faster), else by `tokenizers`."""
         fast = self.fast.encode(text) if self.fast is not None else None
-        if fast is not None:
-            return fast
+        return fast if fast is not None else self.library_encode(text)
+
+    def library_encode(self, text: str) -> tuple[list[int], list[int]]:
+        """`text`'s ids and the end offset of each, by `tokenizers` (what the fast path must reproduce)."""
         # `encode_batch` releases the GIL while it works and `encode` does not: a 250k-character state encoded in
         # a worker thread would otherwise stall the event loop (and /healthz) for the whole encode
         encoding = self.backend.encode_batch([text], add_special_tokens=False)[0]
