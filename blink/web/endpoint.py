@@ -28,6 +28,7 @@ a generator) is let go when it ends, however it ends.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -37,7 +38,6 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
@@ -198,10 +198,7 @@ class Endpoint:
                 return
             # work that holds a place: the client leaving ends it, waiting or running, and the place is free at
             # once (a decision already in a pass finishes there; its answer is dropped)
-            async with anyio.create_task_group() as group:
-                group.start_soon(cancel_when_gone, receive, group.cancel_scope)
-                await self._admitted(call, scope, receive, send)
-                group.cancel_scope.cancel()
+            await until_gone(self._admitted(call, scope, receive, send), receive)
 
     async def _admitted(self, call: Call, scope, receive, send) -> None:
         """Step 4 (a place, or 529), then the work."""
@@ -233,10 +230,32 @@ async def answer(wire: Wire, handler: Handler, call: Call, send) -> None:
         pass  # gone mid-answer (ASGI 2.4 servers say so on send): nobody is left to tell
 
 
-async def cancel_when_gone(receive, scope: anyio.CancelScope) -> None:
+async def until_gone(work: Awaitable[None], receive) -> None:
+    """`work`, run in this task and cancelled there if the client disconnects first (then it ends quietly).
+
+    A plain asyncio task watches `receive` rather than an anyio task group: the group costs ~50 µs more on every
+    request, most of a decision's time outside the model (bench/RESULTS.md), for the same effect here."""
+    task = asyncio.current_task()
+    watcher = asyncio.get_running_loop().create_task(cancel_when_gone(receive, task))
+    try:
+        await work
+    except asyncio.CancelledError:
+        if not fired(watcher):
+            raise  # cancelled by someone else (the server stopping): theirs to handle
+    finally:
+        watcher.cancel()
+    if fired(watcher):
+        task.uncancel()  # ours: the client left, nobody is waiting for the answer
+
+
+def fired(watcher: asyncio.Task) -> bool:
+    return watcher.done() and not watcher.cancelled()
+
+
+async def cancel_when_gone(receive, task: asyncio.Task) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
-    scope.cancel()
+    task.cancel()
 
 
 def not_routed(ctx, prefix: str, wire: Wire, routes: list) -> Route:
