@@ -113,15 +113,12 @@ def loads(data: bytes | str, max_depth: int = MAX_DEPTH, max_bytes: int | None =
         raise too_deep(max_depth, ["body"]) from None
     except json.JSONDecodeError as exc:
         raise InvalidRequest(f"the body is not valid JSON: {exc}", loc=["body", exc.pos], kind="json_invalid") from None
-    check_tree(
-        value,
-        max_depth,
-        lone_surrogates=bool(
-            _SURROGATE_ESCAPE.search(
-                data if isinstance(data, (bytes, bytearray)) else text.encode("utf-8", "surrogatepass")
-            )
-        ),
-    )
+    raw = data if isinstance(data, (bytes, bytearray)) else text.encode("utf-8", "surrogatepass")
+    lone_surrogates = bool(_SURROGATE_ESCAPE.search(raw))
+    # no value nests deeper than the text opens objects and arrays: a body opening at most `max_depth` of them
+    # (most do) needs no walk, a count at C speed (~1 µs) where the walk costs ~7 µs on a small decision
+    if lone_surrogates or text.count("[") + text.count("{") > max_depth:
+        check_tree(value, max_depth, lone_surrogates)
     return value
 
 

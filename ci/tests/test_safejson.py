@@ -90,6 +90,34 @@ def test_objects_count_toward_depth_and_the_limit_is_exact():
         safejson.loads(ok.encode(), max_depth=5)
 
 
+def nesting(value) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(nesting, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(nesting, value), default=0)
+    return 0
+
+
+JSON_TREES = st.recursive(
+    st.none() | st.integers() | st.text(alphabet='[]{}ab"\\', max_size=6),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(alphabet="[{a", max_size=3), inner, max_size=4),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(JSON_TREES, st.integers(min_value=1, max_value=8))
+def test_a_body_is_refused_exactly_when_it_nests_past_the_limit(value, max_depth):
+    # brackets inside strings and side by side open no depth: the count that spares the walk must never decide
+    data = json.dumps({"state": value})
+    if 1 + nesting(value) > max_depth:
+        with pytest.raises(InvalidRequest) as refused:
+            safejson.loads(data.encode(), max_depth=max_depth)
+        assert refused.value.kind == "json_too_deep"
+    else:
+        assert safejson.loads(data.encode(), max_depth=max_depth) == json.loads(data)
+
+
 @pytest.mark.parametrize(
     "raw,where",
     [
