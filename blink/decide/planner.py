@@ -13,13 +13,12 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from itertools import islice
 
 from blink.decide.answers import answer_from_probabilities, read_answers
 from blink.decide.calibration import UNCALIBRATED, Calibration
 from blink.decide.prior import DEFAULT_STATES, PriorCache, PriorPlan, check_states, plan_prior, priors
 from blink.decide.prompts import PromptBuilder, decision_config_for
-from blink.decide.questions import Decision, QuestionMemo, parse_decision
+from blink.decide.questions import Decision, QuestionMemo, parse_decision, text_size
 from blink.decide.rotation import one_prompt_per_question, rotations
 from blink.decide.x_fields import MODES, uses_prior, uses_temperatures
 from blink.errors import BlinkError, EngineFailure, InvalidRequest, StartupError
@@ -93,23 +92,6 @@ class Prepared:
         return self.prior.plans if self.prior is not None else []
 
 
-def text_size(value, budget: int) -> int:
-    """The characters of a JSON value's strings and keys (and one per value), counted only until they pass `budget`:
-    the work is bounded by the budget, not by the value."""
-    size, stack = 0, [value]
-    while stack and size <= budget:
-        item = stack.pop()
-        size += 1
-        if isinstance(item, str):
-            size += len(item)
-        elif isinstance(item, dict):
-            size += sum(len(key) for key in islice(item, budget) if isinstance(key, str))
-            stack.extend(islice(item.values(), budget))
-        elif isinstance(item, list):
-            stack.extend(islice(item, budget))
-    return size
-
-
 def failure(exc: Exception) -> BlinkError:
     """A forward pass's exception as the request's error (call it inside `except`: the traceback is logged)."""
     log.exception("forward pass failed")
@@ -177,7 +159,7 @@ class DecisionPlanner:
     def plans_inline(self, decision: Decision) -> bool:
         if (decision.order or self.order) == "rotate":
             return False
-        size = text_size(decision.state, INLINE_PLAN_CHARS) + text_size(decision.raw_questions, INLINE_PLAN_CHARS)
+        size = text_size(decision.state, INLINE_PLAN_CHARS) + decision.question_chars
         return size <= INLINE_PLAN_CHARS
 
     def plan(self, checked: Checked) -> Prepared:

@@ -13,9 +13,11 @@ question is checked, and refused, every time).
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from transformers.decision import DecisionConfig, Question
@@ -37,13 +39,34 @@ class Decision:
     raw_probabilities: bool = False  # `x_calibration: "raw"`: no calibration temperature
     order: str | None = None  # `x_order`; None: the server's default
     calibration: str | None = None  # `x_calibration` (fitted, prior, fitted+prior, raw); None: the server's default
+    # `text_size(raw_questions)`, exact: each question's counted once, when it is parsed (the memo keeps it)
+    question_chars: int = 0
+
+
+def text_size(value, budget: int) -> int:
+    """The characters of a JSON value's strings and keys (and one per value), counted only until they pass `budget`:
+    the work is bounded by the budget, not by the value."""
+    size, stack = 0, [value]
+    while stack and size <= budget:
+        item = stack.pop()
+        size += 1
+        if isinstance(item, str):
+            size += len(item)
+        elif isinstance(item, dict):
+            size += sum(len(key) for key in islice(item, budget) if isinstance(key, str))
+            stack.extend(islice(item.values(), budget))
+        elif isinstance(item, list):
+            stack.extend(islice(item, budget))
+    return size
 
 
 def _question_error(qid: str, message: str, kind: str = "value_error") -> InvalidRequest:
     return InvalidRequest(f"question {qid!r}: {message}", loc=["body", "questions", qid], kind=kind)
 
 
-def parse_question(qid: str, raw: Any, config: DecisionConfig, limits: Limits) -> tuple[Question, dict]:
+def parse_question(qid: str, raw: Any, config: DecisionConfig, limits: Limits) -> tuple[Question, dict, int]:
+    """The question, the fields of it that are rendered, and their `text_size` (exact: the library's validation has
+    just read all of it)."""
     if not isinstance(raw, dict):
         raise _question_error(qid, f"a question is an object with a `type`, got {type(raw).__name__}")
     kind = raw.get("type")
@@ -65,10 +88,11 @@ def parse_question(qid: str, raw: Any, config: DecisionConfig, limits: Limits) -
     if kind == "score":
         _check_levels(qid, criteria, limits)
     try:
-        return Question.from_request(qid, question, config), question
+        parsed = Question.from_request(qid, question, config)
     except ValueError as error:
         message = str(error).removeprefix(f"Question {qid!r}: ")
         raise _question_error(qid, message) from None
+    return parsed, question, text_size(question, sys.maxsize)
 
 
 def _check_options(qid: str, criteria: Any, limits: Limits) -> None:
@@ -112,7 +136,7 @@ class QuestionMemo:
 
     def __init__(self, max_entries: int = 4096):
         self.max_entries = max_entries
-        self.entries: OrderedDict[str, tuple[Question, dict]] = OrderedDict()
+        self.entries: OrderedDict[str, tuple[Question, dict, int]] = OrderedDict()
         self.lock = threading.Lock()  # requests are prepared in parallel threads
 
     @staticmethod
@@ -122,7 +146,7 @@ class QuestionMemo:
         except (TypeError, ValueError):
             return None
 
-    def parse(self, qid: str, raw: Any, config: DecisionConfig, limits: Limits) -> tuple[Question, dict]:
+    def parse(self, qid: str, raw: Any, config: DecisionConfig, limits: Limits) -> tuple[Question, dict, int]:
         key = self.key(qid, raw)
         if key is None:
             return parse_question(qid, raw, config, limits)
@@ -173,9 +197,10 @@ def parse_decision(body: Any, config: DecisionConfig, limits: Limits, memo: Ques
     parsed = {qid: parse(qid, q, config, limits) for qid, q in questions.items()}
     return Decision(
         state,
-        [q for q, _ in parsed.values()],
-        {qid: raw for qid, (_, raw) in parsed.items()},
+        [q for q, _, _ in parsed.values()],
+        {qid: raw for qid, (_, raw, _) in parsed.items()},
         raw_probabilities=requested_raw(body),
         order=requested_order(body),
         calibration=requested_calibration(body),
+        question_chars=1 + sum(len(qid) + chars for qid, (_, _, chars) in parsed.items()),
     )

@@ -183,6 +183,9 @@ def test_small_text_decisions_are_planned_on_the_loop_and_the_rest_in_a_thread(e
     assert not engine.check({**REQUEST, "state": "word " * INLINE_PLAN_CHARS}).inline
     assert not engine.check({**REQUEST, "state": {"rows": [{"n": i} for i in range(INLINE_PLAN_CHARS)]}}).inline
     assert not engine.check({**REQUEST, "x_order": "rotate"}).inline
+    long_question = {"type": "noul", "instructions": "Is it? " * (INLINE_PLAN_CHARS // 7)}
+    for _ in range(2):  # parsed, then from the question memo: its size is kept with it
+        assert not engine.check({**REQUEST, "questions": {"q": long_question}}).inline
 
 
 def json_values():
@@ -208,7 +211,7 @@ def test_text_size_is_exact_up_to_its_budget_and_reads_no_further():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from blink.decide.planner import text_size
+    from blink.decide.questions import text_size
 
     @settings(max_examples=300, deadline=None)
     @given(json_values(), st.integers(0, 300))

@@ -147,8 +147,9 @@ def test_questions_seen_before_answer_byte_identically_to_a_fresh_parse(engine):
     byte, on the first request (a miss) and on the next ones (hits); a bad question is refused every time."""
     import copy
     import json
+    import sys
 
-    from blink.decide.questions import QuestionMemo
+    from blink.decide.questions import QuestionMemo, text_size
     from blink.errors import InvalidRequest
 
     memo_engine = copy.copy(engine)
@@ -161,6 +162,9 @@ def test_questions_seen_before_answer_byte_identically_to_a_fresh_parse(engine):
         for questions in asked:
             body = {"state": random_request(rng, 1)["state"], "questions": questions}
             with_memo, without = memo_engine.prepare(body), plain.prepare(body)
+            # the questions' size for the inline bound, kept with each parse, is their exact size either way
+            for decision in (with_memo.decision, without.decision):
+                assert decision.question_chars == text_size(decision.raw_questions, sys.maxsize)
             assert [(p.ids, p.reads, p.state_end) for p in with_memo.prompts] == [
                 (p.ids, p.reads, p.state_end) for p in without.prompts
             ]
