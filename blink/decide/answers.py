@@ -37,6 +37,8 @@ def probabilities(rows: list[list[float]], temperature: float = 1.0) -> list[flo
     """The option probabilities of one question from its readings (one row of label logits per reading, every
     row in the question's option order): the mean over readings of softmax(logits / T)."""
     dists = [softmax([x / temperature for x in row]) for row in rows]
+    if len(dists) == 1:  # one reading (no rotation): its distribution is the mean, exactly
+        return dists[0]
     return [math.fsum(column) / len(dists) for column in zip(*dists)]
 
 
@@ -62,6 +64,8 @@ def answer_from_probabilities(question: Question, probabilities: list[float]) ->
 
 def aligned(question: Question, reading: Question, row: list[float]) -> list[float]:
     """A reading's label logits in the question's own option order."""
+    if reading is question or reading.options == question.options:
+        return row
     where = {option: i for i, option in enumerate(reading.options)}
     return [row[where[option]] for option in question.options]
 
