@@ -64,7 +64,7 @@ def answer_from_probabilities(question: Question, probabilities: list[float]) ->
 
 def aligned(question: Question, reading: Question, row: list[float]) -> list[float]:
     """A reading's label logits in the question's own option order."""
-    if reading is question or reading.options == question.options:
+    if reading.options == question.options:
         return row
     where = {option: i for i, option in enumerate(reading.options)}
     return [row[where[option]] for option in question.options]

@@ -159,7 +159,10 @@ class DecisionPlanner:
     def plans_inline(self, decision: Decision) -> bool:
         if (decision.order or self.order) == "rotate":
             return False
-        size = text_size(decision.state, INLINE_PLAN_CHARS) + decision.question_chars
+        questions = decision.question_chars
+        if questions is None:
+            questions = text_size(decision.raw_questions, INLINE_PLAN_CHARS)
+        size = text_size(decision.state, INLINE_PLAN_CHARS) + questions
         return size <= INLINE_PLAN_CHARS
 
     def plan(self, checked: Checked) -> Prepared:

@@ -39,8 +39,9 @@ class Decision:
     raw_probabilities: bool = False  # `x_calibration: "raw"`: no calibration temperature
     order: str | None = None  # `x_order`; None: the server's default
     calibration: str | None = None  # `x_calibration` (fitted, prior, fitted+prior, raw); None: the server's default
-    # `text_size(raw_questions)`, exact: each question's counted once, when it is parsed (the memo keeps it)
-    question_chars: int = 0
+    # `text_size(raw_questions)`, exact: each question's counted once, when it is parsed (the memo keeps it); None
+    # for a decision not made by `parse_decision`
+    question_chars: int | None = None
 
 
 def text_size(value, budget: int) -> int:

@@ -186,6 +186,11 @@ def test_small_text_decisions_are_planned_on_the_loop_and_the_rest_in_a_thread(e
     long_question = {"type": "noul", "instructions": "Is it? " * (INLINE_PLAN_CHARS // 7)}
     for _ in range(2):  # parsed, then from the question memo: its size is kept with it
         assert not engine.check({**REQUEST, "questions": {"q": long_question}}).inline
+    # a decision made without `parse_decision` carries no count: its questions are counted where it is planned
+    from blink.decide.questions import Decision
+
+    assert engine.plans_inline(Decision("s", [], {"q": {"type": "noul"}}))
+    assert not engine.plans_inline(Decision("s", [], {"q": long_question}))
 
 
 def json_values():
