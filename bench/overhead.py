@@ -69,9 +69,9 @@ def outside(args) -> None:
             print(f"side {i}: {tree} (git {git_head(tree)})")
         print(
             "\n| outside model, 64 tok (total - model) | side | median (ms) | of it, the body arriving | prepare "
-            "| queue | answer | model |"
+            "| queue | answer | model | total |"
         )
-        print("|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|")
         for n_questions, state in [(n, state) for state in ("new", "seen") for n in (1, 6, 16)]:
             questions = workload.questions(n_questions, seed=3)
             rows = [[] for _ in trees]
@@ -90,13 +90,13 @@ def outside(args) -> None:
             for side, got in enumerate(rows):
                 med = {
                     k: statistics.median(row.get(k, 0.0) for row in got)
-                    for k in ("body", "prepare", "queue", "answer", "model")
+                    for k in ("body", "prepare", "queue", "answer", "model", "total")
                 }
                 rest = statistics.median(row["total"] - row["model"] for row in got)
                 print(
                     f"| {n_questions} q, {state} state | {side} | {rest:.2f} | {med['body']:.2f} "
                     f"| {med['prepare']:.2f} "
-                    f"| {med['queue']:.2f} | {med['answer']:.2f} | {med['model']:.2f} |"
+                    f"| {med['queue']:.2f} | {med['answer']:.2f} | {med['model']:.2f} | {med['total']:.2f} |"
                 )
 
 

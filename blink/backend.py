@@ -7,6 +7,10 @@ Three implementations, one contract (plain data in and out, the caller passed ex
   so their ZeroGPU quota pays;
 - `VllmBackend` (blink/vllm): token ids sent to vLLM replicas.
 
+A backend whose passes all run on one thread of this process says which (`passes_thread`, a
+blink.executor.compute_thread.ComputeThread; LocalBackend on the CPU): the decision batcher then runs its batches there
+instead of on a thread of its own.
+
 `score(plans, caller)` takes a batch of decisions (one list of `plan.Prompt` per request) and returns one
 `plan.Scored` per request, never raising; `generate(ids, params, caller)` (`params`: a `plan.GenerationParams`) is a
 plain generator of text deltas (`str`, or `Delta` with logprobs) and exactly one final `ChatEnd`; `health()` is the
@@ -35,6 +39,10 @@ class LocalBackend:
     def __init__(self, engine, chat_engine):
         # blink.decide.planner.Engine, blink.generate.chat_engine.ChatEngine
         self.engine, self.chat_engine = engine, chat_engine
+
+    @property
+    def passes_thread(self):
+        return self.engine.executor.passes_thread
 
     def score(self, plans: list[list[Prompt]], caller: Any = None) -> list[Scored]:
         return self.engine.score(plans)

@@ -11,12 +11,19 @@ With `concurrency` > 1 (a backend that batches on its own side, as vLLM replicas
 each request to one of `concurrency` workers and takes the next at once: every replica is kept busy, and a slow
 or hung one holds only the requests sent to it, never the ones behind them.
 
+With `on` (the process's compute thread, blink.executor.compute_thread: the in-process backend on the CPU, whose
+passes all run there) there is no batcher thread: each request posts one turn to the compute thread, which collects
+and scores the batch itself. A request's way from the event loop to its pass and back is then two hand-offs
+between threads instead of four, and chat steps take their turns between batches. A window then holds the compute
+thread while it collects.
+
 A request whose client left is cancelled (its future): it is dropped from the queue without being computed, and
 its queue slot is free at once; one already in a pass finishes, and its result is dropped.
 """
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -27,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blink.errors import EngineFailure, Overloaded
+
+log = logging.getLogger("blink")
 
 
 @dataclass
@@ -51,6 +60,7 @@ class Batcher:
         max_batch: int = 16,
         max_queued: int = 64,
         concurrency: int = 1,
+        on=None,
     ):
         self.score = score
         self.window_s = window_s if concurrency == 1 else 0.0
@@ -71,8 +81,11 @@ class Batcher:
         self._incoming_lock = threading.Lock()
         self.batches = 0
         self.requests = 0
-        self.thread = threading.Thread(target=self._loop, name="blink-batcher", daemon=True)
-        self.thread.start()
+        self.on = on if self.concurrency == 1 else None
+        self.thread = None
+        if self.on is None:
+            self.thread = threading.Thread(target=self._loop, name="blink-batcher", daemon=True)
+            self.thread.start()
 
     def submit(self, plan, caller=None, extra: list = ()) -> Job:
         job = Job(plan, caller, extra=list(extra))
@@ -84,6 +97,8 @@ class Batcher:
             self.queue.put_nowait(job)
         except queue.Full:
             raise Overloaded() from None
+        if self.on is not None:
+            self.on.post(self._turn)
         return job
 
     def _purge(self) -> None:
@@ -104,21 +119,30 @@ class Batcher:
             self.incoming += delta
 
     def alive(self) -> bool:
-        return self.thread.is_alive()
+        return self.on.alive() if self.thread is None else self.thread.is_alive()
 
     def _drop(self, n: int) -> None:
         with self._counts:
             self.dropped += n
 
-    def _first(self) -> Job:
+    def _first(self, wait: bool) -> Job | None:
         while True:
-            job = self.held.popleft() if self.held else self.queue.get()
+            if self.held:
+                job = self.held.popleft()
+            else:
+                try:
+                    job = self.queue.get(block=wait)
+                except queue.Empty:
+                    return None
             if not job.future.cancelled():
                 return job
             self._drop(1)
 
-    def _collect(self) -> list[Job]:
-        jobs = [self._first()]
+    def _collect(self, wait: bool = True) -> list[Job]:
+        first = self._first(wait)
+        if first is None:
+            return []
+        jobs = [first]
         caller = jobs[0].caller
         others: deque[Job] = deque()
         while self.held:
@@ -142,6 +166,21 @@ class Batcher:
                 continue
             (jobs if job.caller == caller else self.held).append(job)
         return jobs
+
+    def _turn(self) -> None:
+        """One turn on the compute thread: a batch, if a request is still waiting. Every request posts one turn
+        and a turn takes at least one request, so none is left waiting; the turns of requests already taken into
+        an earlier batch find nothing to do."""
+        jobs: list[Job] = []
+        try:
+            jobs = self._collect(wait=False)
+            if jobs:
+                self._run(jobs)
+        except BaseException as exc:  # noqa: BLE001 - nobody waits for a turn: its requests learn why, it is logged
+            log.exception("the decision batcher's turn failed")
+            for job in jobs:
+                if not job.future.done():
+                    job.future.set_exception(exc)
 
     def _loop(self) -> None:
         while True:

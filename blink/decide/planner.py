@@ -227,6 +227,12 @@ class DecisionPlanner:
         return fact
 
 
+def tokens_at_least(plans: list[list[Prompt]], n: int) -> bool:
+    """Whether the plans ran at least `n` tokens. Their prompts' whole lengths bound that from above and cost a
+    fraction of finding the shared prefixes, so those are found only when the bound reaches `n`."""
+    return sum(len(p.ids) for plan in plans for p in plan) >= n and sum(map(processed_tokens, plans)) >= n
+
+
 class Engine(DecisionPlanner):
     """The planner with blink's executor in this process: it scores too (the in-process backend, the Space's GPU
     worker, warm-up, tests)."""
@@ -263,7 +269,7 @@ class Engine(DecisionPlanner):
         except Exception as exc:  # noqa: BLE001 - every request keeps its own outcome
             outcomes = [(None, failure(exc), 0)] if len(plans) == 1 else [self._score_alone(plan) for plan in plans]
         compute_s = time.perf_counter() - start
-        if sum(processed_tokens(plan) for plan in plans) >= TRIM_AFTER_TOKENS:
+        if tokens_at_least(plans, TRIM_AFTER_TOKENS):
             give_back_memory()
         return [Scored(scores, error, compute_s, cached) for scores, error, cached in outcomes]
 

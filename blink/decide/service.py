@@ -55,7 +55,12 @@ class DecisionService:
         # that many, so an admitted decision is never refused after it was planned (a batch run smaller than
         # max_batch leaves more than max_queued waiting). The batcher's own 529 stays as a backstop.
         self.batcher = Batcher(
-            backend.score, window_ms / 1000.0, max_batch, max_queued + max_batch, concurrency=parallel
+            backend.score,
+            window_ms / 1000.0,
+            max_batch,
+            max_queued + max_batch,
+            concurrency=parallel,
+            on=getattr(backend, "passes_thread", None),
         )
 
     def check(self, body, parts: dict | None = None) -> Checked:

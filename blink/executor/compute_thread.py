@@ -9,7 +9,9 @@ model: the warm-up on the main thread and then the batcher, or a chat generator 
 the CPU every pass runs here, on one thread, whoever asks. On a GPU the kernels are not OpenMP's, and a call runs
 where it is made (inside a ZeroGPU worker, on its own thread).
 
-One thread per process, because the pools it protects are per process.
+One thread per process, because the pools it protects are per process. The decision batcher runs its batches here
+too (`post`, blink.decide.batching): a decision's way from the event loop to its pass and back is then two
+hand-offs between threads, not four.
 """
 
 from __future__ import annotations
@@ -31,10 +33,20 @@ class ComputeThread:
 
     def _start(self) -> None:
         self._ident: int | None = None
+        self._thread: threading.Thread | None = None  # started with the first call
         self._pool = ThreadPoolExecutor(1, thread_name_prefix=self.name, initializer=self._mark)
 
     def _mark(self) -> None:
         self._ident = threading.get_ident()
+        self._thread = threading.current_thread()
+
+    def alive(self) -> bool:
+        return self._thread is None or self._thread.is_alive()
+
+    def post(self, fn: Callable[[], Any]) -> None:
+        """`fn()` on the compute thread, after what is already waiting there; nobody waits for it, so `fn` answers
+        its own callers and must not raise."""
+        self._pool.submit(fn)
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` on the compute thread (directly when already on it); its result or its exception."""

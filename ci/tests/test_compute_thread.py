@@ -75,3 +75,68 @@ def test_an_error_on_the_compute_thread_reaches_the_caller_as_it_is():
     with pytest.raises(ValueError, match="bad input"):
         COMPUTE.call(fails)
     assert COMPUTE.call(lambda: threading.get_ident()) == COMPUTE._ident
+
+
+def test_the_service_batches_on_the_compute_thread_itself(engine, pass_threads):
+    """On the CPU the decision batcher has no thread of its own: its batches run on the compute thread, so a
+    decision crosses one thread there and one back (bench/RESULTS.md, seventh session)."""
+    import asyncio
+
+    from blink.backend import LocalBackend
+    from blink.decide.service import DecisionService
+    from blink.web.admission import KEYED, Admission
+
+    service = DecisionService(engine, LocalBackend(engine, None))
+    admission = Admission.standard()
+
+    async def decide():
+        async with admission.admit("decide", KEYED, service.check, REQUEST) as (checked, ticket):
+            return await service.run(checked, ticket)
+
+    assert service.batcher.thread is None and service.batcher.on is COMPUTE
+    assert asyncio.run(decide()).answers == engine.decide(REQUEST)
+    assert service.batcher.stats()["worker_alive"] and service.batcher.requests == 1
+    assert pass_threads == {COMPUTE._ident}
+
+
+def scored_on(thread_ids: list):
+    def score(plans, caller):
+        thread_ids.append(threading.get_ident())
+        return [(caller, plan) for plan in plans]
+
+    return score
+
+
+def test_turns_posted_while_the_thread_is_busy_make_one_batch_per_caller():
+    from blink.decide.batching import Batcher
+    from blink.executor.compute_thread import ComputeThread
+
+    on, ran, gate = ComputeThread("test-compute"), [], threading.Event()
+    batcher = Batcher(scored_on(ran), window_s=0.0, max_batch=1, on=on)
+    on.post(lambda: gate.wait(10))  # the thread busy (a pass, a chat step) while the requests arrive
+    jobs = [batcher.submit(i, caller) for i, caller in enumerate(["A", "B", "A", "C"])]
+    gate.set()
+    assert [job.future.result(timeout=10) for job in jobs] == [("A", 0), ("B", 1), ("A", 2), ("C", 3)]
+    assert set(ran) == {on.call(threading.get_ident)} and batcher.thread is None
+    # with a window, one turn takes the waiting requests of its caller; the other turns find nothing
+    batched = Batcher(scored_on(ran), window_s=0.05, max_batch=16, on=on)
+    gate.clear()
+    on.post(lambda: gate.wait(10))
+    jobs = [batched.submit(i, caller) for i, caller in enumerate(["A", "A", "B", "A"])]
+    gate.set()
+    assert [job.future.result(timeout=10) for job in jobs] == [("A", 0), ("A", 1), ("B", 2), ("A", 3)]
+    assert batched.batches == 2 and batched.requests == 4
+
+
+def test_a_request_whose_client_left_before_its_turn_is_never_scored():
+    from blink.decide.batching import Batcher
+    from blink.executor.compute_thread import ComputeThread
+
+    on, ran, gate = ComputeThread("test-compute"), [], threading.Event()
+    batcher = Batcher(scored_on(ran), on=on)
+    on.post(lambda: gate.wait(10))
+    gone, kept = batcher.submit("gone"), batcher.submit("kept")
+    assert gone.future.cancel()
+    gate.set()
+    assert kept.future.result(timeout=10) == (None, "kept")
+    assert len(ran) == 1 and batcher.stats()["dropped_client_gone"] == 1 and batcher.stats()["queued"] == 0

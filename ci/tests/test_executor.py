@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers import WORDS, random_request
 
@@ -267,3 +269,17 @@ LONG_QUESTION = {
     "instructions": "Which of these teams should take the ticket, judging by what the customer wrote?",
     "criteria": {"billing": "Charges and refunds", "shipping": "Late or lost parcels", "other": "Anything else"},
 }
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.lists(st.lists(st.integers(0, 3), max_size=12), min_size=1, max_size=5), min_size=1, max_size=4),
+    st.integers(0, 60),
+)
+def test_the_trim_bound_says_exactly_whether_the_plans_ran_n_tokens(plans, n):
+    """Engine.score's cheap bound (the prompts' whole lengths first) answers as the exact count would."""
+    from blink.decide.planner import tokens_at_least
+    from blink.plan import Prompt, processed_tokens
+
+    prompts = [[Prompt(ids, []) for ids in plan] for plan in plans]
+    assert tokens_at_least(prompts, n) == (sum(processed_tokens(p) for p in prompts) >= n)
