@@ -12,10 +12,10 @@ each request to one of `concurrency` workers and takes the next at once: every r
 or hung one holds only the requests sent to it, never the ones behind them.
 
 With `on` (the process's compute thread, blink.executor.compute_thread: the in-process backend on the CPU, whose
-passes all run there) there is no batcher thread: each request posts one turn to the compute thread, which collects
-and scores the batch itself. A request's way from the event loop to its pass and back is then two hand-offs
-between threads instead of four, and chat steps take their turns between batches. A window then holds the compute
-thread while it collects.
+passes all run there) there is no batcher thread: the compute thread collects and scores the batches itself, one
+turn per batch, posted when a request arrives and none is pending. A request's way from the event loop to its pass
+and back is then two hand-offs between threads instead of four, and chat steps take their turns between batches. A
+window then holds the compute thread while it collects.
 
 A request whose client left is cancelled (its future): it is dropped from the queue without being computed, and
 its queue slot is free at once; one already in a pass finishes, and its result is dropped.
@@ -82,13 +82,27 @@ class Batcher:
         self.batches = 0
         self.requests = 0
         self.on = on if self.concurrency == 1 else None
+        self._turn_posted = False  # with `on`: a turn is waiting there and will see every request queued by now
+        self._turns = threading.Lock()
         self.thread = None
         if self.on is None:
             self.thread = threading.Thread(target=self._loop, name="blink-batcher", daemon=True)
             self.thread.start()
 
-    def submit(self, plan, caller=None, extra: list = ()) -> Job:
+    def submit(self, plan, caller=None, extra: list = (), expected: bool = False) -> Job:
+        """`expected`: the request was counted on its way (`expect(+1)`); it stops being counted as it is queued, so
+        that a window never waits for a request already in the queue."""
         job = Job(plan, caller, extra=list(extra))
+        try:
+            self._enqueue(job)
+        finally:
+            if expected:
+                self.expect(-1)
+        if self.on is not None:
+            self._post_turn()
+        return job
+
+    def _enqueue(self, job: Job) -> None:
         if self.queue.qsize() + len(self.held) >= self.max_queued:
             self._purge()  # slots held by requests whose clients left are free
         if self.held and self.queue.qsize() + len(self.held) >= self.max_queued:
@@ -97,9 +111,13 @@ class Batcher:
             self.queue.put_nowait(job)
         except queue.Full:
             raise Overloaded() from None
-        if self.on is not None:
-            self.on.post(self._turn)
-        return job
+
+    def _post_turn(self) -> None:
+        with self._turns:
+            if self._turn_posted:
+                return
+            self._turn_posted = True
+        self.on.post(self._turn)
 
     def _purge(self) -> None:
         """Drop the queued requests whose client left (their future is cancelled)."""
@@ -168,14 +186,17 @@ class Batcher:
         return jobs
 
     def _turn(self) -> None:
-        """One turn on the compute thread: a batch, if a request is still waiting. Every request posts one turn
-        and a turn takes at least one request, so none is left waiting; the turns of requests already taken into
-        an earlier batch find nothing to do."""
+        """One batch on the compute thread, then the next turn posted behind whatever else waits there (a chat
+        step) if requests are left. A request queued after this turn began posts its own."""
+        with self._turns:
+            self._turn_posted = False
         jobs: list[Job] = []
         try:
             jobs = self._collect(wait=False)
             if jobs:
                 self._run(jobs)
+            if self.held or self.queue.qsize():
+                self._post_turn()
         except BaseException as exc:  # noqa: BLE001 - nobody waits for a turn: its requests learn why, it is logged
             log.exception("the decision batcher's turn failed")
             for job in jobs:

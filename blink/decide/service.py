@@ -87,10 +87,11 @@ class DecisionService:
                     prepared = self.planner.plan(checked)
                 else:
                     prepared = await run_in_threadpool(self.planner.plan, checked)
-            timing.add("prepare", time.perf_counter() - t)
-            job = self.batcher.submit(prepared.prompts, caller, prepared.prior_plans)
-        finally:
+        except BaseException:
             self.batcher.expect(-1)
+            raise
+        timing.add("prepare", time.perf_counter() - t)
+        job = self.batcher.submit(prepared.prompts, caller, prepared.prior_plans, expected=True)
         scored = await asyncio.wrap_future(job.future)
         timing.add("queue", job.started_at - job.queued_at)
         timing.add("model", scored.compute_s)

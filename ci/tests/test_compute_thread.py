@@ -107,25 +107,35 @@ def scored_on(thread_ids: list):
     return score
 
 
-def test_turns_posted_while_the_thread_is_busy_make_one_batch_per_caller():
+def test_batches_take_turns_with_what_else_waits_on_the_compute_thread():
+    """One turn is posted at a time: a chat step posted after three queued requests runs after the first batch,
+    not after all three; callers keep their arrival order."""
+    from blink.decide.batching import Batcher
+    from blink.executor.compute_thread import ComputeThread
+
+    on, ran, gate, order = ComputeThread("test-compute"), [], threading.Event(), []
+    score = scored_on(ran)
+    batcher = Batcher(lambda plans, caller: (order.extend(plans), score(plans, caller))[1], on=on)
+    on.post(lambda: gate.wait(10))  # the thread busy (a pass) while the requests arrive
+    jobs = [batcher.submit(i, caller) for i, caller in enumerate(["A", "B", "A"])]
+    on.post(lambda: order.append("chat step"))
+    gate.set()
+    assert [job.future.result(timeout=10) for job in jobs] == [("A", 0), ("B", 1), ("A", 2)]
+    assert order == [0, "chat step", 1, 2]
+    assert set(ran) == {on.call(threading.get_ident)} and batcher.thread is None
+
+
+def test_a_window_on_the_compute_thread_batches_one_callers_waiting_requests():
     from blink.decide.batching import Batcher
     from blink.executor.compute_thread import ComputeThread
 
     on, ran, gate = ComputeThread("test-compute"), [], threading.Event()
-    batcher = Batcher(scored_on(ran), window_s=0.0, max_batch=1, on=on)
-    on.post(lambda: gate.wait(10))  # the thread busy (a pass, a chat step) while the requests arrive
-    jobs = [batcher.submit(i, caller) for i, caller in enumerate(["A", "B", "A", "C"])]
-    gate.set()
-    assert [job.future.result(timeout=10) for job in jobs] == [("A", 0), ("B", 1), ("A", 2), ("C", 3)]
-    assert set(ran) == {on.call(threading.get_ident)} and batcher.thread is None
-    # with a window, one turn takes the waiting requests of its caller; the other turns find nothing
-    batched = Batcher(scored_on(ran), window_s=0.05, max_batch=16, on=on)
-    gate.clear()
+    batcher = Batcher(scored_on(ran), window_s=0.05, max_batch=16, on=on)
     on.post(lambda: gate.wait(10))
-    jobs = [batched.submit(i, caller) for i, caller in enumerate(["A", "A", "B", "A"])]
+    jobs = [batcher.submit(i, caller) for i, caller in enumerate(["A", "A", "B", "A"])]
     gate.set()
     assert [job.future.result(timeout=10) for job in jobs] == [("A", 0), ("A", 1), ("B", 2), ("A", 3)]
-    assert batched.batches == 2 and batched.requests == 4
+    assert batcher.batches == 2 and batcher.requests == 4  # A's three together, then B's
 
 
 def test_a_request_whose_client_left_before_its_turn_is_never_scored():
@@ -140,3 +150,23 @@ def test_a_request_whose_client_left_before_its_turn_is_never_scored():
     gate.set()
     assert kept.future.result(timeout=10) == (None, "kept")
     assert len(ran) == 1 and batcher.stats()["dropped_client_gone"] == 1 and batcher.stats()["queued"] == 0
+
+
+def test_a_request_stops_being_expected_as_it_is_queued_or_refused():
+    """A window waits only for requests still on their way: one already queued (or refused) is not counted."""
+    from blink.decide.batching import Batcher
+    from blink.errors import Overloaded
+    from blink.executor.compute_thread import ComputeThread
+
+    on, gate = ComputeThread("test-compute"), threading.Event()
+    batcher = Batcher(scored_on([]), window_s=0.05, max_queued=1, on=on)
+    on.post(lambda: gate.wait(10))
+    batcher.expect(+1)
+    queued = batcher.submit("a", expected=True)
+    assert batcher.incoming == 0
+    batcher.expect(+1)
+    with pytest.raises(Overloaded):
+        batcher.submit("b", expected=True)
+    assert batcher.incoming == 0
+    gate.set()
+    assert queued.future.result(timeout=10) == (None, "a")
