@@ -112,14 +112,13 @@ def test_a_batch_holds_one_callers_requests_and_runs_as_that_caller():
         seen.append((caller, list(plans)))
         return [Scored(p) for p in plans]
 
-    batcher = Batcher(run, window_s=0.3, max_batch=16, max_queued=64)
     gate = threading.Event()
 
     def blocker(plans, caller):  # hold the thread until all jobs are queued, so the window sees them all
         gate.wait(5)
         return run(plans, caller)
 
-    batcher.run = blocker
+    batcher = Batcher(blocker, window_s=0.3, max_batch=16, max_queued=64)
     jobs = []
     for caller, plan in [("A", "a0"), ("A", "a1"), ("B", "b0"), ("A", "a2"), (None, "n0"), ("B", "b1")]:
         jobs.append(batcher.submit(plan, caller))
