@@ -127,6 +127,12 @@ def processed_tokens(prompts: list[Prompt]) -> int:
     return prefix + sum(len(p.ids) - prefix for p in prompts)
 
 
+def tokens_at_least(plans: list[list[Prompt]], n: int) -> bool:
+    """Whether `processed_tokens` of the plans together reach `n`. Their prompts' whole lengths bound that from above
+    and cost a fraction of finding the shared prefixes, so those are found only when the bound reaches `n`."""
+    return sum(len(p.ids) for plan in plans for p in plan) >= n and sum(map(processed_tokens, plans)) >= n
+
+
 def image_usage(prompts: list[Prompt], processor) -> dict:
     """What the images cost: pixels the model saw (after resizing) and visual tokens, each image counted
     once per request however many questions show it."""

@@ -27,7 +27,7 @@ from blink.images.intake import ImageLimits, has_images, load_images, place_imag
 from blink.limits import Limits
 from blink.memory import give_back_memory
 from blink.model.loading import Loaded
-from blink.plan import Prompt, Scored, image_usage, processed_tokens
+from blink.plan import Prompt, Scored, image_usage, processed_tokens, tokens_at_least
 
 log = logging.getLogger("blink")
 
@@ -225,12 +225,6 @@ class DecisionPlanner:
                 "tokens": prepared.prior.tokens,
             }
         return fact
-
-
-def tokens_at_least(plans: list[list[Prompt]], n: int) -> bool:
-    """Whether the plans ran at least `n` tokens. Their prompts' whole lengths bound that from above and cost a
-    fraction of finding the shared prefixes, so those are found only when the bound reaches `n`."""
-    return sum(len(p.ids) for plan in plans for p in plan) >= n and sum(map(processed_tokens, plans)) >= n
 
 
 class Engine(DecisionPlanner):

@@ -69,10 +69,18 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=COMPUTE._start)
 
 
+def thread_for(device) -> ComputeThread | None:
+    """The thread every pass on `device` runs on: the compute thread for the CPU; None for a GPU (a call runs where
+    it is made)."""
+    return COMPUTE if device.type == "cpu" else None
+
+
 def on_cpu_thread(device, fn: Callable[..., T], *args: Any) -> T:
     """`fn(*args)` on the compute thread when `device` is the CPU, here otherwise."""
-    return COMPUTE.call(fn, *args) if device.type == "cpu" else fn(*args)
+    thread = thread_for(device)
+    return fn(*args) if thread is None else thread.call(fn, *args)
 
 
 def iterate_on_cpu_thread(device, items: Iterator[T]) -> Iterator[T]:
-    return COMPUTE.iterate(items) if device.type == "cpu" else items
+    thread = thread_for(device)
+    return items if thread is None else thread.iterate(items)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from blink.errors import StartupError
-from blink.executor.compute_thread import COMPUTE, on_cpu_thread
+from blink.executor.compute_thread import on_cpu_thread, thread_for
 from blink.executor.passes import delta_rule_chunk, fla_version, length_buckets
 from blink.executor.prefix_cache import Entry, PrefixCache, layer_tensors, row_of, shared_structure
 from blink.executor.vision import image_inputs, image_positions, pixels_and_grid
@@ -160,9 +160,8 @@ class Executor:
 
     @property
     def passes_thread(self):
-        """The one thread every pass of this executor runs on (the CPU's compute thread), or None (a GPU's run where
-        they are called)."""
-        return COMPUTE if self.device.type == "cpu" else None
+        """The one thread every pass of this executor runs on (the CPU's compute thread), or None."""
+        return thread_for(self.device)
 
     def kv_bytes_per_token(self) -> int:
         """Attention-cache bytes one token of one row takes (keys and values of the full-attention layers)."""

@@ -278,8 +278,7 @@ LONG_QUESTION = {
 )
 def test_the_trim_bound_says_exactly_whether_the_plans_ran_n_tokens(plans, n):
     """Engine.score's cheap bound (the prompts' whole lengths first) answers as the exact count would."""
-    from blink.decide.planner import tokens_at_least
-    from blink.plan import Prompt, processed_tokens
+    from blink.plan import Prompt, processed_tokens, tokens_at_least
 
     prompts = [[Prompt(ids, []) for ids in plan] for plan in plans]
     assert tokens_at_least(prompts, n) == (sum(processed_tokens(p) for p in prompts) >= n)
