@@ -38,6 +38,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
@@ -90,6 +91,24 @@ class Wire:
         if isinstance(error, Unauthorized):
             headers["WWW-Authenticate"] = "Bearer"
         return AsciiJSONResponse(body, status, headers)
+
+
+class FastJSONResponse(JSONResponse):
+    """A route's answer as JSON, by orjson: the same bytes as Starlette's (compact, UTF-8, keys in order) except
+    that small and large floats are written 1e-7 rather than 1e-07, the same number to every JSON parser. It costs
+    ~45 µs where `json.dumps` costs ~110 µs for a decision's answer, with the caches cold after a pass
+    (bench/RESULTS.md). Answers hold no NaN or infinity (the answers refuse non-finite logits, log-probabilities
+    leave -inf out), which orjson would write as null."""
+
+    def render(self, content) -> bytes:
+        return orjson.dumps(content, default=_plain_float)
+
+
+def _plain_float(value) -> float:
+    """What `json.dumps` writes and orjson doesn't by itself: a float's subclass (numpy.float64) as its number."""
+    if isinstance(value, float):
+        return float(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 class AsciiJSONResponse(JSONResponse):
@@ -214,7 +233,7 @@ class Endpoint:
 async def answer(wire: Wire, handler: Handler, call: Call, send) -> None:
     try:
         result = await handler(call)
-        response = result if isinstance(result, Response) else JSONResponse(result)
+        response = result if isinstance(result, Response) else FastJSONResponse(result)
         response.headers.update(wire.headers(call.request_id, call.timing))
     except BlinkError as error:
         if isinstance(error, EngineFailure):
