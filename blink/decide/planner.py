@@ -173,18 +173,19 @@ class DecisionPlanner:
             body = place_images(body, first, self.image_layout, list(images))
             # the state's length is checked where it is tokenized, with images standing as placeholders by now
             decision = parse_decision(body, self.config, self.limits, self.questions)
-        prompts = self.prompts.build(decision, images)
+        prompts, tokens = self.prompts.counted(decision, images)
         readings = list(decision.questions)  # one read per question, unless each choice is read once per rotation
         rotate = (decision.order or self.order) == "rotate"
         if rotate:
             prompts, readings = rotations(self.prompts, decision, images, prompts)
+            tokens = processed_tokens(prompts)
         usage = image_usage(prompts, self.processor) if images else None
         if images:  # the decoded pictures are dropped now (the prompts hold the processed pixels)
             images = None
             give_back_memory()
         mode = decision.calibration or self.x_calibration
         prior = self.plan_prior(decision, rotate) if uses_prior(mode) else None
-        return Prepared(decision, prompts, processed_tokens(prompts), usage, readings, mode, prior)
+        return Prepared(decision, prompts, tokens, usage, readings, mode, prior)
 
     def plan_prior(self, decision: Decision, rotate: bool) -> PriorPlan:
         """The decision's questions asked about each content-free state, rendered (and rotated) exactly as the
