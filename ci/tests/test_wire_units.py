@@ -674,3 +674,45 @@ def test_the_apps_mcp_route_asks_for_the_key(app):
         headers={"Accept": "application/json, text/event-stream"},
     )
     assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+
+
+def test_answers_are_written_as_starlette_writes_them():
+    """`FastJSONResponse` (orjson) against Starlette's `JSONResponse` on any JSON value a route can answer: the same
+    value back, and the same bytes wherever no float needs an exponent (1e-7 is written for 1e-07 there)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from starlette.responses import JSONResponse
+
+    from blink.web.endpoint import FastJSONResponse
+
+    scalars = (
+        st.none()
+        | st.booleans()
+        | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+        | st.floats(allow_nan=False, allow_infinity=False)
+        | st.text(st.characters(exclude_categories=("Cs",)))
+    )
+    values = st.recursive(
+        scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    )
+
+    @settings(max_examples=400, deadline=None)
+    @given(values)
+    def same(value):
+        ours, theirs = FastJSONResponse(value), JSONResponse(value)
+        assert json.loads(ours.body) == json.loads(theirs.body)
+        assert ours.headers["content-type"] == theirs.headers["content-type"]
+        if re.search(rb"\d[eE][-+]?\d", theirs.body) is None:
+            assert ours.body == theirs.body
+
+    same()
+
+
+def test_an_answers_float_subclass_is_written_as_its_number():
+    import numpy
+
+    from blink.web.endpoint import FastJSONResponse
+
+    assert FastJSONResponse({"p": numpy.float64(0.25)}).body == b'{"p":0.25}'
+    with pytest.raises(TypeError):
+        FastJSONResponse({"p": object()})
