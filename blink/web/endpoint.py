@@ -95,20 +95,18 @@ class Wire:
 
 class FastJSONResponse(JSONResponse):
     """A route's answer as JSON, by orjson: the same bytes as Starlette's (compact, UTF-8, keys in order) except
-    that small and large floats are written 1e-7 rather than 1e-07, the same number to every JSON parser. It costs
-    ~45 µs where `json.dumps` costs ~110 µs for a decision's answer, with the caches cold after a pass
-    (bench/RESULTS.md). Answers hold no NaN or infinity (the answers refuse non-finite logits, log-probabilities
-    leave -inf out), which orjson would write as null."""
+    that a float Python writes with an exponent may be written another way (1.5e-7 for 1.5e-07, 0.00001 for 1e-05),
+    the same number to every JSON parser. It costs ~45 µs where `json.dumps` costs ~110 µs for a decision's answer,
+    with the caches cold after a pass (bench/RESULTS.md). What orjson refuses (an integer past 64 bits that a client
+    sent and a route echoes, a float's subclass) is written by Starlette's `json.dumps`. No answer holds NaN or an
+    infinity, which orjson would write as null: bodies refuse them (blink.web.safejson), answers refuse non-finite
+    logits, log-probabilities leave -inf out."""
 
     def render(self, content) -> bytes:
-        return orjson.dumps(content, default=_plain_float)
-
-
-def _plain_float(value) -> float:
-    """What `json.dumps` writes and orjson doesn't by itself: a float's subclass (numpy.float64) as its number."""
-    if isinstance(value, float):
-        return float(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+        try:
+            return orjson.dumps(content)
+        except TypeError:  # orjson.JSONEncodeError is one
+            return super().render(content)
 
 
 class AsciiJSONResponse(JSONResponse):

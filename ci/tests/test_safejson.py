@@ -143,6 +143,56 @@ def test_invalid_utf8_is_a_422_naming_the_byte(raw):
     assert refused.value.kind == "invalid_utf8" and refused.value.loc == ["body", 7]
 
 
+@pytest.mark.parametrize("constant", [b"NaN", b"Infinity", b"-Infinity"])
+def test_nan_and_infinity_are_not_json(constant):
+    with pytest.raises(InvalidRequest) as refused:
+        safejson.loads(b'{"metadata": {"a": [1, ' + constant + b"]}}")
+    assert refused.value.kind == "json_invalid" and constant.decode().lstrip("-") in refused.value.message
+
+
+@pytest.mark.parametrize(
+    "raw,where",
+    [
+        (b'{"metadata": {"a": [1, 1e400]}}', ["body", "metadata", "a", 1]),
+        (b'{"x": -2.5E+309}', ["body", "x"]),
+        (b'{"x": 0.01e0311}', ["body", "x"]),
+        (b'{"x": ' + b"9" * 320 + b".5}", ["body", "x"]),  # no exponent: 320 digits
+        (b'{"x": ' + b"1" * 220 + b"e99}", ["body", "x"]),  # a 2-digit exponent on 220 digits
+        (b"1e999", ["body"]),
+    ],
+)
+def test_a_number_past_a_doubles_range_is_a_422_naming_it(raw, where):
+    with pytest.raises(InvalidRequest) as refused:
+        safejson.loads(raw)
+    assert refused.value.kind == "json_invalid" and refused.value.loc == where
+
+
+def test_numbers_near_the_range_and_words_that_look_like_them_pass():
+    big = int("1" * 220)
+    value = safejson.loads(b'{"a": 1.7e308, "b": 1e-400, "c": ' + str(big).encode() + b', "d": "NaN 1e400"}')
+    assert value == {"a": 1.7e308, "b": 0.0, "c": big, "d": "NaN 1e400"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text("ab \u00e9", max_size=8),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text("ab", max_size=4), inner, max_size=4),
+        max_leaves=12,
+    )
+)
+def test_a_body_is_refused_for_its_numbers_exactly_when_one_is_not_finite(value):
+    """Any value written as JSON (infinities as Python writes them, or as an overflowing literal): refused exactly
+    when it holds an infinity, and otherwise read back as `json.loads` reads it."""
+    text = json.dumps(value).replace("-Infinity", "-1e999").replace("Infinity", "1e999")
+    finite = "1e999" not in text
+    if finite:
+        assert safejson.loads(text.encode()) == json.loads(text)
+    else:
+        with pytest.raises(InvalidRequest):
+            safejson.loads(text.encode())
+
+
 def test_not_json_and_size():
     with pytest.raises(InvalidRequest) as bad:
         safejson.loads(b"{nope")

@@ -662,6 +662,35 @@ def test_the_app_answers_a_decision_with_its_request_id(app):
     systemone_error(app.post(SYSTEMONE, json=body), 401, "authentication_error")
 
 
+@pytest.mark.parametrize(
+    "metadata,param",
+    [("NaN", None), ("-Infinity", None), ("1e400", "metadata.a")],
+)
+def test_a_number_json_cannot_carry_back_is_refused_not_echoed(app, metadata, param):
+    """/v1/responses echoes `metadata`: a number that has no JSON form is the client's 400, never a 500 and never
+    echoed as something else (null)."""
+    raw = '{"model": "demo", "input": "hi", "max_output_tokens": 2, "metadata": {"a": ' + metadata + "}}"
+    r = app.post(
+        "/v1/responses",
+        content=raw,
+        headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
+    )
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["type"] == "invalid_request_error" and r.json()["error"]["param"] == param
+
+
+def test_an_integer_past_64_bits_is_echoed_exactly(app):
+    big = 2**80 + 1
+    raw = '{"model": "demo", "input": "hi", "max_output_tokens": 2, "metadata": {"a": ' + str(big) + "}}"
+    r = app.post(
+        "/v1/responses",
+        content=raw,
+        headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
+    )
+    assert r.status_code == 200, r.text
+    assert json.loads(r.content)["metadata"] == {"a": big}
+
+
 def test_the_apps_route_table_answers_unrouted_requests_in_each_wires_shape(app):
     for method, path, status in UNROUTED:
         check_unrouted(app.request(method, path), path, status)
