@@ -117,7 +117,11 @@ def loads(data: bytes | str, max_depth: int = MAX_DEPTH, max_bytes: int | None =
     except json.JSONDecodeError as exc:
         raise InvalidRequest(f"the body is not valid JSON: {exc}", loc=["body", exc.pos], kind="json_invalid") from None
     except _OutOfRange:  # found again by a walk, which knows where it is
-        check_tree(json.loads(text), max_depth, lone_surrogates=False, numbers=True)
+        try:
+            value = json.loads(text)
+        except RecursionError:  # deeper than the interpreter allows, past the number
+            raise too_deep(max_depth, ["body"]) from None
+        check_tree(value, max_depth, lone_surrogates=False, numbers=True)
         raise  # not reached: the walk finds it
     raw = data if isinstance(data, (bytes, bytearray)) else text.encode("utf-8", "surrogatepass")
     lone_surrogates = bool(_SURROGATE_ESCAPE.search(raw))

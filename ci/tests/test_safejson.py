@@ -167,6 +167,13 @@ def test_a_number_past_a_doubles_range_is_a_422_naming_it(raw, where):
     assert refused.value.kind == "json_invalid" and refused.value.loc == where
 
 
+def test_a_number_past_the_range_before_nesting_past_the_interpreters_limit_is_a_422():
+    deep = b"[" * 200_000 + b"]" * 200_000
+    with pytest.raises(InvalidRequest) as refused:
+        safejson.loads(b"[1e400, " + deep + b"]")
+    assert refused.value.kind == "json_too_deep"
+
+
 def test_numbers_near_the_range_and_words_that_look_like_them_pass():
     big = int("1" * 220)
     value = safejson.loads(b'{"a": 1.7e308, "b": 1e-400, "c": ' + str(big).encode() + b', "d": "NaN 1e400"}')
