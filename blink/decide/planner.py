@@ -27,7 +27,7 @@ from blink.images.intake import ImageLimits, has_images, load_images, place_imag
 from blink.limits import Limits
 from blink.memory import give_back_memory
 from blink.model.loading import Loaded
-from blink.plan import Prompt, Scored, image_usage, processed_tokens, tokens_at_least
+from blink.plan import Prompt, Scored, image_usage, tokens_at_least
 
 log = logging.getLogger("blink")
 
@@ -177,8 +177,7 @@ class DecisionPlanner:
         readings = list(decision.questions)  # one read per question, unless each choice is read once per rotation
         rotate = (decision.order or self.order) == "rotate"
         if rotate:
-            prompts, readings = rotations(self.prompts, decision, images, prompts)
-            tokens = processed_tokens(prompts)
+            prompts, readings, tokens = rotations(self.prompts, decision, images, prompts)
         usage = image_usage(prompts, self.processor) if images else None
         if images:  # the decoded pictures are dropped now (the prompts hold the processed pixels)
             images = None

@@ -42,9 +42,9 @@ def rotated(raw: dict, shift: int) -> dict:
 
 def rotations(
     builder: PromptBuilder, decision: Decision, images: dict | None, prompts: list[Prompt]
-) -> tuple[list[Prompt], list]:
-    """A decision's own `prompts` followed by each choice's rotations and, in the executor's read order, the
-    question each read belongs to (as it was put in that prompt)."""
+) -> tuple[list[Prompt], list, int]:
+    """A decision's own `prompts` followed by each choice's rotations, in the executor's read order the question
+    each read belongs to (as it was put in that prompt), and the tokens the executor runs for them all."""
     readings = list(decision.questions)
     if not one_prompt_per_question(builder.config):
         raise InvalidRequest(
@@ -72,4 +72,4 @@ def rotations(
             loc=["body", "x_order"],
             kind="context_length_exceeded",
         )
-    return prompts, readings
+    return prompts, readings, total

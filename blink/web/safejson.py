@@ -25,6 +25,7 @@ import zlib
 from blink.errors import BlinkError, InvalidRequest, PayloadTooLarge
 
 MAX_DEPTH = 64  # objects and arrays inside each other; a decision state deeper than this is not a state
+NOT_FINITE = "the body holds a number past the range of a double (about 1.8e308)"
 STEP = 256 * 1024  # decoded bytes per decompression step
 
 # a \uD800-\uDFFF escape (in either case): the only way a lone surrogate gets past strict UTF-8 decoding
@@ -121,8 +122,8 @@ def loads(data: bytes | str, max_depth: int = MAX_DEPTH, max_bytes: int | None =
             value = json.loads(text)
         except RecursionError:  # deeper than the interpreter allows, past the number
             raise too_deep(max_depth, ["body"]) from None
-        check_tree(value, max_depth, lone_surrogates=False, numbers=True)
-        raise  # not reached: the walk finds it
+        check_tree(value, max_depth, lone_surrogates=False, numbers=True)  # raises, located
+        raise InvalidRequest(NOT_FINITE, loc=["body"], kind="json_invalid") from None  # the walk found it first
     raw = data if isinstance(data, (bytes, bytearray)) else text.encode("utf-8", "surrogatepass")
     lone_surrogates = bool(_SURROGATE_ESCAPE.search(raw))
     # no value nests deeper than the text opens objects and arrays: a body opening at most `max_depth` of them
@@ -188,11 +189,7 @@ def check_tree(value, max_depth: int = MAX_DEPTH, lone_surrogates: bool = True, 
         elif isinstance(node, str) and lone_surrogates:
             _check_string(node, loc)
         elif numbers and isinstance(node, float) and not math.isfinite(node):
-            raise InvalidRequest(
-                "the body holds a number past the range of a double (about 1.8e308)",
-                loc=list(loc),
-                kind="json_invalid",
-            )
+            raise InvalidRequest(NOT_FINITE, loc=list(loc), kind="json_invalid")
 
 
 def _check_string(s: str, loc: tuple) -> None:
