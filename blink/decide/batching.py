@@ -52,6 +52,26 @@ class Job:
     started_at: float = 0.0
 
 
+class OnItsWay:
+    """A request counted on its way to the queue: checked, not queued yet. A window stays open while any is counted,
+    so a burst is batched together even while its last requests are between their check and the queue. The count
+    ends once (`release`, from any thread): as the request is queued, or as its exchange ends without reaching the
+    queue (refused, failed, its client gone)."""
+
+    __slots__ = ("_batcher", "_counted")
+
+    def __init__(self, batcher: Batcher):
+        self._batcher, self._counted = batcher, True
+        batcher.expect(+1)
+
+    def release(self) -> None:
+        with self._batcher._incoming_lock:
+            if not self._counted:
+                return
+            self._counted = False
+            self._batcher.incoming -= 1
+
+
 class Batcher:
     def __init__(
         self,
@@ -89,15 +109,19 @@ class Batcher:
             self.thread = threading.Thread(target=self._loop, name="blink-batcher", daemon=True)
             self.thread.start()
 
-    def submit(self, plan, caller=None, extra: list = (), expected: bool = False) -> Job:
-        """`expected`: the request was counted on its way (`expect(+1)`); it stops being counted as it is queued, so
-        that a window never waits for a request already in the queue."""
+    def on_its_way(self) -> OnItsWay:
+        """Count a request on its way to the queue from now (its check) until it is queued or let go."""
+        return OnItsWay(self)
+
+    def submit(self, plan, caller=None, extra: list = (), on_its_way: OnItsWay | None = None) -> Job:
+        """`on_its_way`: the request's count, which ends as it is queued (or refused here), so that a window never
+        waits for a request already in the queue."""
         job = Job(plan, caller, extra=list(extra))
         try:
             self._enqueue(job)
         finally:
-            if expected:
-                self.expect(-1)
+            if on_its_way is not None:
+                on_its_way.release()
         if self.on is not None:
             self._post_turn()
         return job
@@ -132,7 +156,7 @@ class Batcher:
         self._drop(gone)
 
     def expect(self, delta: int) -> None:
-        """A request starts (+1) or ends (-1) its preparation: the window waits only while some are on the way."""
+        """Requests start (+1) or end (-1) their way to the queue: the window waits only while some are on it."""
         with self._incoming_lock:
             self.incoming += delta
 
@@ -255,6 +279,7 @@ class Batcher:
             "max_queued": self.max_queued,
             "worker_alive": self.alive(),
             "queued": self.queue.qsize() + len(self.held),
+            "on_its_way": self.incoming,  # checked, not queued yet: a window waits while any is
             "running": self.running,
             "concurrency": self.concurrency,
             "dropped_client_gone": self.dropped,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from blink.decide.answers import answer_from_probabilities, read_answers
 from blink.decide.calibration import UNCALIBRATED, Calibration
@@ -28,6 +29,9 @@ from blink.limits import Limits
 from blink.memory import give_back_memory
 from blink.model.loading import Loaded
 from blink.plan import Prompt, Scored, image_usage, tokens_at_least
+
+if TYPE_CHECKING:
+    from blink.decide.batching import OnItsWay
 
 log = logging.getLogger("blink")
 
@@ -70,6 +74,13 @@ class Checked:
     parts: dict
     decision: Decision | None
     inline: bool = False  # small enough to plan on the event loop (INLINE_PLAN_CHARS)
+    # its count on its way to the batcher (blink.decide.batching.OnItsWay), from its check until it is queued
+    on_its_way: OnItsWay | None = None
+
+    def release(self) -> None:
+        """Its exchange ends: if it never reached the queue, windows stop waiting for it (idempotent)."""
+        if self.on_its_way is not None:
+            self.on_its_way.release()
 
 
 @dataclass

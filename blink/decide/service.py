@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from starlette.concurrency import run_in_threadpool
 
@@ -64,14 +64,17 @@ class DecisionService:
         )
 
     def check(self, body, parts: dict | None = None) -> Checked:
-        """Before admission (in a worker thread): everything refusable without tokenizing. A request being checked
-        is on its way to the batcher too: without counting it, a window could close on the requests checked first
-        while the rest of their burst is still being parsed."""
-        self.batcher.expect(+1)
+        """Before admission (in a worker thread): everything refusable without tokenizing. From here the request is
+        counted on its way to the batcher until it is queued (`run`) or its exchange lets it go (`Checked.release`:
+        refused, failed, its client gone), with no gap between the two: a window never closes on the requests
+        checked first while the rest of their burst is being parsed, or waits between its check and its plan."""
+        on_its_way = self.batcher.on_its_way()
         try:
-            return self.planner.check(body, parts)
-        finally:
-            self.batcher.expect(-1)
+            checked = self.planner.check(body, parts)
+        except BaseException:
+            on_its_way.release()
+            raise
+        return replace(checked, on_its_way=on_its_way)
 
     async def run(self, checked: Checked, ticket, caller=None, timing: Timing | None = None) -> Decided:
         """An admitted decision: planned under the ticket's preparing bound, queued and batched with other
@@ -80,7 +83,6 @@ class DecisionService:
         thread hop lets the loop take in the requests that arrived with this one, so the window has their company."""
         timing = timing or Timing()
         t = time.perf_counter()
-        self.batcher.expect(+1)
         try:
             async with ticket.preparing():
                 if checked.inline and not self.batcher.window_s:  # cheaper than a thread hop (see below)
@@ -88,10 +90,10 @@ class DecisionService:
                 else:
                     prepared = await run_in_threadpool(self.planner.plan, checked)
         except BaseException:
-            self.batcher.expect(-1)
+            checked.release()  # refused as it was planned, or its client left: nothing more is on its way
             raise
         timing.add("prepare", time.perf_counter() - t)
-        job = self.batcher.submit(prepared.prompts, caller, prepared.prior_plans, expected=True)
+        job = self.batcher.submit(prepared.prompts, caller, prepared.prior_plans, checked.on_its_way)
         scored = await asyncio.wrap_future(job.future)
         timing.add("queue", job.started_at - job.queued_at)
         timing.add("model", scored.compute_s)

@@ -45,7 +45,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Match, Route
 
 from blink.errors import BlinkError, EngineFailure, InvalidRequest, NoRoute, Unauthorized
-from blink.web.admission import KEYED
+from blink.web.admission import KEYED, let_go
 from blink.web.bodies import parse_body, received
 
 log = logging.getLogger("blink")
@@ -191,12 +191,19 @@ class Endpoint:
                     inline_below=self.inline_below,
                 )
         elif self.check is not None:
-            call.checked = await run_in_threadpool(self.check, call)
+            call.checked = await run_in_threadpool(self._checked, call)
 
     def _check(self, call: Call, body, parts: dict):
         call.body, call.parts = body, parts
         self.body.refuse_parts(parts)
-        return self.check(call) if self.check is not None else None
+        return self._checked(call) if self.check is not None else None
+
+    def _checked(self, call: Call):
+        """The route's check; what it holds for the request is let go as the exchange ends. Registered where the
+        check ran (its thread, while the exchange waits for it), so that nothing it holds outlives a cancelled call."""
+        checked = self.check(call)
+        call.held.callback(let_go, checked)
+        return checked
 
     async def __call__(self, scope, receive, send) -> None:
         ctx, wire = self.ctx, self.wire

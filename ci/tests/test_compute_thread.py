@@ -161,12 +161,14 @@ def test_a_request_stops_being_expected_as_it_is_queued_or_refused():
     on, gate = ComputeThread("test-compute"), threading.Event()
     batcher = Batcher(scored_on([]), window_s=0.05, max_queued=1, on=on)
     on.post(lambda: gate.wait(10))
-    batcher.expect(+1)
-    queued = batcher.submit("a", expected=True)
+    way = batcher.on_its_way()
+    assert batcher.incoming == 1
+    queued = batcher.submit("a", on_its_way=way)
     assert batcher.incoming == 0
-    batcher.expect(+1)
+    way.release()  # let go again as its exchange ends: already counted out
+    assert batcher.incoming == 0
     with pytest.raises(Overloaded):
-        batcher.submit("b", expected=True)
+        batcher.submit("b", on_its_way=batcher.on_its_way())
     assert batcher.incoming == 0
     gate.set()
     assert queued.future.result(timeout=10) == (None, "a")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
@@ -140,12 +141,78 @@ def test_the_service_gives_each_request_its_own_answers_or_error(engine):
 
     out = asyncio.run(together())
     assert service.batcher.batches == 1 and service.batcher.requests == 2  # the good two shared one call
+    assert service.batcher.incoming == 0  # the one refused by its check is not waited for
     out = [o if isinstance(o, Exception) else o.answers for o in out]
     alone = engine.decide(REQUEST)  # batched with others: equal within float tolerance, not bit for bit
     assert abs(out[0]["refund"]["noul"] - alone["refund"]["noul"]) < 1e-5
     assert out[0]["team"]["choice"] == alone["team"]["choice"]
     assert isinstance(out[1], InvalidRequest) and out[1].loc == ["body", "questions", "q"]
     assert abs(out[2]["x"]["noul"] - engine.decide(other)["x"]["noul"]) < 1e-5
+
+
+def test_a_request_between_its_check_and_the_queue_keeps_the_window_open(engine):
+    """A burst is batched together even when the event loop is busy elsewhere between one request's check and its
+    place in the queue: the request is counted on its way from its check until it is queued, with no gap between
+    the two steps where a window could close without it."""
+    import asyncio
+
+    from blink.backend import LocalBackend
+    from blink.decide.service import DecisionService
+    from blink.web.admission import KEYED, Admission
+
+    other = {"state": "another state entirely", "questions": {"x": {"type": "noul", "instructions": "Yes?"}}}
+    service = DecisionService(engine, LocalBackend(engine, None), window_ms=5000, max_batch=16)
+    admission = Admission.standard()
+
+    async def decide(body, busy_s):
+        async with admission.admit("decide", KEYED, service.check, body) as (checked, ticket):
+            await asyncio.sleep(busy_s)  # the loop serving other requests before this one reaches `run`
+            return await service.run(checked, ticket)
+
+    async def together():
+        return await asyncio.gather(decide(REQUEST, 0.0), decide(other, 0.3))
+
+    started = time.perf_counter()
+    asyncio.run(together())
+    assert service.batcher.batches == 1 and service.batcher.requests == 2
+    assert time.perf_counter() - started < 5  # the window closed as the last request was queued, not at its end
+    assert service.batcher.incoming == 0
+
+
+def test_a_request_refused_between_its_check_and_the_queue_stops_being_counted(engine):
+    """A checked decision that never reaches the queue (no place for it, its client gone, its plan failed) stops
+    being counted on its way when its exchange ends: later windows do not wait for it."""
+    import asyncio
+
+    from blink.backend import LocalBackend
+    from blink.decide.service import DecisionService
+    from blink.errors import Overloaded
+    from blink.web.admission import KEYED, Admission, Policy
+
+    service = DecisionService(engine, LocalBackend(engine, None), window_ms=5000, max_batch=16)
+    admission = Admission({"decide": Policy(1)})
+
+    async def decide(body):
+        async with admission.admit("decide", KEYED, service.check, body) as (checked, ticket):
+            return await service.run(checked, ticket)
+
+    async def held_then_refused():
+        async with admission.enter("decide"):  # the only place is taken: the next decision is refused after its check
+            with pytest.raises(Overloaded):
+                await decide(REQUEST)
+        assert service.batcher.incoming == 0
+        task = asyncio.ensure_future(decide(REQUEST))  # its client leaves while it is planned or queued
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert service.batcher.incoming == 0
+        started = time.perf_counter()
+        await decide(REQUEST)
+        return time.perf_counter() - started
+
+    assert asyncio.run(held_then_refused()) < 5  # a lone request's window did not wait for the ones that left
+    assert service.batcher.incoming == 0
 
 
 def test_pass_settings_reach_the_executor(demo_dir):

@@ -29,7 +29,7 @@ from blink.errors import InvalidRequest, NoRoute, Overloaded, PayloadTooLarge, Q
 from blink.limits import Limits
 from blink.plan import GenerationParams
 from blink.web import bodies
-from blink.web.admission import Admission
+from blink.web.admission import Admission, Policy
 from blink.web.auth import ApiKey
 from blink.web.endpoint import Body, Endpoint, not_routed
 from helpers import UNROUTED, check_unrouted
@@ -651,6 +651,32 @@ def app(engine, demo_dir):
     ctx = build_context(settings, served, warmup=False)
     with TestClient(create_app(ctx), raise_server_exceptions=False) as client:
         yield client
+
+
+def test_a_decision_refused_after_its_check_is_no_longer_on_its_way(engine, demo_dir):
+    """A decision counted on its way to the batcher from its check is let go when its exchange ends without
+    reaching the queue (here: 529, no place for it), on both decision routes: a window never waits for it."""
+    from blink.server import ServedModel, build_chat_engine, build_context, create_app
+    from blink.settings import Settings
+
+    settings = Settings(model=str(demo_dir), batch_window_ms=500, max_batch_requests=1, max_queued_requests=1)
+    served = ServedModel(engine.loaded, engine, build_chat_engine(settings, engine.loaded))
+    ctx = build_context(settings, served, warmup=False)
+    ctx = dataclasses.replace(ctx, admission=Admission({"decide": Policy(1), "chat": Policy(1)}))
+    decision = {"state": "The parcel is late.", "questions": {"late": {"type": "noul", "instructions": "Late?"}}}
+    mapped = {
+        "model": ctx.served_name,
+        "input": "The parcel is late.",
+        "questions": [{"type": "predicate", "name": "late", "instructions": "Late?"}],
+    }
+    with TestClient(create_app(ctx), raise_server_exceptions=False) as client:
+        with ctx.admission.gate("decide").enter_sync():  # the only place, taken
+            systemone_error(client.post(SYSTEMONE, json=decision), 529, "overloaded_error")
+            assert client.post("/v1/decisions", json=mapped).status_code == 529
+            assert ctx.service.batcher.incoming == 0
+        assert client.post(SYSTEMONE, json=decision).status_code == 200
+        assert client.post("/v1/decisions", json=mapped).status_code == 200
+        assert client.get("/healthz").json()["batching"]["on_its_way"] == 0
 
 
 def test_the_app_answers_a_decision_with_its_request_id(app):
