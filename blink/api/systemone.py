@@ -39,8 +39,13 @@ async def decide_body(
 ) -> dict:
     """A System One body (already read) decided and answered exactly as `/v1/systemone` answers it, through the
     same steps: check, admit, plan, batch, answer (MCP, Gradio's `decide`, the UI). No entry point bypasses them."""
-    async with ctx.admission.admit("decide", caller_class, ctx.service.check, body) as (checked, ticket):
-        return response_body(ctx, await ctx.service.run(checked, ticket, caller, timing))
+    on_its_way = ctx.service.on_its_way()  # counted from here, its check's thread hop included
+    try:
+        async with ctx.admission.admit("decide", caller_class, ctx.service.check, body, None, on_its_way) as admitted:
+            checked, ticket = admitted
+            return response_body(ctx, await ctx.service.run(checked, ticket, caller, timing))
+    finally:
+        on_its_way.release()  # if it never reached the queue (refused, failed, its client gone)
 
 
 def routes(ctx: Context) -> list[Route]:
@@ -52,8 +57,9 @@ def routes(ctx: Context) -> list[Route]:
         WIRE,
         systemone,
         body=Body(multipart=True),
-        check=lambda call: ctx.service.check(call.body, call.parts),
+        check=lambda call: ctx.service.check(call.body, call.parts, call.arrival),
         admit="decide",
         inline_below=CHEAP_CHECK_BYTES,
+        arriving=ctx.service.on_its_way,
     )
     return [Route("/v1/systemone", endpoint, methods=["POST"])]

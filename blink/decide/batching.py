@@ -53,10 +53,11 @@ class Job:
 
 
 class OnItsWay:
-    """A request counted on its way to the queue: checked, not queued yet. A window stays open while any is counted,
-    so a burst is batched together even while its last requests are between their check and the queue. The count
-    ends once (`release`, from any thread): as the request is queued, or as its exchange ends without reaching the
-    queue (refused, failed, its client gone)."""
+    """A request counted on its way to the queue: taken in by an entry point, its body read, not queued yet (being
+    checked, waiting for a place, planned). A window stays open while any is counted, so a burst is batched
+    together even while its last requests are still on their way. The count ends once (`release`, from any
+    thread): as the request is queued, or as its exchange ends without reaching the queue (refused, failed, its
+    client gone)."""
 
     __slots__ = ("_batcher", "_counted")
 
@@ -96,7 +97,7 @@ class Batcher:
         self.max_queued = max_queued
         self.queue: queue.Queue[Job] = queue.Queue(maxsize=max_queued)
         self.held: deque[Job] = deque()  # taken while collecting another caller's batch; served first, in order
-        # requests accepted but still being prepared (parsed, tokenized): the only ones worth waiting for
+        # requests taken in but not queued yet (OnItsWay): the only ones worth waiting for
         self.incoming = 0
         self._incoming_lock = threading.Lock()
         self.batches = 0
@@ -110,7 +111,7 @@ class Batcher:
             self.thread.start()
 
     def on_its_way(self) -> OnItsWay:
-        """Count a request on its way to the queue from now (its check) until it is queued or let go."""
+        """Count a request on its way to the queue from now until it is queued or let go."""
         return OnItsWay(self)
 
     def submit(self, plan, caller=None, extra: list = (), on_its_way: OnItsWay | None = None) -> Job:
@@ -279,7 +280,7 @@ class Batcher:
             "max_queued": self.max_queued,
             "worker_alive": self.alive(),
             "queued": self.queue.qsize() + len(self.held),
-            "on_its_way": self.incoming,  # checked, not queued yet: a window waits while any is
+            "on_its_way": self.incoming,  # taken in, not queued yet: a window waits while any is
             "running": self.running,
             "concurrency": self.concurrency,
             "dropped_client_gone": self.dropped,

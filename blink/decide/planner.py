@@ -74,13 +74,8 @@ class Checked:
     parts: dict
     decision: Decision | None
     inline: bool = False  # small enough to plan on the event loop (INLINE_PLAN_CHARS)
-    # its count on its way to the batcher (blink.decide.batching.OnItsWay), from its check until it is queued
+    # the request counted on its way to the batcher (blink.decide.batching.OnItsWay): its queue ends the count
     on_its_way: OnItsWay | None = None
-
-    def release(self) -> None:
-        """Its exchange ends: if it never reached the queue, windows stop waiting for it (idempotent)."""
-        if self.on_its_way is not None:
-            self.on_its_way.release()
 
 
 @dataclass

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from starlette.concurrency import run_in_threadpool
 
-from blink.decide.batching import Batcher
+from blink.decide.batching import Batcher, OnItsWay
 from blink.decide.planner import Checked, DecisionPlanner, Prepared
 from blink.web.endpoint import Timing
 
@@ -63,18 +63,18 @@ class DecisionService:
             on=getattr(backend, "passes_thread", None),
         )
 
-    def check(self, body, parts: dict | None = None) -> Checked:
-        """Before admission (in a worker thread): everything refusable without tokenizing. From here the request is
-        counted on its way to the batcher until it is queued (`run`) or its exchange lets it go (`Checked.release`:
-        refused, failed, its client gone), with no gap between the two: a window never closes on the requests
-        checked first while the rest of their burst is being parsed, or waits between its check and its plan."""
-        on_its_way = self.batcher.on_its_way()
-        try:
-            checked = self.planner.check(body, parts)
-        except BaseException:
-            on_its_way.release()
-            raise
-        return replace(checked, on_its_way=on_its_way)
+    def on_its_way(self) -> OnItsWay:
+        """Count a request on its way to the batcher from now until it is queued (`run`) or let go (`release()`, by
+        whoever holds the exchange, as it ends: refused, failed, its client gone). An entry point takes it as a
+        request comes in, before any thread hop: a window never closes on the first requests of a burst while the
+        rest are being read, checked or planned."""
+        return self.batcher.on_its_way()
+
+    def check(self, body, parts: dict | None = None, on_its_way: OnItsWay | None = None) -> Checked:
+        """Before admission (in a worker thread): everything refusable without tokenizing. `on_its_way` (the
+        request's count) goes with the checked decision to its queue."""
+        checked = self.planner.check(body, parts)
+        return checked if on_its_way is None else replace(checked, on_its_way=on_its_way)
 
     async def run(self, checked: Checked, ticket, caller=None, timing: Timing | None = None) -> Decided:
         """An admitted decision: planned under the ticket's preparing bound, queued and batched with other
@@ -83,15 +83,11 @@ class DecisionService:
         thread hop lets the loop take in the requests that arrived with this one, so the window has their company."""
         timing = timing or Timing()
         t = time.perf_counter()
-        try:
-            async with ticket.preparing():
-                if checked.inline and not self.batcher.window_s:  # cheaper than a thread hop (see below)
-                    prepared = self.planner.plan(checked)
-                else:
-                    prepared = await run_in_threadpool(self.planner.plan, checked)
-        except BaseException:
-            checked.release()  # refused as it was planned, or its client left: nothing more is on its way
-            raise
+        async with ticket.preparing():
+            if checked.inline and not self.batcher.window_s:  # cheaper than a thread hop (see below)
+                prepared = self.planner.plan(checked)
+            else:
+                prepared = await run_in_threadpool(self.planner.plan, checked)
         timing.add("prepare", time.perf_counter() - t)
         job = self.batcher.submit(prepared.prompts, caller, prepared.prior_plans, checked.on_its_way)
         scored = await asyncio.wrap_future(job.future)

@@ -294,15 +294,6 @@ class Ticket:
             yield
 
 
-def let_go(checked) -> None:
-    """A check's result may hold something for its request until the work takes it over (a decision's count on its
-    way to the batcher, blink.decide.batching.OnItsWay): its `release()`, called as the exchange ends, lets it go
-    if the work never did (refused here, failed, its client gone). Releasing twice is harmless."""
-    release = getattr(checked, "release", None)
-    if release is not None:
-        release()
-
-
 class Admission:
     """Every kind of model work and its gate: `decide` (System One, Decisions, the UI's decide, MCP's decide)
     and `chat` (the API's chat and the UI's chat share its slots)."""
@@ -352,31 +343,17 @@ class Admission:
     @asynccontextmanager
     async def admit(self, kind: str, caller_class: str = KEYED, check: Callable | None = None, *args):
         """The pipeline's check and admit steps, in that order, for every entry point: `check(*args)` (in a worker
-        thread) refuses what it will, then a place is taken. Yields (what `check` returned, the ticket); what the
-        check holds for the request is let go as the block ends (`let_go`)."""
-        checked = None
-
-        def checking():  # kept even if the caller is cancelled while the thread runs: it is let go all the same
-            nonlocal checked
-            checked = check(*args)
-
-        try:
-            if check is not None:
-                await run_in_threadpool(checking)
-            async with self.gate(kind).enter(caller_class) as ticket:
-                yield checked, ticket
-        finally:
-            let_go(checked)
+        thread) refuses what it will, then a place is taken. Yields (what `check` returned, the ticket)."""
+        checked = await run_in_threadpool(check, *args) if check is not None else None
+        async with self.gate(kind).enter(caller_class) as ticket:
+            yield checked, ticket
 
     @contextmanager
     def admit_sync(self, kind: str, caller_class: str = KEYED, check: Callable | None = None, *args):
         """`admit` for code running in a worker thread (the Gradio UI's synchronous handlers)."""
         checked = check(*args) if check is not None else None
-        try:
-            with self.gate(kind).enter_sync(caller_class) as ticket:
-                yield checked, ticket
-        finally:
-            let_go(checked)
+        with self.gate(kind).enter_sync(caller_class) as ticket:
+            yield checked, ticket
 
     def enter_sync(self, kind: str, caller_class: str = KEYED):
         return self.gate(kind).enter_sync(caller_class)

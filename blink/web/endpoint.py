@@ -45,7 +45,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Match, Route
 
 from blink.errors import BlinkError, EngineFailure, InvalidRequest, NoRoute, Unauthorized
-from blink.web.admission import KEYED, let_go
+from blink.web.admission import KEYED
 from blink.web.bodies import parse_body, received
 
 log = logging.getLogger("blink")
@@ -128,6 +128,7 @@ class Call:
     body: Any = None
     parts: dict = field(default_factory=dict)  # multipart assets: {name: (content type, bytes)}
     checked: Any = None  # what the route's `check` made of the body (a parsed request)
+    arrival: Any = None  # what the route counts of the request while it is on its way (Endpoint's `arriving`)
     ticket: Any = None  # the admission place held for the whole exchange (blink.web.admission.Ticket)
 
 
@@ -164,14 +165,18 @@ class Endpoint:
         admit: str | None = None,
         cancel_on_disconnect: bool = False,
         inline_below: int = 0,
+        arriving: Callable[[], Any] | None = None,
     ):
         """`body`: None for routes that read none; `check(call)`: the route's validation, before admission;
         `admit`: the kind of work it does (blink.web.admission), None for routes that spend no model time;
         `inline_below`: a plain body under these bytes is parsed and checked on the event loop (a check that costs
-        microseconds for such a body: a thread hop would cost more)."""
+        microseconds for such a body: a thread hop would cost more); `arriving()`: called as a request with the
+        key is all here (its body read), before it is parsed; what it returns (`call.arrival`: a decision counted
+        on its way to the batcher, blink.decide.batching.OnItsWay) is released as the exchange ends unless its work
+        did so."""
         self.ctx, self.wire, self.handler = ctx, wire, handler
         self.auth, self.body, self.check, self.admit = auth, body, check, admit
-        self.cancel_on_disconnect, self.inline_below = cancel_on_disconnect, inline_below
+        self.cancel_on_disconnect, self.inline_below, self.arriving = cancel_on_disconnect, inline_below, arriving
 
     async def _read(self, call: Call) -> None:
         """Steps 1-3 of the pipeline: the key, the body read, parsed and checked in one thread hop."""
@@ -182,6 +187,7 @@ class Endpoint:
             started = time.perf_counter()
             async with received(request, ctx.limits, ctx.body_budget) as raw:
                 call.timing.add("body", time.perf_counter() - started)  # the client's bytes arriving
+                self._arrived(call)
                 call.body, call.parts, call.checked = await parse_body(  # parsed and checked in one thread hop
                     raw,
                     request.headers,
@@ -191,19 +197,20 @@ class Endpoint:
                     inline_below=self.inline_below,
                 )
         elif self.check is not None:
-            call.checked = await run_in_threadpool(self._checked, call)
+            self._arrived(call)
+            call.checked = await run_in_threadpool(self.check, call)
+
+    def _arrived(self, call: Call) -> None:
+        """The request is all here: the route counts it from now (before any thread hop) until the exchange ends.
+        Not earlier: a client sending its body slowly would hold every batching window open."""
+        if self.arriving is not None:
+            call.arrival = self.arriving()
+            call.held.callback(call.arrival.release)
 
     def _check(self, call: Call, body, parts: dict):
         call.body, call.parts = body, parts
         self.body.refuse_parts(parts)
-        return self._checked(call) if self.check is not None else None
-
-    def _checked(self, call: Call):
-        """The route's check; what it holds for the request is let go as the exchange ends. Registered where the
-        check ran (its thread, while the exchange waits for it), so that nothing it holds outlives a cancelled call."""
-        checked = self.check(call)
-        call.held.callback(let_go, checked)
-        return checked
+        return self.check(call) if self.check is not None else None
 
     async def __call__(self, scope, receive, send) -> None:
         ctx, wire = self.ctx, self.wire

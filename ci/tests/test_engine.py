@@ -118,31 +118,37 @@ def test_an_error_keeps_its_type_across_the_gpu_boundary(engine):
     )
 
 
+def decision_context(engine, window_ms: float, admission=None):
+    """A Context over the demo engine in this process, for `decide_body`: the path every decision entry point takes
+    (check, admit, plan, batch, answer), without HTTP."""
+    from blink.backend import LocalBackend
+    from blink.context import Context
+    from blink.decide.service import DecisionService
+    from blink.web.admission import Admission
+
+    service = DecisionService(engine, LocalBackend(engine, None), window_ms=window_ms, max_batch=16)
+    return Context(service=service, chats=None, served_name="demo", admission=admission or Admission.standard())
+
+
 def test_the_service_gives_each_request_its_own_answers_or_error(engine):
     """The routes' path (prepare -> batched score -> answer): requests scored in one call, a bad one refused on
     its own, the others answered as if alone."""
     import asyncio
 
-    from blink.backend import LocalBackend
-    from blink.decide.service import DecisionService
-    from blink.web.admission import KEYED, Admission
+    from blink.api.systemone import decide_body
 
     bad = {"state": "s", "questions": {"q": {"type": "boolean"}}}
     other = {"state": "another state entirely", "questions": {"x": {"type": "noul", "instructions": "Yes?"}}}
-    service = DecisionService(engine, LocalBackend(engine, None), window_ms=2000, max_batch=16)
-    admission = Admission.standard()
-
-    async def decide(body):
-        async with admission.admit("decide", KEYED, service.check, body) as (checked, ticket):
-            return await service.run(checked, ticket)
+    ctx = decision_context(engine, window_ms=2000)
 
     async def together():
-        return await asyncio.gather(*(decide(b) for b in (REQUEST, bad, other)), return_exceptions=True)
+        return await asyncio.gather(*(decide_body(ctx, b) for b in (REQUEST, bad, other)), return_exceptions=True)
 
     out = asyncio.run(together())
-    assert service.batcher.batches == 1 and service.batcher.requests == 2  # the good two shared one call
-    assert service.batcher.incoming == 0  # the one refused by its check is not waited for
-    out = [o if isinstance(o, Exception) else o.answers for o in out]
+    batcher = ctx.service.batcher
+    assert batcher.batches == 1 and batcher.requests == 2  # the good two shared one call
+    assert batcher.incoming == 0  # the one refused by its check is not waited for
+    out = [o if isinstance(o, Exception) else o["answers"] for o in out]
     alone = engine.decide(REQUEST)  # batched with others: equal within float tolerance, not bit for bit
     assert abs(out[0]["refund"]["noul"] - alone["refund"]["noul"]) < 1e-5
     assert out[0]["team"]["choice"] == alone["team"]["choice"]
@@ -150,69 +156,67 @@ def test_the_service_gives_each_request_its_own_answers_or_error(engine):
     assert abs(out[2]["x"]["noul"] - engine.decide(other)["x"]["noul"]) < 1e-5
 
 
-def test_a_request_between_its_check_and_the_queue_keeps_the_window_open(engine):
-    """A burst is batched together even when the event loop is busy elsewhere between one request's check and its
-    place in the queue: the request is counted on its way from its check until it is queued, with no gap between
-    the two steps where a window could close without it."""
+def test_a_window_waits_for_a_request_on_its_way_however_long_its_way(engine):
+    """A request is counted on its way to the batcher from the moment its entry point takes it until it is
+    queued, with no gap between its steps (check, a place, plan) where a window could close without it: here one
+    of two requests waits for a place that frees only after the other is queued, and they still share a batch."""
     import asyncio
 
-    from blink.backend import LocalBackend
-    from blink.decide.service import DecisionService
-    from blink.web.admission import KEYED, Admission
+    from blink.api.systemone import decide_body
+    from blink.web.admission import Admission, Policy
 
     other = {"state": "another state entirely", "questions": {"x": {"type": "noul", "instructions": "Yes?"}}}
-    service = DecisionService(engine, LocalBackend(engine, None), window_ms=5000, max_batch=16)
-    admission = Admission.standard()
-
-    async def decide(body, busy_s):
-        async with admission.admit("decide", KEYED, service.check, body) as (checked, ticket):
-            await asyncio.sleep(busy_s)  # the loop serving other requests before this one reaches `run`
-            return await service.run(checked, ticket)
+    ctx = decision_context(engine, window_ms=5000, admission=Admission({"decide": Policy(2, wait_s=10)}))
+    batcher = ctx.service.batcher
 
     async def together():
-        return await asyncio.gather(decide(REQUEST, 0.0), decide(other, 0.3))
+        async with ctx.admission.enter("decide"):  # one of the two places, held while the first is queued
+            first = asyncio.ensure_future(decide_body(ctx, REQUEST))
+            second = asyncio.ensure_future(decide_body(ctx, other))  # waits for a place
+            deadline = time.perf_counter() + 3
+            while batcher.incoming > 1 and time.perf_counter() < deadline:
+                await asyncio.sleep(0.01)  # until the first is queued (its window open) and the second waits
+            await asyncio.sleep(0.3)
+        return await asyncio.gather(first, second)
 
     started = time.perf_counter()
     asyncio.run(together())
-    assert service.batcher.batches == 1 and service.batcher.requests == 2
+    assert batcher.batches == 1 and batcher.requests == 2
     assert time.perf_counter() - started < 5  # the window closed as the last request was queued, not at its end
-    assert service.batcher.incoming == 0
+    assert batcher.incoming == 0
 
 
-def test_a_request_refused_between_its_check_and_the_queue_stops_being_counted(engine):
-    """A checked decision that never reaches the queue (no place for it, its client gone, its plan failed) stops
-    being counted on its way when its exchange ends: later windows do not wait for it."""
+def test_a_request_that_never_reaches_the_queue_stops_being_counted(engine):
+    """A decision that never reaches the queue (no place for it, its client gone) stops being counted on its way
+    as its exchange ends: later windows do not wait for it."""
     import asyncio
 
-    from blink.backend import LocalBackend
-    from blink.decide.service import DecisionService
+    from blink.api.systemone import decide_body
     from blink.errors import Overloaded
-    from blink.web.admission import KEYED, Admission, Policy
+    from blink.web.admission import Admission, Policy
 
-    service = DecisionService(engine, LocalBackend(engine, None), window_ms=5000, max_batch=16)
-    admission = Admission({"decide": Policy(1)})
+    ctx = decision_context(engine, window_ms=5000, admission=Admission({"decide": Policy(1)}))
+    batcher = ctx.service.batcher
 
-    async def decide(body):
-        async with admission.admit("decide", KEYED, service.check, body) as (checked, ticket):
-            return await service.run(checked, ticket)
-
-    async def held_then_refused():
-        async with admission.enter("decide"):  # the only place is taken: the next decision is refused after its check
+    async def refused_then_gone_then_alone():
+        async with ctx.admission.enter("decide"):  # the only place is taken: the next decision is refused
             with pytest.raises(Overloaded):
-                await decide(REQUEST)
-        assert service.batcher.incoming == 0
-        task = asyncio.ensure_future(decide(REQUEST))  # its client leaves while it is planned or queued
-        await asyncio.sleep(0)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        assert service.batcher.incoming == 0
+                await decide_body(ctx, REQUEST)
+        assert batcher.incoming == 0
+        for steps in (0, 1, 2, 3):  # its client leaves at some step of its way (checked, admitted, planned)
+            task = asyncio.ensure_future(decide_body(ctx, REQUEST))
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert batcher.incoming == 0
         started = time.perf_counter()
-        await decide(REQUEST)
+        await decide_body(ctx, REQUEST)
         return time.perf_counter() - started
 
-    assert asyncio.run(held_then_refused()) < 5  # a lone request's window did not wait for the ones that left
-    assert service.batcher.incoming == 0
+    assert asyncio.run(refused_then_gone_then_alone()) < 5  # a lone request's window did not wait for the others
+    assert batcher.incoming == 0
 
 
 def test_pass_settings_reach_the_executor(demo_dir):

@@ -7,8 +7,8 @@ probabilities for the same question. System One's validation errors come back wi
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 from starlette.routing import Route
 
@@ -16,9 +16,6 @@ from blink.api.openai.protocol import IMAGE_PARTS, WIRE, bad, data_url, input_it
 from blink.context import Context
 from blink.errors import InvalidRequest
 from blink.web.endpoint import CHEAP_CHECK_BYTES, Body, Call, Endpoint
-
-if TYPE_CHECKING:
-    from blink.decide.planner import Checked
 
 
 @dataclass(frozen=True)
@@ -38,12 +35,6 @@ class Mapped:
 
     body: dict
     questions: list[QuestionPlan]  # per question, in request order
-    checked: Checked | None = None  # the body as the decision service checked it
-
-    def release(self) -> None:
-        """The exchange ends: the checked decision lets go of what it held (blink.web.admission.let_go)."""
-        if self.checked is not None:
-            self.checked.release()
 
     def relocate(self, error: InvalidRequest) -> InvalidRequest:
         """System One locations (["body","questions","questions[3]",...]) and names -> OpenAI params."""
@@ -322,17 +313,17 @@ def decisions_calibration(fact: dict) -> dict:
 
 
 def routes(ctx: Context) -> list[Route]:
-    def check(call: Call) -> Mapped:
+    def check(call: Call) -> tuple[Mapped, Any]:
         mapped = to_systemone(call.body, ctx.model_names())
         try:
-            return replace(mapped, checked=ctx.service.check(mapped.body))
+            return mapped, ctx.service.check(mapped.body, None, call.arrival)
         except InvalidRequest as error:
             raise mapped.relocate(error) from None
 
     async def decisions(call: Call) -> dict:
-        mapped = call.checked
+        mapped, checked = call.checked
         try:
-            decided = await ctx.service.run(mapped.checked, call.ticket, call.caller, call.timing)
+            decided = await ctx.service.run(checked, call.ticket, call.caller, call.timing)
         except InvalidRequest as error:
             raise mapped.relocate(error) from None
         n = decided.input_tokens
@@ -358,5 +349,6 @@ def routes(ctx: Context) -> list[Route]:
         check=check,
         admit="decide",
         inline_below=CHEAP_CHECK_BYTES,
+        arriving=ctx.service.on_its_way,
     )
     return [Route("/v1/decisions", endpoint, methods=["POST"])]
