@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
+import orjson
 from transformers.decision import DecisionConfig, Question
 
 from blink.decide.x_fields import requested_calibration, requested_order, requested_raw
@@ -137,14 +138,26 @@ class QuestionMemo:
 
     def __init__(self, max_entries: int = 4096):
         self.max_entries = max_entries
-        self.entries: OrderedDict[str, tuple[Question, dict, int]] = OrderedDict()
+        self.entries: OrderedDict[bytes | str, tuple[Question, dict, int]] = OrderedDict()
         self.lock = threading.Lock()  # requests are prepared in parallel threads
 
     @staticmethod
-    def key(qid: str, raw: Any) -> str | None:
-        try:  # a body parsed from JSON always dumps; True and 1, 1 and 1.0 stay distinct
+    def key(qid: str, raw: Any) -> bytes | str | None:
+        """The question's id and JSON, or None (not remembered). orjson writes it in ~0.5 µs where `json.dumps`
+        takes ~3.5 (~15 with the caches cold after a pass, a question each request). True and 1, 1 and 1.0 stay
+        distinct in both. What orjson refuses is not remembered: a lone surrogate, an integer past 64 bits, a key
+        that is not a string (`json.dumps` would write 1 and "1" alike). orjson writes NaN and the infinities as
+        null (bodies refuse them, the UI's form does not), so a key holding null is written again by `json.dumps`,
+        which refuses them."""
+        try:
+            key = orjson.dumps([qid, raw])
+        except TypeError:  # orjson.JSONEncodeError is one
+            return None
+        if b"null" not in key:
+            return key
+        try:
             return json.dumps([qid, raw], ensure_ascii=False, allow_nan=False)
-        except (TypeError, ValueError):
+        except ValueError:
             return None
 
     def parse(self, qid: str, raw: Any, config: DecisionConfig, limits: Limits) -> tuple[Question, dict, int]:

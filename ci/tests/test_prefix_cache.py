@@ -4,11 +4,14 @@ reports the tokens the cache spared."""
 
 from __future__ import annotations
 
+import math
 import random
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from blink.decide.questions import parse_decision
 from blink.plan import Prompt
@@ -182,6 +185,65 @@ def test_questions_seen_before_answer_byte_identically_to_a_fresh_parse(engine):
         with pytest.raises(InvalidRequest) as refused:
             memo_engine.prepare({"state": "s", "questions": bad})
         assert refused.value.loc == ["body", "questions", "q"]
+
+
+def canonical(value):
+    """`value` with every scalar's type kept: True, 1 and 1.0 (and 0.0 and -0.0) are different questions."""
+    if isinstance(value, dict):
+        return ("dict", tuple((canonical(k), canonical(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return ("list", tuple(map(canonical, value)))
+    return (type(value).__name__, repr(value))
+
+
+def unkeyable(value) -> bool:
+    """What the memo must not remember: no JSON writer tells these apart from other values (or writes them)."""
+    if isinstance(value, dict):
+        return any(not isinstance(k, str) or unkeyable(k) or unkeyable(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(map(unkeyable, value))
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return not -(2**63) <= value < 2**64
+    return isinstance(value, str) and any(0xD800 <= ord(c) <= 0xDFFF for c in value)
+
+
+CLOSE_CALLS = st.sampled_from(
+    [None, True, False, 0, 1, 1.0, 0.0, -0.0, 1e-7, math.nan, math.inf, -math.inf, 2**64, -(2**63) - 1, "1", "null"]
+)
+QUESTION_LIKE = st.recursive(
+    CLOSE_CALLS
+    | st.integers()
+    | st.floats()
+    | st.text(
+        st.characters(max_codepoint=0x7F)
+        | st.characters(min_codepoint=0xD7FE, max_codepoint=0xE001, exclude_categories=()),
+        max_size=4,
+    ),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(["type", "criteria", "1", "null"]) | st.sampled_from([1, None]), inner, max_size=3
+        )
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(QUESTION_LIKE, QUESTION_LIKE)
+def test_the_question_memo_keys_two_questions_alike_only_when_they_are_the_same_json(a, b):
+    """The memo's key (orjson, `json.dumps` where orjson wrote null) is the question as JSON, scalar types kept: two
+    keys are equal only for the same question, the same question always has the same key, and what no writer tells
+    apart (NaN from null, 1 from "1" as a key, a lone surrogate, an integer past 64 bits) is never remembered."""
+    from blink.decide.questions import QuestionMemo
+
+    key_a, key_b = QuestionMemo.key("q", a), QuestionMemo.key("q", b)
+    assert (key_a is None) == unkeyable(a)
+    assert QuestionMemo.key("q", a) == key_a
+    if key_a is not None and key_b is not None:
+        assert (key_a == key_b) == (canonical(a) == canonical(b))
 
 
 def test_a_state_is_counted_once_and_refused_at_its_capped_tokenize(engine):
