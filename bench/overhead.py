@@ -1,7 +1,7 @@
 """Issue 14's server rows, through real standalone servers on the demo model (started with the test suite's
 `running`, so a stopped bench leaves no process behind).
 
-    .venv/bin/python bench/overhead.py outside [--reps 60] [--trees OTHER_CHECKOUT ...]
+    .venv/bin/python bench/overhead.py outside [--reps 60] [--trees OTHER_CHECKOUT ...] [--block 10]
     .venv/bin/python bench/overhead.py throughput --before /work/wt/before14 [--reps 2] [--mix warm|cold]
 
 - `outside`: per request, the server's own `server-timing` total minus its `model` part (everything the server
@@ -10,7 +10,9 @@
   (`new`: a state no request sent before); then the same state asked about again (`seen`: each state sent once
   with other questions first, untimed). The parts (the body's bytes arriving, prepare, queue, answer) are medians
   too, so they need not add up to the total. `--trees`: other checkouts (main before this work) served beside
-  this one, every request sent to each side in alternating order.
+  this one, every request sent to each side in alternating order; `--block N`: N requests to one side back to back,
+  then N to the other (a pause between turns), where a side's threads still busy after its pass would slow the
+  other side's requests (OpenMP workers spinning: bench/RESULTS.md, issue 23, eleventh session).
 - `throughput`: requests/s of this tree's server and of another checkout's (`--before`, e.g. main before issue 14)
   at 1/16/64 closed-loop clients, the same bodies to both, the sides alternating rep by rep; `after / before` > 1
   means this tree serves more. Both servers run with the same flags (batching on: `--batch-window-ms 2`).
@@ -21,9 +23,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import os
 import re
+import socket
 import statistics
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -32,6 +37,7 @@ from offline import ROOT  # first: the repository importable, the Hub off
 # isort: split
 
 import httpx
+import orjson
 import workload
 from servers import closed_loop
 
@@ -39,6 +45,7 @@ from helpers import running
 
 CLIENTS = {1: 24, 16: 6, 64: 3}  # concurrent clients -> requests each
 STATE_TOKENS = 64
+BLOCK_PAUSE_S = 0.05  # between two sides' turns (--block): longer than OpenMP's default spin-wait (~9 ms)
 
 
 def serve_argv(python: str, *flags: str) -> list[str]:
@@ -64,7 +71,8 @@ def outside(args) -> None:
     trees = [ROOT] + [Path(t).resolve() for t in args.trees]
     with ExitStack() as stack:
         urls = [stack.enter_context(serve_tree(tree, root, f"bench-outside-{i}")) for i, tree in enumerate(trees)]
-        clients = [stack.enter_context(httpx.Client(base_url=url, timeout=120)) for url in urls]
+        client = OneWriteClient if args.client == "one-write" else httpx.Client
+        clients = [stack.enter_context(client(base_url=url, timeout=120)) for url in urls]
         for i, tree in enumerate(trees):
             print(f"side {i}: {tree} (git {git_head(tree)})")
         print(
@@ -75,18 +83,18 @@ def outside(args) -> None:
         for n_questions, state in [(n, state) for state in ("new", "seen") for n in (1, 6, 16)]:
             questions = workload.questions(n_questions, seed=3)
             rows = [[] for _ in trees]
-            for rep in range(args.warmup + args.reps):
-                seed = 9000 + 1000 * n_questions + (500 if state == "seen" else 0) + rep  # never sent before
-                body = {"state": workload.text_of_tokens(tokenizer, STATE_TOKENS, seed=seed), "questions": questions}
+            first = 9000 + 1000 * n_questions + (500 if state == "seen" else 0)  # states never sent before
+            bodies = [
+                {"state": workload.text_of_tokens(tokenizer, STATE_TOKENS, seed=first + rep), "questions": questions}
+                for rep in range(args.warmup + args.reps)
+            ]
+            for at in range(0, len(bodies), args.block):
                 order = list(range(len(trees)))
-                for side in order if rep % 2 == 0 else order[::-1]:
-                    if state == "seen":
-                        first = {**body, "questions": workload.questions(n_questions, seed=4)}
-                        clients[side].post("/v1/systemone", json=first).raise_for_status()
-                    r = clients[side].post("/v1/systemone", json=body)
-                    r.raise_for_status()
-                    if rep >= args.warmup:
-                        rows[side].append(timing_parts(r.headers["server-timing"]))
+                for side in order if (at // args.block) % 2 == 0 else order[::-1]:
+                    if args.block > 1:
+                        time.sleep(BLOCK_PAUSE_S)  # the other side's threads settle
+                    for rep, body in enumerate(bodies[at : at + args.block], start=at):
+                        send(clients[side], body, state, n_questions, rows[side] if rep >= args.warmup else None)
             for side, got in enumerate(rows):
                 med = {
                     k: statistics.median(row.get(k, 0.0) for row in got)
@@ -98,6 +106,48 @@ def outside(args) -> None:
                     f"| {med['prepare']:.2f} "
                     f"| {med['queue']:.2f} | {med['answer']:.2f} | {med['model']:.2f} | {med['total']:.2f} |"
                 )
+
+
+class OneWriteClient:
+    """A keep-alive client that writes each request, head and body, in one `sendall`: the server's figures without
+    the wait for a second segment that httpx (and `http.client`) add by writing the two apart. On this machine the
+    client shares the server's two vCPUs, so that gap lands in the server's `body` phase."""
+
+    def __init__(self, base_url: str, timeout: float):
+        self.url = httpx.URL(base_url)
+        self.sock = socket.create_connection((self.url.host, self.url.port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def post(self, path: str, json: dict) -> httpx.Response:
+        body = orjson.dumps(json)
+        head = (
+            f"POST {path} HTTP/1.1\r\nhost: {self.url.host}:{self.url.port}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n\r\n"
+        )
+        self.sock.sendall(head.encode() + body)
+        answer = http.client.HTTPResponse(self.sock)
+        answer.begin()
+        content = answer.read()
+        request = httpx.Request("POST", self.url.join(path))
+        return httpx.Response(answer.status, headers=answer.getheaders(), content=content, request=request)
+
+    def __enter__(self) -> OneWriteClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.sock.close()
+
+
+def send(client: httpx.Client | OneWriteClient, body: dict, state: str, n_questions: int, into: list | None) -> None:
+    """One timed request (its `server-timing` parts appended to `into`, unless None: a warm-up); for a `seen` state,
+    after an untimed one asking other questions about it."""
+    if state == "seen":
+        first = {**body, "questions": workload.questions(n_questions, seed=4)}
+        client.post("/v1/systemone", json=first).raise_for_status()
+    r = client.post("/v1/systemone", json=body)
+    r.raise_for_status()
+    if into is not None:
+        into.append(timing_parts(r.headers["server-timing"]))
 
 
 def serve_tree(tree: Path, root: Path, name: str, *flags: str):
@@ -174,6 +224,19 @@ def main() -> None:
     one.add_argument("--reps", type=int, default=60)
     one.add_argument("--warmup", type=int, default=10)
     one.add_argument("--trees", nargs="*", default=[], help="other checkouts served beside this one, alternating")
+    one.add_argument(
+        "--client",
+        choices=("httpx", "one-write"),
+        default="httpx",
+        help="httpx (what the SDKs use: head and body written apart) or one write per request (a plain socket)",
+    )
+    one.add_argument(
+        "--block",
+        type=int,
+        default=1,
+        help="requests sent to one side back to back before the next side's turn, with a pause between turns: for "
+        "changes that act between requests (one side's threads still busy after its pass slow the other side)",
+    )
     two = sub.add_parser("throughput")
     two.add_argument("--before", required=True, help="a checkout of the tree to compare against")
     two.add_argument("--reps", type=int, default=2)
