@@ -212,6 +212,50 @@ def test_decisions_equal_systemone(client, server, served_name):
         assert p.probability == pytest.approx(so["tone"]["probabilities"][str(p.value)], abs=1e-9)
 
 
+JSON_DATA = {"city": "Zürich", "note": "café ☕"}
+JSON_IN_TRANSCRIPTS = {  # a transcript carrying JSON as a value, and the state /v1/systemone takes for it
+    "tool call arguments as an object": (
+        [
+            {"role": "user", "content": "Weather for the trip?"},
+            {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": JSON_DATA},
+            {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+        ],
+        "user: Weather for the trip?\n\ntool call: get_weather("
+        + json.dumps(JSON_DATA, ensure_ascii=False)
+        + ")\n\ntool output: sunny",
+    ),
+    "a lone system message's input_json": (
+        [{"role": "system", "content": [{"type": "input_json", "data": JSON_DATA}]}],
+        "system: " + json.dumps(JSON_DATA, ensure_ascii=False),
+    ),
+    "a lone user message's input_json": (  # the state is the JSON itself
+        [{"role": "user", "content": [{"type": "input_json", "data": JSON_DATA}]}],
+        JSON_DATA,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(JSON_IN_TRANSCRIPTS))
+def test_decisions_write_json_in_a_transcript_as_its_text(server, served_name, case):
+    """JSON that a transcript item carries as a value is written into the state as the chat template writes a JSON
+    state: UTF-8, not \\u escapes. The same state through /v1/systemone decides exactly alike."""
+    transcript, state = JSON_IN_TRANSCRIPTS[case]
+    mine = httpx.post(
+        server + "/v1/decisions",
+        timeout=60,
+        json={"model": served_name, "input": transcript, "questions": OPENAI_QUESTIONS},
+    )
+    so = httpx.post(
+        server + "/v1/systemone",
+        timeout=60,
+        json={"model": served_name, "state": state, "questions": SYSTEMONE_QUESTIONS},
+    )
+    assert mine.status_code == 200 and so.status_code == 200, (mine.text, so.text)
+    assert mine.json()["usage"]["input_tokens"] == so.json()["usage"]["input_tokens"]
+    urgent = mine.json()["answers"][0]
+    assert urgent["probability"] == pytest.approx(so.json()["answers"]["urgent"]["noul"], abs=1e-9)
+
+
 def test_decisions_boolean_choice_values_stay_typed(client, served_name):
     out = client.decisions.create(
         model=served_name,

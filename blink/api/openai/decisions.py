@@ -115,7 +115,7 @@ def _parts_text(content: Any, *loc, allow_json: bool = True, images: list | None
                 raise bad("a text part needs a string `text`", *loc, i, "text")
             texts.append(part["text"])
         elif kind == "input_json":
-            texts.append(json.dumps(part.get("data"), ensure_ascii=False))
+            texts.append(json_text(part.get("data")))
         elif kind == "refusal":
             texts.append(str(part.get("refusal", "")))
         elif kind in IMAGE_PARTS and images is not None:
@@ -123,6 +123,12 @@ def _parts_text(content: Any, *loc, allow_json: bool = True, images: list | None
         else:
             raise bad(f"unsupported content part type {kind!r}", *loc, i, "type")
     return "\n".join(texts)
+
+
+def json_text(value: Any) -> str:
+    """JSON inside a transcript's text, written as the chat template writes a JSON state (`tojson`): UTF-8 as it
+    came, not \\u escapes, so the model reads the same characters whichever wire carried them."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 class _StateItems:
@@ -154,7 +160,7 @@ class _StateItems:
         self.items.append((role, content))
 
     def tool_call(self, item: dict, args: Any) -> None:
-        self.items.append(("tool call", f"{item.get('name')}({args if isinstance(args, str) else json.dumps(args)})"))
+        self.items.append(("tool call", f"{item.get('name')}({args if isinstance(args, str) else json_text(args)})"))
 
     def tool_output(self, item: dict, i: int) -> None:
         self.items.append(("tool output", _parts_text(item.get("output"), "input", i, "output", allow_json=False)))
@@ -178,7 +184,7 @@ def _input_state(value: Any, images: list) -> Any:
     items = state.items
     if len(items) == 1 and items[0][0] == "user":
         return items[0][1]  # one user message: its text (or JSON) is the state, as /v1/systemone would take it
-    return "\n\n".join(f"{role}: {text if isinstance(text, str) else json.dumps(text)}" for role, text in items)
+    return "\n\n".join(f"{role}: {text if isinstance(text, str) else json_text(text)}" for role, text in items)
 
 
 def hints(body: dict) -> dict:
