@@ -223,10 +223,10 @@ def calibration_for(settings: Settings, loaded):
 
 def api_routes(ctx: Context) -> list:
     from blink.api import catalog, openai, systemone
-    from blink.api.openai import protocol
+    from blink.api.openai import protocol, tokenize
     from blink.web.endpoint import not_routed
 
-    routes = catalog.routes(ctx) + systemone.routes(ctx) + openai.routes(ctx)
+    routes = catalog.routes(ctx) + systemone.routes(ctx) + openai.routes(ctx) + tokenize.routes(ctx)
     # the more specific prefix first: /v1/systemone* answers in System One's shape, the rest of /v1/ in OpenAI's
     return routes + [
         not_routed(ctx, "/v1/systemone", systemone.WIRE, routes),
