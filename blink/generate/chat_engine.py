@@ -323,7 +323,7 @@ class ChatEngine:
             if token in run.eos:
                 finish = "stop"
                 if run.logprobs is not None and params.eos_entry:
-                    run.logprobs.push(token, run.distribution)
+                    run.logprobs.push(token, run.distribution, shown=False)
                 break
             produced += 1
             text, hit = run.push(token)

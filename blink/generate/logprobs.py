@@ -27,10 +27,13 @@ class TokenLogprobs:
     def _entry(self, token: int, logprob: float) -> dict:
         return token_entry(self.tokenizer, self.hidden, token, logprob)
 
-    def push(self, token: int, distribution) -> None:
+    def push(self, token: int, distribution, shown: bool = True) -> None:
+        """A drawn token's entry; `shown` False: it adds no text (an end-of-sequence token), so no bytes either."""
         import torch
 
         entry = self._entry(token, float(distribution[token]))
+        if not shown:
+            entry["bytes"] = []
         top = []
         if self.top:
             values, indices = torch.topk(distribution, self.top)

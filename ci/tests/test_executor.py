@@ -317,3 +317,28 @@ def test_prompt_logprobs_share_a_start_exactly(engine, pass_cost):
         assert [t for t, _ in got.top[-1]] == rows[-1].topk(3).indices.tolist()
         worst = max(worst, max_diff([lp for _, lp in got.top[-1]], rows[-1].topk(3).values.tolist()))
     assert worst < 1e-5, worst
+
+
+def test_an_end_of_sequence_token_keeps_its_entry_when_asked(engine):
+    """Echo reads one logprob entry per token drawn (lm-eval drops the last as the generated one): a generation that
+    ends on an end-of-sequence token reports it with `eos_entry`, and leaves it out otherwise (chat's shape). The
+    demo model's greedy first token is made its end-of-sequence token here, so the generation ends there."""
+    import torch
+
+    from blink.generate.chat_engine import ChatEnd, ChatEngine
+    from blink.plan import GenerationParams
+
+    chat = ChatEngine(engine.loaded)
+    ids = chat.tokenizer("Once upon a time", add_special_tokens=False)["input_ids"]
+    with torch.inference_mode():
+        rows = torch.log_softmax(engine.executor.model(input_ids=torch.tensor([ids])).logits[0, -1].float(), -1)
+    chat.eos_ids = [int(rows.argmax())]
+    for asked in (True, False):
+        params = GenerationParams(max_tokens=3, temperature=0, logprobs=True, top_logprobs=1, eos_entry=asked)
+        items = list(chat.generate(ids, params))
+        end = items[-1]
+        assert isinstance(end, ChatEnd) and end.finish_reason == "stop" and end.completion_tokens == 0
+        entries = [e for item in items[:-1] for e in item.logprobs]
+        assert len(entries) == int(asked)
+        if asked:
+            assert abs(entries[0]["logprob"] - rows.max().item()) < 1e-5 and entries[0]["bytes"] == []
