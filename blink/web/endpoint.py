@@ -7,7 +7,8 @@
    hold bytes, never the places normal requests need;
 3. `check(call)` in a worker thread: everything refusable without the model (the body's shape, its fields, images
    on a text-only model) is refused here, at once, whatever the load;
-4. admission to the route's kind of work (blink.web.admission): a place, or 529 + Retry-After;
+4. admission to the route's kind of work (blink.web.admission): a place (or `units(checked)` places, for a request
+   of several decisions), or 529 + Retry-After;
 5. `handler(call)`: the capped token count (under the ticket's preparing bound) and the work, answered as a dict
    (JSON, 200) or a Response as it is.
 A BlinkError is rendered in the wire's own shape; anything else is logged and answered 500 in that shape.
@@ -45,7 +46,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Match, Route
 
 from blink.errors import BlinkError, EngineFailure, InvalidRequest, NoRoute, Unauthorized
-from blink.web.admission import KEYED
+from blink.web.admission import KEYED, units_of
 from blink.web.bodies import parse_body, received
 
 log = logging.getLogger("blink")
@@ -130,6 +131,7 @@ class Call:
     checked: Any = None  # what the route's `check` made of the body (a parsed request)
     arrival: Any = None  # what the route counts of the request while it is on its way (Endpoint's `arriving`)
     ticket: Any = None  # the admission place held for the whole exchange (blink.web.admission.Ticket)
+    units: int = 1  # the places it holds: one per decision it asks for (Endpoint's `units`)
 
 
 Handler = Callable[[Call], Awaitable["dict | Response"]]
@@ -166,6 +168,7 @@ class Endpoint:
         cancel_on_disconnect: bool = False,
         inline_below: int = 0,
         arriving: Callable[[], Any] | None = None,
+        units: Callable[[Any], int] | None = None,
     ):
         """`body`: None for routes that read none; `check(call)`: the route's validation, before admission;
         `admit`: the kind of work it does (blink.web.admission), None for routes that spend no model time;
@@ -173,10 +176,12 @@ class Endpoint:
         microseconds for such a body: a thread hop would cost more); `arriving()`: called as a request with the
         key is all here (its body read), before it is parsed; what it returns (`call.arrival`: a decision counted
         on its way to the batcher, blink.decide.batching.OnItsWay) is released as the exchange ends unless its work
-        did so."""
+        did so; `units(checked)`: the places of `admit` the request holds, one per decision it asks for (default
+        one)."""
         self.ctx, self.wire, self.handler = ctx, wire, handler
         self.auth, self.body, self.check, self.admit = auth, body, check, admit
         self.cancel_on_disconnect, self.inline_below, self.arriving = cancel_on_disconnect, inline_below, arriving
+        self.units = units or 1
 
     async def _read(self, call: Call) -> None:
         """Steps 1-3 of the pipeline: the key, the body read, parsed and checked in one thread hop."""
@@ -199,6 +204,9 @@ class Endpoint:
         elif self.check is not None:
             self._arrived(call)
             call.checked = await run_in_threadpool(self.check, call)
+        if self.admit:  # more places than the gate has would never all free: refused with the check's refusals
+            call.units = units_of(self.units, call.checked)
+            self.ctx.admission.gate(self.admit).check_units(call.units)
 
     def _arrived(self, call: Call) -> None:
         """The request is all here: the route counts it from now (before any thread hop) until the exchange ends.
@@ -235,7 +243,8 @@ class Endpoint:
         """Step 4 (a place, or 529), then the work."""
         if self.admit:  # API callers passed the key (or none is set): keyed
             try:
-                _, call.ticket = await call.held.enter_async_context(self.ctx.admission.admit(self.admit, KEYED))
+                admitted = self.ctx.admission.admit(self.admit, KEYED, None, units=call.units)
+                _, call.ticket = await call.held.enter_async_context(admitted)
             except BlinkError as error:
                 await self.wire.error_response(error, call.request_id, call.timing)(scope, receive, send)
                 return
