@@ -130,6 +130,7 @@ class Call:
     checked: Any = None  # what the route's `check` made of the body (a parsed request)
     arrival: Any = None  # what the route counts of the request while it is on its way (Endpoint's `arriving`)
     ticket: Any = None  # the admission place held for the whole exchange (blink.web.admission.Ticket)
+    wire: Wire | None = None  # the wire this request speaks, where its route serves two (set by `check`)
 
 
 Handler = Callable[[Call], Awaitable["dict | Response"]]
@@ -222,10 +223,10 @@ class Endpoint:
             except ClientDisconnect:
                 return  # nobody to answer
             except BlinkError as error:
-                await wire.error_response(error, call.request_id, call.timing)(scope, receive, send)
+                await (call.wire or wire).error_response(error, call.request_id, call.timing)(scope, receive, send)
                 return
             if not (self.cancel_on_disconnect or self.admit):
-                await answer(wire, self.handler, call, send)
+                await answer(call.wire or wire, self.handler, call, send)
                 return
             # work that holds a place: the client leaving ends it, waiting or running, and the place is free at
             # once (a decision already in a pass finishes there; its answer is dropped)
@@ -233,13 +234,14 @@ class Endpoint:
 
     async def _admitted(self, call: Call, scope, receive, send) -> None:
         """Step 4 (a place, or 529), then the work."""
+        wire = call.wire or self.wire
         if self.admit:  # API callers passed the key (or none is set): keyed
             try:
                 _, call.ticket = await call.held.enter_async_context(self.ctx.admission.admit(self.admit, KEYED))
             except BlinkError as error:
-                await self.wire.error_response(error, call.request_id, call.timing)(scope, receive, send)
+                await wire.error_response(error, call.request_id, call.timing)(scope, receive, send)
                 return
-        await answer(self.wire, self.handler, call, send)
+        await answer(wire, self.handler, call, send)
 
 
 async def answer(wire: Wire, handler: Handler, call: Call, send) -> None:
