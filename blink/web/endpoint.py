@@ -41,7 +41,7 @@ from typing import Any
 import orjson
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Match, Route
 
 from blink.errors import BlinkError, EngineFailure, InvalidRequest, NoRoute, Unauthorized
@@ -291,12 +291,19 @@ async def cancel_when_gone(receive, task: asyncio.Task) -> None:
     task.cancel()
 
 
-def not_routed(ctx, prefix: str, wire: Wire, routes: list) -> Route:
+def not_routed(ctx, prefix: str, wire: Wire, routes: list, *, redirect_slashes: bool = False) -> Route:
     """The route after the real ones for every path under `prefix`: 405 (with `Allow`) for a known path asked
-    with another method, 404 for the rest, in the wire's own shape with a request id."""
+    with another method, 404 for the rest, in the wire's own shape with a request id. `redirect_slashes`: a path
+    that names a route but for its trailing slash is redirected there (307), as Starlette's router does when no
+    route matches (`/mcp/` -> `/mcp`), which a catch-all would otherwise end."""
 
     async def refuse(call: Call):
         method, path = call.request.method, call.request.url.path
+        if redirect_slashes and path != "/":
+            other = path[:-1] if path.endswith("/") else path + "/"
+            scope = {**call.request.scope, "path": other}
+            if any(isinstance(r, Route) and r.methods and r.matches(scope)[0] is not Match.NONE for r in routes):
+                return RedirectResponse(call.request.url.replace(path=other), status_code=307)
         allowed = sorted(
             {
                 m
