@@ -150,6 +150,7 @@ def build_context(
         window_ms=settings.batch_window_ms,
         max_batch=settings.max_batch_requests,
         max_queued=settings.max_queued_requests,
+        model_name=settings.served_name,
     )
     info = loaded.info
     health = {
@@ -181,7 +182,7 @@ def build_context(
         )
     return Context(
         service=service,
-        chats=ChatService(served.chat_engine, backend, settings.sse_keepalive_s),
+        chats=ChatService(served.chat_engine, backend, settings.sse_keepalive_s, settings.served_name),
         served_name=settings.served_name,
         auth=ApiKey(settings.api_key),
         limits=settings.limits,
@@ -221,12 +222,16 @@ def calibration_for(settings: Settings, loaded):
     return for_model(settings.calibration, loaded.root, fingerprint)
 
 
-def api_routes(ctx: Context) -> list:
+def api_routes(ctx: Context, metrics: bool = True) -> list:
+    """Every API route; `metrics`: `GET /metrics` too (the `metrics` knob: on for `serve`, off on a Space unless
+    set)."""
     from blink.api import catalog, openai, systemone
     from blink.api.openai import protocol
     from blink.web.endpoint import not_routed
 
     routes = catalog.routes(ctx) + systemone.routes(ctx) + openai.routes(ctx)
+    if metrics:
+        routes.append(catalog.metrics_route(ctx))
     # the more specific prefix first: /v1/systemone* answers in System One's shape, the rest of /v1/ in OpenAI's
     return routes + [
         not_routed(ctx, "/v1/systemone", systemone.WIRE, routes),
@@ -246,7 +251,7 @@ def mcp_endpoint(ctx: Context):
     )
 
 
-def create_app(ctx: Context, cors_origins: Iterable[str] = ()):
+def create_app(ctx: Context, cors_origins: Iterable[str] = (), metrics: bool = True):
     """The standalone app: the API routes, and the `decide` tool over MCP at /mcp (the Space serves the same /mcp,
     and Gradio's MCP server too).
 
@@ -282,7 +287,7 @@ def create_app(ctx: Context, cors_origins: Iterable[str] = ()):
                 max_age=600,
             ),
         )
-    routes = [Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]), *api_routes(ctx)]
+    routes = [Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]), *api_routes(ctx, metrics)]
     app = FastAPI(
         title="blink",
         routes=routes,
@@ -300,7 +305,7 @@ def serve(settings: Settings, host: str, port: int, log_level: str = "info", cor
     import uvicorn
 
     ctx = build_context(settings)
-    app = create_app(ctx, cors_origins)
+    app = create_app(ctx, cors_origins, settings.metrics)
     if settings.engine == "local":
         runs = f"{ctx.health['device']}, {ctx.health['kernels']}; weights_verified={ctx.health['weights_verified']}"
     else:

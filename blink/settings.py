@@ -181,6 +181,8 @@ class Settings:
     prior_states: tuple[str, ...] = knob(("N/A", "", "[MASK]"), TextList(), "the content-free states a question's "
                                          "prior is read from (averaged) for `x_calibration` prior",
                                          shown='["N/A", "", "[MASK]"]')
+    metrics: bool = knob(True, flag, "serve `GET /metrics` (Prometheus' text format, vLLM's names where they mean the "
+                         "same; behind the API key when one is set)", space_default=False, shown="on (Space: off)")
     engine: str = knob("local", Choice(("local", "vllm")), "who runs the model: local (blink's own engine, the "
                        "weights in this process) or vllm (the replicas at `engine_url`; this process loads only the "
                        "model's tokenizer, templates and config, no weights)")

@@ -32,6 +32,7 @@ import httpx
 
 from blink.errors import BlinkError, EngineFailure, InvalidRequest, Overloaded
 from blink.vllm.affinity import PrefixTable, Route, rendezvous
+from blink.web import metrics
 
 T = TypeVar("T")
 
@@ -198,21 +199,27 @@ class Replicas:
         tried: set[str] = set()
         refused: str | None = None
         while (replica := self._take(route, tried)) is not None:
+            if tried:
+                metrics.REPLICA_RETRIES.inc()
             tried.add(replica.url)
             try:
                 result = work(replica)
             except (httpx.TransportError, ReplicaDown) as error:
+                metrics.REPLICA_CALLS.labels(replica.url, "down").inc()
                 self._release(replica, error, down=True)
             except ReplicaRefused as error:
+                metrics.REPLICA_CALLS.labels(replica.url, "failed").inc()
                 self._release(replica, error)
                 refused = str(error)
             except BlinkError:
+                metrics.REPLICA_CALLS.labels(replica.url, "request").inc()
                 self._release(replica, None)  # the request's fault: the replica answered fine
                 raise
             except BaseException as error:
                 self._release(replica, error if isinstance(error, Exception) else None)
                 raise
             else:
+                metrics.REPLICA_CALLS.labels(replica.url, "ok").inc()
                 self.table.remember(route, replica.url)
                 if hold:
                     return replica, result
@@ -232,7 +239,9 @@ class Replicas:
             request = self.client.build_request(
                 "POST", replica.url + path, json=self.with_model(replica, body), timeout=timeout
             )
+            started = time.monotonic()
             response = self.client.send(request, stream=True)
+            metrics.REPLICA_LATENCY.labels(replica.url).observe(time.monotonic() - started)
             if response.status_code != 200:
                 response.read()
                 response.close()
@@ -262,6 +271,7 @@ class Replicas:
         started = time.monotonic()
         answer = check(self.client.post(replica.url + path, json=self.with_model(replica, body), timeout=timeout))
         self._measure(replica, tokens, time.monotonic() - started)
+        metrics.REPLICA_LATENCY.labels(replica.url).observe(time.monotonic() - started)
         return answer
 
     # health -----------------------------------------------------------------------------------------------
@@ -304,6 +314,15 @@ class Replicas:
                 )
         up = sum(row["state"] != "down" for row in rows)
         return {"engine": "vllm", "ok": up > 0, "replicas_up": up, "replicas": rows}
+
+    def states(self) -> list[dict]:
+        """Each replica's state as /metrics reads it, without asking the replicas anything."""
+        with self.lock:
+            now = time.monotonic()
+            return [
+                {"url": r.url, "circuit": "closed" if r.is_up(now) else "open", "in_flight": r.in_flight}
+                for r in self.replicas
+            ]
 
     def close(self) -> None:
         self.client.close()
