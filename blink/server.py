@@ -118,7 +118,12 @@ def backend_for(settings: Settings, served: ServedModel):
         return LocalBackend(served.planner, served.chat_engine)
     from blink.vllm import Replicas, VllmBackend
 
-    replicas = Replicas(list(settings.engine_url), timeout_s=settings.engine_timeout_s, api_key=settings.engine_api_key)
+    replicas = Replicas(
+        list(settings.engine_url),
+        timeout_s=settings.engine_timeout_s,
+        assumed_s_per_token=settings.engine_assumed_s_per_token,
+        api_key=settings.engine_api_key,
+    )
     return VllmBackend(replicas, served.chat_engine)
 
 

@@ -8,10 +8,10 @@ thus spills to the next one in the request's order, the same for every request o
 state warms one more cache, not all of them.
 
 Each call's timeout follows what it should take, not a fixed bound: the prompt tokens it sends times the slowest
-measured speed of the replicas (an average of seconds per prompt token over their recent answers), times
-`timeout_factor`, plus `min_timeout_s`, never more than `timeout_s` (which is also the bound before anything
-is measured). A hung replica thus holds only the requests sent to it, for about that long; they time out and
-are retried on the next replica of their order, and it is marked down.
+measured speed of the replicas (an average of seconds per prompt token over their recent answers; before any is
+measured, `assumed_s_per_token`, a conservative speed), times `timeout_factor`, plus `min_timeout_s`, never more
+than `timeout_s`. A hung replica thus holds only the requests sent to it, for about that long, from the first
+request on; they time out and are retried on the next replica of their order, and it is marked down.
 
 A replica that can't be reached, times out (or answers 429/502/503/504) is marked down for a back-off that doubles per
 consecutive failure, and the request moves on to the next one. When none can take it the request is answered
@@ -106,6 +106,7 @@ class Replicas:
         timeout_s: float = 300.0,
         min_timeout_s: float = 5.0,
         timeout_factor: float = 4.0,
+        assumed_s_per_token: float = 0.01,
         api_key: str | None = None,
         table: PrefixTable | None = None,
     ):
@@ -122,6 +123,7 @@ class Replicas:
             min(min_timeout_s, timeout_s),
             timeout_factor,
         )
+        self.assumed_s_per_token = assumed_s_per_token  # until a replica is measured
         self.lock = threading.Lock()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx.Client(
@@ -174,9 +176,8 @@ class Replicas:
         """Seconds a call sending `tokens` prompt tokens may take before it is given up on this replica."""
         with self.lock:
             measured = [r.seconds_per_token for r in self.replicas if r.seconds_per_token is not None]
-        if not measured:
-            return self.max_timeout_s
-        expected = max(1, tokens) * max(measured)
+        # the slowest measured replica, or before any is measured the assumed (conservative) speed
+        expected = max(1, tokens) * (max(measured) if measured else self.assumed_s_per_token)
         return min(self.max_timeout_s, self.min_timeout_s + self.timeout_factor * expected)
 
     def _measure(self, replica: Replica, tokens: int, seconds: float) -> None:
