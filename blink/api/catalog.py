@@ -1,4 +1,4 @@
-"""`GET /v1/models` and `GET /healthz`: answered from memory, never touching the GPU.
+"""`GET /v1/models`, `GET /healthz` and `GET /metrics`: answered from memory, never touching the GPU.
 
 `/v1/models` is ONE body for both client families: OpenAI's `object`/`data[].id` (Open WebUI, the openai
 SDK) and TypeSafe's `models[].name/description/release_date` (its SDKs, jevcompat). Each reads its keys
@@ -7,16 +7,21 @@ writes (`architecture.input_modalities` / `output_modalities`, as OpenRouter lis
 decision models by `"decisions"`. `GET /v1/models/{id}` is one model: every request may name any model and the
 one served answers it, so any id a request could name has its card (one not listed says which model answers it,
 under `root`, as vLLM's cards do); only an empty id is 404, in OpenAI's shape.
+
+`/metrics` is Prometheus' text format (blink.web.metrics), behind the API key when one is set: the process's
+series, with the requests held and waiting and each vLLM replica's state read as it is scraped.
 """
 
 from __future__ import annotations
 
+from starlette.responses import Response
 from starlette.routing import Route
 
 from blink.api import systemone
 from blink.api.openai import protocol
 from blink.context import Context
 from blink.errors import BlinkError, NoRoute
+from blink.web import metrics
 from blink.web.endpoint import Call, Endpoint, Wire
 
 
@@ -79,3 +84,16 @@ def routes(ctx: Context) -> list[Route]:
         Route("/v1/models/{name:path}", Endpoint(ctx, protocol.WIRE, model), methods=["GET"]),
         Route("/healthz", Endpoint(ctx, WIRE, healthz, auth=False), methods=["GET"]),
     ]
+
+
+def metrics_route(ctx: Context) -> Route:
+    """`GET /metrics`: what this process recorded, and what it holds now."""
+    metrics.prepare(ctx.served_name, ctx.admission.gates)
+    collectors = [metrics.StateCollector(ctx.served_name, ctx.admission.state)]
+    if (replicas := getattr(ctx.chats.backend, "replicas", None)) is not None:
+        collectors.append(metrics.ReplicaCollector(replicas.states))
+
+    async def scrape(call: Call) -> Response:
+        return Response(metrics.exposition(*collectors), media_type=metrics.CONTENT_TYPE)
+
+    return Route("/metrics", Endpoint(ctx, WIRE, scrape), methods=["GET"])
