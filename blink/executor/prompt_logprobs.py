@@ -5,8 +5,9 @@ worker and in tests, like the decision passes.
 
 The passes are the executor's own (core.py): prompts that share a start (a question and its K answers, as lm-eval
 sends them) run as one group, whose common token prefix is prefilled once and fanned out to one row per prompt;
-only then the hidden state at every position of every prompt meets the whole LM head, a chunk of positions at a
-time so a long prompt never holds a [tokens x vocabulary] matrix at once.
+then the hidden states meet the whole LM head, a chunk of positions at a time so a long prompt never holds a
+[tokens x vocabulary] matrix at once, and the shared prefix's positions once for the group (they read alike in
+every prompt of it).
 """
 
 from __future__ import annotations
@@ -51,26 +52,37 @@ def _prompt_logprobs(executor, prompts: list[list[int]], top: int) -> list[Promp
     started = time.perf_counter()
     order = share_groups(prompts)
     groups = [[Prompt(list(prompts[i]), [Read(k, []) for k in range(len(prompts[i]))]) for i in g] for g in order]
-    hidden = executor.read_hidden(executor.inputs(groups), {})
-    out: list = [None] * len(prompts)
+    inputs = executor.inputs(groups)
+    hidden = executor.read_hidden(inputs, {})
+    k, out = max(1, top), [None] * len(prompts)
     for g, members in enumerate(order):
-        for p, i in enumerate(members):
-            states = torch.stack([hidden.pop((g, p, k)) for k in range(len(prompts[i]))])
-            out[i] = scored(executor.head, states, prompts[i], max(1, top))
+        # the positions whose next token lies in the common prefix read alike in every prompt of the group: their
+        # LM-head product (the larger part of the work on a small model with a large vocabulary) is done once
+        shared = max(0, inputs.prefix_len[g] - 1) if len(members) > 1 else 0
+        ids = prompts[members[0]]
+        common = scored(executor.head, [hidden[(g, 0, p)] for p in range(shared)], ids[1 : shared + 1], k)
+        for m, i in enumerate(members):
+            ids = prompts[i]
+            own = scored(executor.head, [hidden.pop((g, m, p)) for p in range(shared, len(ids))], ids[shared + 1 :], k)
+            logprobs, ranks, tops = (a + b for a, b in zip(common, own))
+            out[i] = PromptLogprobs(logprobs[:-1], ranks[:-1], tops)  # the last position has no next prompt token
     seconds = time.perf_counter() - started
     return [PromptLogprobs(r.token_logprobs, r.ranks, r.top, seconds) for r in out]
 
 
-def scored(head: torch.Tensor, states: torch.Tensor, ids: list[int], k: int) -> PromptLogprobs:
-    """The LM head over one prompt's hidden states [L, H], a chunk at a time: the logprob and rank of each next
-    token, and the k most likely at each position (the last position's are the token after the prompt's)."""
-    targets = torch.tensor(ids[1:] + [0], device=states.device)  # the last position has no next prompt token
+def scored(head: torch.Tensor, states: list, targets: list[int], k: int) -> tuple[list, list, list]:
+    """The LM head over hidden states (one per position), a chunk at a time: the logprob and rank of each position's
+    next token (`targets`; a position past them, the prompt's last, gets a placeholder) and the k most likely."""
+    if not states:
+        return [], [], []
+    states = torch.stack(states)
+    targets = torch.tensor((targets + [0] * len(states))[: len(states)], device=states.device)
     logprobs, ranks, tops = [], [], []
-    for start in range(0, len(ids), CHUNK):
+    for start in range(0, len(states), CHUNK):
         rows = torch.log_softmax(torch.nn.functional.linear(states[start : start + CHUNK], head).float(), dim=-1)
         picked = rows.gather(1, targets[start : start + CHUNK, None])
         ranks += ((rows > picked).sum(dim=1) + 1).tolist()
         logprobs += picked[:, 0].tolist()
         values, indices = rows.topk(k, dim=-1)
         tops += [list(zip(i, v)) for i, v in zip(indices.tolist(), values.tolist())]
-    return PromptLogprobs(logprobs[:-1], ranks[:-1], tops)
+    return logprobs, ranks, tops
