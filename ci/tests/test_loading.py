@@ -136,3 +136,32 @@ def test_a_model_that_cannot_be_found_is_one_line(model, says, demo_root, tmp_pa
         assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
         line = proc.stderr.strip().splitlines()[-1]
         assert model in line and all(s in line for s in says), line
+
+
+def test_make_demo_model_writes_outside_the_checkout_unless_told(tmp_path):
+    """Without DIR the model goes to the cache folder ($BLINK_DEMO_DIR here), named after its options, and its path
+    is the only line on stdout (scripts capture it); an explicit DIR is still written where it says."""
+    cache, work = tmp_path / "cache", tmp_path / "work"
+    work.mkdir()
+    env = {**server_env(tmp_path), "BLINK_DEMO_DIR": str(cache)}
+    made = subprocess.run(
+        [sys.executable, "-m", "blink", "make-demo-model", "--seed", "3"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert made.returncode == 0, made.stderr[-2000:]
+    out = made.stdout.strip()
+    assert out == str(cache / "made-demo-qwen3_5-seed3") and (cache / out / "config.json").is_file()
+    assert not list(work.iterdir())
+    explicit = subprocess.run(
+        [sys.executable, "-m", "blink", "make-demo-model", "here", "--seed", "3"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert explicit.returncode == 0 and (work / "here" / "config.json").is_file(), explicit.stderr[-2000:]
