@@ -22,6 +22,7 @@ from pathlib import Path
 
 from blink.errors import StartupError
 from blink.executor.passes import fla_version
+from blink.logs import quiet_cpu_kernels
 
 log = logging.getLogger("blink")
 
@@ -138,6 +139,7 @@ def block_fla_without_cuda() -> None:
     if not torch.cuda.is_available():
         for name in ("fla", "causal_conv1d"):
             sys.modules.setdefault(name, None)  # `import fla` now raises ImportError: transformers falls back
+        quiet_cpu_kernels()  # and its advice to install those GPU kernels is no advice here
 
 
 @dataclass
@@ -251,6 +253,8 @@ def load(
     kernels = (
         f"flash-linear-attention {fla}"
         if fla
+        else "reference PyTorch"
+        if device == "cpu"  # nothing faster to install on CPU
         else "reference PyTorch (much slower on GPU; install flash-linear-attention there)"
     )
     info = {
