@@ -122,6 +122,8 @@ def backend_for(settings: Settings, served: ServedModel):
         list(settings.engine_url),
         timeout_s=settings.engine_timeout_s,
         assumed_s_per_token=settings.engine_assumed_s_per_token,
+        failure_threshold=settings.engine_failure_threshold,
+        health_interval_s=settings.engine_health_interval_s,
         api_key=settings.engine_api_key,
     )
     return VllmBackend(replicas, served.chat_engine)

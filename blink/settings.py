@@ -196,6 +196,11 @@ class Settings:
                                              "replica's speed); a call's timeout is then 5 s + 4 x its tokens x "
                                              "this, so a replica hung from the start costs seconds, not "
                                              "engine_timeout_s")
+    engine_failure_threshold: int = knob(3, Integer(1, 100), "vllm: failed requests in a row (a 5xx, 429) that "
+                                         "open a replica's circuit (one that can't be reached or times out opens it "
+                                         "at once); a trial request that succeeds closes it again")
+    engine_health_interval_s: float = knob(2.0, Number(0.1, 300), "vllm: seconds between the background checks of "
+                                           "each replica (its /health; the trial request of an open circuit)")
     engine_api_key: str | None = knob(None, optional_text, "vllm: the key the replicas require (vLLM's "
                                       "`--api-key`); set the variable, not the flag", shown="none", secret=True)
     # fmt: on

@@ -30,4 +30,4 @@ class VllmBackend:
         return self.chat.generate(ids, params)
 
     def health(self) -> dict:
-        return {"vllm": self.replicas.health()}
+        return {"vllm": self.replicas.health()}  # the states as they are: /healthz asks no replica
