@@ -274,7 +274,8 @@ def mcp_endpoint(ctx: Context):
 
 def create_app(ctx: Context, cors_origins: Iterable[str] = ()):
     """The standalone app: the API routes, and the `decide` tool over MCP at /mcp (the Space serves the same /mcp,
-    and Gradio's MCP server too).
+    and Gradio's MCP server too); any other path answers 404 (405 with `Allow` for a known path) in OpenAI's shape,
+    never FastAPI's `{"detail": "Not Found"}`, which clients that read an `error` object crash on.
 
     Large non-streamed bodies are compressed when the client accepts it (zstd, else gzip; starlette-compress);
     server-sent events never are, so each event reaches the client as it is sent. CORS is opt-in: with
@@ -284,6 +285,9 @@ def create_app(ctx: Context, cors_origins: Iterable[str] = ()):
     from starlette.middleware.cors import CORSMiddleware
     from starlette.routing import Route
     from starlette_compress import CompressMiddleware, remove_compress_type
+
+    from blink.api.openai import protocol
+    from blink.web.endpoint import not_routed
 
     mcp = mcp_endpoint(ctx)
 
@@ -309,6 +313,8 @@ def create_app(ctx: Context, cors_origins: Iterable[str] = ()):
             ),
         )
     routes = [Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]), *api_routes(ctx)]
+    # the root is ours here (on the Space it is Gradio's): any other path or method in OpenAI's error shape
+    routes.append(not_routed(ctx, "/", protocol.WIRE, routes, redirect_slashes=True))
     app = FastAPI(
         title="blink",
         routes=routes,

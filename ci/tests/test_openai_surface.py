@@ -14,7 +14,7 @@ import openai
 import pytest
 import zstandard
 
-from helpers import blink_serve, running
+from helpers import blink_serve, running, uncached
 
 pytestmark = pytest.mark.e2e
 
@@ -287,3 +287,53 @@ def test_decisions_accept_the_fields_openai_sends(client, surface, name):
         json={"model": name, "input": "x", "questions": questions, "prompt_cache_key": 42},
     )
     assert r.status_code == 400 and r.json()["error"]["param"] == "prompt_cache_key"
+
+
+SYSTEMONE_BODY = {
+    "state": {"message": "I was charged twice. Please fix this today."},
+    "questions": {
+        "refund": {"type": "noul", "instructions": "Is the customer asking for money back?"},
+        "team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "Charges", "tech": None}},
+        "anger": {"type": "score", "instructions": "How frustrated?", "criteria": ["Calm", "Frustrated", "Angry"]},
+    },
+}
+
+
+def test_decisions_take_the_systemone_body_and_answer_as_systemone(surface):
+    """LiveKit Agents' `inference.DecisionModel` posts System One's body (`state`, a `questions` object) to
+    `{base_url}/decisions`: the same answer as /v1/systemone, to the last bit, in System One's shape."""
+    for body in (SYSTEMONE_BODY, {**SYSTEMONE_BODY, "model": "jev-latest"}):
+        one = httpx.post(surface + "/v1/systemone", json=body, timeout=60)
+        two = httpx.post(surface + "/v1/decisions", json=body, timeout=60)
+        assert one.status_code == two.status_code == 200, two.text
+        assert uncached(two.json()) == uncached(one.json())
+        assert two.headers["x-typesafe-request-id"].startswith("req_")
+    # TypeSafe's multipart (a `request` part holding the JSON) is System One's too
+    files = {"request": (None, json.dumps(SYSTEMONE_BODY), "application/json")}
+    three = httpx.post(surface + "/v1/decisions", files=files, timeout=60)
+    assert three.status_code == 200, three.text
+    assert uncached(three.json())["answers"] == one.json()["answers"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"state": "x", "questions": {"q": {"type": "nope", "instructions": "Is it?"}}},
+        {"state": "x", "questions": {}},
+        {"questions": {"q": {"type": "noul", "instructions": "Is it?"}}},
+    ],
+)
+def test_decisions_refuse_a_bad_systemone_body_as_systemone_does(surface, body):
+    one = httpx.post(surface + "/v1/systemone", json=body, timeout=60)
+    two = httpx.post(surface + "/v1/decisions", json=body, timeout=60)
+    assert one.status_code == two.status_code and 400 <= two.status_code < 500
+    assert two.json() == one.json() and isinstance(two.json()["error"], str)
+
+
+def test_decisions_with_input_stay_openai(surface, name):
+    """`input` makes a body OpenAI's, whatever else it carries: its errors stay in OpenAI's shape."""
+    body = {"model": name, "input": "x", "questions": SYSTEMONE_BODY["questions"]}
+    r = httpx.post(surface + "/v1/decisions", json=body, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "questions"
+    r = httpx.post(surface + "/v1/decisions", json={"model": name, "questions": []}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input"

@@ -285,11 +285,11 @@ def test_the_calibration_menu_sends_x_calibration_and_the_caveat_follows_it(spac
 def test_ui_page_has_the_demo_banner_chat_examples_and_its_own_chat_caveat(space):
     import html
 
-    from space import ui
+    from space import ui_chat
 
     text = str(httpx.get(space + "/config", timeout=30).json())
     assert "blink-demo-banner" in text and "random weights" in text  # the served model is the demo
-    assert html.escape(ui.CHAT_CAVEAT) in text and ui.CHAT_EXAMPLES[0] in text
+    assert html.escape(ui_chat.CHAT_CAVEAT) in text and ui_chat.CHAT_EXAMPLES[0] in text
     assert "`name: description`" not in text  # no literal backticks in the options label
     assert "noul: a yes/no question" in text  # the type explained where it is picked
 

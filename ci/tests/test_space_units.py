@@ -158,7 +158,7 @@ def test_callers_keep_arrival_order_without_a_window():
 def test_the_key_is_scrubbed_from_every_log_record(capsys):
     from blink.settings import Settings
     from blink.web.auth import ApiKey
-    from space import ui
+    from space import ui_api
 
     secret = "sk-unit-Wq93-never-logged"
     settings = Settings.from_values({"api_key": secret}, env={})
@@ -175,7 +175,7 @@ def test_the_key_is_scrubbed_from_every_log_record(capsys):
         logger.removeHandler(handler)
     err = capsys.readouterr().err
     assert secret not in err and err.count(auth.REDACTED) == 2
-    assert secret not in ui.key_note_md(key)
+    assert secret not in ui_api.key_note_md(key)
 
 
 def test_scheduler_urls_are_scrubbed_from_logs(capsys):
@@ -355,9 +355,9 @@ def test_app_reads_top_to_bottom_and_builds_its_context_complete():
 
 def test_the_api_tab_openai_snippet_sets_max_tokens():
     from blink.web.auth import ApiKey
-    from space import ui
+    from space import ui_api
 
-    snippet = ui.snippets_md("http://127.0.0.1:7860", "blink-4b", ApiKey())
+    snippet = ui_api.snippets_md("http://127.0.0.1:7860", "blink-4b", ApiKey())
     assert "client.chat.completions.create(" in snippet and "max_tokens=256" in snippet
 
 
@@ -403,17 +403,18 @@ def test_the_decide_form_is_checked_box_by_box_within_the_limits():
 def test_the_decide_caveat_is_true_to_the_calibration_chosen(mode, loaded, says, never):
     """What the caveat beside answers says for each `x_calibration` (the server's default resolved), with and
     without a calibration file: temperature scaling only where one is loaded, the prior whenever it divides."""
-    from space import ui
+    from space import ui_calibration
 
-    caveat = ui.decide_caveat("Small model: calibrated estimates.", mode, loaded)
+    caveat = ui_calibration.decide_caveat("Small model: calibrated estimates.", mode, loaded)
     applied = (loaded and mode in ("fitted", "fitted+prior")) or "prior" in mode  # every answer's `applied`
     assert caveat.startswith("Small model: calibrated estimates." if applied else "Small model: estimates.")
     note = caveat.split("estimates. ", 1)[1]
     assert all(words in note for words in says) and not any(words in note for words in never), note
-    choices = ui.calibration_choices(mode, loaded)
-    assert [value for _, value in choices] == [ui.SPACE_DEFAULT, "fitted", "prior", "fitted+prior", "raw"]
+    choices = ui_calibration.calibration_choices(mode, loaded)
+    assert [value for _, value in choices] == [ui_calibration.SPACE_DEFAULT, "fitted", "prior", "fitted+prior", "raw"]
     assert ("none fitted for this model" in choices[1][0]) is not loaded
-    assert ui.chosen_calibration(mode) == mode and ui.chosen_calibration(ui.SPACE_DEFAULT) is None
+    assert ui_calibration.chosen_calibration(mode) == mode
+    assert ui_calibration.chosen_calibration(ui_calibration.SPACE_DEFAULT) is None
 
 
 def test_a_gradio_caller_has_shown_the_key_by_bearer_header_or_by_the_ui_login():
