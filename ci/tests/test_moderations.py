@@ -298,3 +298,42 @@ def test_an_input_past_the_context_is_a_400_that_states_the_limit(custom, words,
     assert error["param"] == "input[1]" and error["code"] == "context_length_exceeded"
     assert error["message"].startswith(says) and "256 tokens per prompt" in error["message"]
     assert "state" not in error["message"] and "Nothing was truncated" in error["message"]
+
+
+# images, where the model reads them ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def vision_server(demo_root):
+    from blink.model.demo import demo_model_dir
+
+    demo_model_dir(vision=True)  # built once, before the server starts
+    argv = blink_serve("--vision", "1")
+    argv[argv.index("demo")] = "demo-vision"
+    with running(argv, demo_root, name="serve-moderation-vision") as url:
+        yield url
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_text_and_image_parts_are_one_decision_on_a_vision_model(vision_server):
+    data = base64.b64encode(png()).decode()
+    parts = [
+        {"type": "text", "text": "My new tattoo:"},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}},
+    ]
+    r = post(vision_server, {"model": "demo-vision", "input": parts})
+    assert r.status_code == 200, r.text
+    [result] = r.json()["results"]
+    assert_consistent(result, THRESHOLDS, ["text", "image"])
+    same = httpx.post(  # the same decision through /v1/systemone: the image at its place in the state
+        vision_server + "/v1/systemone",
+        json={
+            "state": "My new tattoo:\n<image:input-0>",
+            "questions": POLICY.questions(),
+            "assets": {"<image:input-0>": {"type": "image", "format": "png", "data_base64": data}},
+        },
+        timeout=120,
+    ).json()["answers"]
+    for name in OPENAI_KEYS:
+        assert abs(result["category_scores"][name] - same[name]["noul"]) < 1e-6
+    [alone] = post(vision_server, {"input": [parts[1]]}).json()["results"]
+    assert alone["category_applied_input_types"] == {name: ["image"] for name in OPENAI_KEYS}
