@@ -177,7 +177,7 @@ def main() -> None:
         footer_links=["api", "gradio", "settings"],
         # the API and blink's /mcp grafted ahead of Gradio's routes
         app_kwargs={
-            "routes": [Route("/mcp", MCP, methods=["GET", "POST", "DELETE"]), *api_routes(CTX)],
+            "routes": [Route("/mcp", MCP, methods=["GET", "POST", "DELETE"]), *api_routes(CTX, SETTINGS.metrics)],
             "middleware": middleware(),
             "lifespan": lifespan,
         },

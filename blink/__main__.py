@@ -51,7 +51,7 @@ def run_command(argv: list[str] | None) -> None:
         help="qwen3_5: the hybrid architecture blink serves; qwen3: plain attention (vLLM's CPU build)",
     )
 
-    from blink.decide.calibrate import add_arguments as add_calibrate_arguments
+    from blink.decide.calibrate_command import add_arguments as add_calibrate_arguments
 
     calibrate = commands.add_parser(
         "calibrate", help="fit a temperature per question type to labelled requests and write calibration.json"
@@ -69,7 +69,7 @@ def run_command(argv: list[str] | None) -> None:
         return
 
     if args.command == "calibrate":
-        from blink.decide.calibrate import run as calibrate
+        from blink.decide.calibrate_command import run as calibrate
 
         sys.exit(calibrate(args))
 

@@ -118,7 +118,12 @@ def backend_for(settings: Settings, served: ServedModel):
         return LocalBackend(served.planner, served.chat_engine)
     from blink.vllm import Replicas, VllmBackend
 
-    replicas = Replicas(list(settings.engine_url), timeout_s=settings.engine_timeout_s, api_key=settings.engine_api_key)
+    replicas = Replicas(
+        list(settings.engine_url),
+        timeout_s=settings.engine_timeout_s,
+        assumed_s_per_token=settings.engine_assumed_s_per_token,
+        api_key=settings.engine_api_key,
+    )
     return VllmBackend(replicas, served.chat_engine)
 
 
@@ -151,6 +156,7 @@ def build_context(
         window_ms=settings.batch_window_ms,
         max_batch=settings.max_batch_requests,
         max_queued=settings.max_queued_requests,
+        model_name=settings.served_name,
     )
     info = loaded.info
     health = {
@@ -183,7 +189,7 @@ def build_context(
         )
     return Context(
         service=service,
-        chats=ChatService(served.chat_engine, backend, settings.sse_keepalive_s),
+        chats=ChatService(served.chat_engine, backend, settings.sse_keepalive_s, settings.served_name),
         served_name=settings.served_name,
         auth=ApiKey(settings.api_key),
         limits=settings.limits,
@@ -247,12 +253,16 @@ def calibration_for(settings: Settings, loaded):
     return for_model(settings.calibration, loaded.root, fingerprint)
 
 
-def api_routes(ctx: Context) -> list:
+def api_routes(ctx: Context, metrics: bool = True) -> list:
+    """Every API route; `metrics`: `GET /metrics` too (the `metrics` knob: on for `serve`, off on a Space unless
+    set)."""
     from blink.api import catalog, moderations, openai, systemone
     from blink.api.openai import protocol
     from blink.web.endpoint import not_routed
 
     routes = catalog.routes(ctx) + systemone.routes(ctx) + openai.routes(ctx) + moderations.routes(ctx)
+    if metrics:
+        routes.append(catalog.metrics_route(ctx))
     # the more specific prefix first: /v1/systemone* answers in System One's shape, the rest of /v1/ in OpenAI's
     return routes + [
         not_routed(ctx, "/v1/systemone", systemone.WIRE, routes),
@@ -272,7 +282,7 @@ def mcp_endpoint(ctx: Context):
     )
 
 
-def create_app(ctx: Context, cors_origins: Iterable[str] = ()):
+def create_app(ctx: Context, cors_origins: Iterable[str] = (), metrics: bool = True):
     """The standalone app: the API routes, and the `decide` tool over MCP at /mcp (the Space serves the same /mcp,
     and Gradio's MCP server too); any other path answers 404 (405 with `Allow` for a known path) in OpenAI's shape,
     never FastAPI's `{"detail": "Not Found"}`, which clients that read an `error` object crash on.
@@ -312,7 +322,7 @@ def create_app(ctx: Context, cors_origins: Iterable[str] = ()):
                 max_age=600,
             ),
         )
-    routes = [Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]), *api_routes(ctx)]
+    routes = [Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]), *api_routes(ctx, metrics)]
     # the root is ours here (on the Space it is Gradio's): any other path or method in OpenAI's error shape
     routes.append(not_routed(ctx, "/", protocol.WIRE, routes, redirect_slashes=True))
     app = FastAPI(
@@ -332,7 +342,7 @@ def serve(settings: Settings, host: str, port: int, log_level: str = "info", cor
     import uvicorn
 
     ctx = build_context(settings)
-    app = create_app(ctx, cors_origins)
+    app = create_app(ctx, cors_origins, settings.metrics)
     if settings.engine == "local":
         runs = f"{ctx.health['device']}, {ctx.health['kernels']}; weights_verified={ctx.health['weights_verified']}"
     else:

@@ -186,13 +186,21 @@ class Settings:
                                          "docs/api-moderations.md): its categories, each a definition and a "
                                          "threshold; checked whole at start-up", fleet="moderation.policy",
                                          shown="OpenAI's 13 categories (blink/policies/openai.toml)")
+    metrics: bool = knob(True, flag, "serve `GET /metrics` (Prometheus' text format, vLLM's names where they mean the "
+                         "same; behind the API key when one is set)", space_default=False, shown="on (Space: off)")
     engine: str = knob("local", Choice(("local", "vllm")), "who runs the model: local (blink's own engine, the "
                        "weights in this process) or vllm (the replicas at `engine_url`; this process loads only the "
                        "model's tokenizer, templates and config, no weights)")
     engine_url: tuple[str, ...] = knob((), urls, "vllm: the replicas' base URLs, decisions and chat routed "
                                        "among them by prefix affinity; required with engine vllm", shown="none")
-    engine_timeout_s: float = knob(300.0, Number(1, 3600), "vllm: seconds a replica may take on one request "
-                                   "(a chat stream: between tokens) before it is tried on the next")
+    engine_timeout_s: float = knob(300.0, Number(1, 3600), "vllm: the most seconds a replica may take on one "
+                                   "request (a chat stream: between tokens) before it is tried on the next; within "
+                                   "it, a call's timeout follows the replicas' measured speed")
+    engine_assumed_s_per_token: float = knob(0.01, Number(0, 10, above=True), "vllm: seconds per prompt token a "
+                                             "replica is assumed to take until one is measured (conservative: a CPU "
+                                             "replica's speed); a call's timeout is then 5 s + 4 x its tokens x "
+                                             "this, so a replica hung from the start costs seconds, not "
+                                             "engine_timeout_s")
     engine_api_key: str | None = knob(None, optional_text, "vllm: the key the replicas require (vLLM's "
                                       "`--api-key`); set the variable, not the flag", shown="none", secret=True)
     # fmt: on

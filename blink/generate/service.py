@@ -12,6 +12,7 @@ The steps, in the request pipeline's order:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from dataclasses import replace
@@ -20,16 +21,18 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from blink.errors import InvalidRequest
-from blink.generate.chat_engine import ChatEngine, Rendered
+from blink.generate.chat_engine import ChatEnd, ChatEngine, Rendered
 from blink.generate.reasoning import opens_thinking
 from blink.plan import GenerationParams
 from blink.tokens import TokenCap, capped_tokens
+from blink.web import metrics
 from blink.web.streams import GeneratorStream
 
 
 class ChatService:
-    def __init__(self, engine: ChatEngine, backend, keepalive_s: float = 5.0):
+    def __init__(self, engine: ChatEngine, backend, keepalive_s: float = 5.0, model_name: str = ""):
         self.engine = engine
+        self.model_name = model_name  # the served name: the metrics' `model_name`
         self.backend = backend  # blink.backend.Backend
         self.keepalive_s = keepalive_s  # seconds without a token before a stream sends a keep-alive
         self.cap = TokenCap(engine.tokenizer)  # counts a raw prompt in time bounded by the context window
@@ -116,14 +119,32 @@ class ChatService:
         params = replace(params, max_tokens=rendered.max_tokens, images=tuple(rendered.images))
         ids = rendered.ids
         stream = GeneratorStream(
-            lambda: self.backend.generate(ids, params, caller), self.keepalive_s if streamed else None
+            lambda: self.measured(self.backend.generate(ids, params, caller)), self.keepalive_s if streamed else None
         )
         held.push_async_callback(stream.aclose)
         return stream
 
     def generate_sync(self, rendered: Rendered, caller: Any) -> Iterator[Any]:
         """The UI's blocking generator (it runs in Gradio's worker thread)."""
-        return self.backend.generate(rendered.ids, GenerationParams(max_tokens=rendered.max_tokens), caller)
+        return self.measured(
+            self.backend.generate(rendered.ids, GenerationParams(max_tokens=rendered.max_tokens), caller)
+        )
+
+    def measured(self, items: Iterator[Any]) -> Iterator[Any]:
+        """The backend's items as they are, recorded in this process's metrics (on the Space too: the GPU worker's
+        items pass through here): the time to the first one, then the token counts of the end."""
+        started, first = time.perf_counter(), True
+        try:
+            for item in items:
+                if isinstance(item, ChatEnd):
+                    metrics.chat_ended(self.model_name, item.finish_reason, item.prompt_tokens, item.completion_tokens)
+                elif first:
+                    metrics.TTFT.labels(self.model_name).observe(time.perf_counter() - started)
+                    first = False
+                yield item
+        finally:
+            if (close := getattr(items, "close", None)) is not None:
+                close()  # closed with us, at once: on ZeroGPU that stops the worker and frees the GPU
 
     def thinking(self, ids: list[int]) -> tuple[bool, bool]:
         """(thinking on, the prompt opened the `<think>` block itself)."""

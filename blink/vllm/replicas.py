@@ -8,10 +8,10 @@ thus spills to the next one in the request's order, the same for every request o
 state warms one more cache, not all of them.
 
 Each call's timeout follows what it should take, not a fixed bound: the prompt tokens it sends times the slowest
-measured speed of the replicas (an average of seconds per prompt token over their recent answers), times
-`timeout_factor`, plus `min_timeout_s`, never more than `timeout_s` (which is also the bound before anything
-is measured). A hung replica thus holds only the requests sent to it, for about that long; they time out and
-are retried on the next replica of their order, and it is marked down.
+measured speed of the replicas (an average of seconds per prompt token over their recent answers; before any is
+measured, `assumed_s_per_token`, a conservative speed), times `timeout_factor`, plus `min_timeout_s`, never more
+than `timeout_s`. A hung replica thus holds only the requests sent to it, for about that long, from the first
+request on; they time out and are retried on the next replica of their order, and it is marked down.
 
 A replica that can't be reached, times out (or answers 429/502/503/504) is marked down for a back-off that doubles per
 consecutive failure, and the request moves on to the next one. When none can take it the request is answered
@@ -32,6 +32,7 @@ import httpx
 
 from blink.errors import BlinkError, EngineFailure, InvalidRequest, Overloaded
 from blink.vllm.affinity import PrefixTable, Route, rendezvous
+from blink.web import metrics
 
 T = TypeVar("T")
 
@@ -105,6 +106,7 @@ class Replicas:
         timeout_s: float = 300.0,
         min_timeout_s: float = 5.0,
         timeout_factor: float = 4.0,
+        assumed_s_per_token: float = 0.01,
         api_key: str | None = None,
         table: PrefixTable | None = None,
     ):
@@ -121,6 +123,7 @@ class Replicas:
             min(min_timeout_s, timeout_s),
             timeout_factor,
         )
+        self.assumed_s_per_token = assumed_s_per_token  # until a replica is measured
         self.lock = threading.Lock()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx.Client(
@@ -173,9 +176,8 @@ class Replicas:
         """Seconds a call sending `tokens` prompt tokens may take before it is given up on this replica."""
         with self.lock:
             measured = [r.seconds_per_token for r in self.replicas if r.seconds_per_token is not None]
-        if not measured:
-            return self.max_timeout_s
-        expected = max(1, tokens) * max(measured)
+        # the slowest measured replica, or before any is measured the assumed (conservative) speed
+        expected = max(1, tokens) * (max(measured) if measured else self.assumed_s_per_token)
         return min(self.max_timeout_s, self.min_timeout_s + self.timeout_factor * expected)
 
     def _measure(self, replica: Replica, tokens: int, seconds: float) -> None:
@@ -198,21 +200,27 @@ class Replicas:
         tried: set[str] = set()
         refused: str | None = None
         while (replica := self._take(route, tried)) is not None:
+            if tried:
+                metrics.REPLICA_RETRIES.inc()
             tried.add(replica.url)
             try:
                 result = work(replica)
             except (httpx.TransportError, ReplicaDown) as error:
+                metrics.REPLICA_CALLS.labels(replica.url, "down").inc()
                 self._release(replica, error, down=True)
             except ReplicaRefused as error:
+                metrics.REPLICA_CALLS.labels(replica.url, "failed").inc()
                 self._release(replica, error)
                 refused = str(error)
             except BlinkError:
+                metrics.REPLICA_CALLS.labels(replica.url, "request").inc()
                 self._release(replica, None)  # the request's fault: the replica answered fine
                 raise
             except BaseException as error:
                 self._release(replica, error if isinstance(error, Exception) else None)
                 raise
             else:
+                metrics.REPLICA_CALLS.labels(replica.url, "ok").inc()
                 self.table.remember(route, replica.url)
                 if hold:
                     return replica, result
@@ -232,7 +240,9 @@ class Replicas:
             request = self.client.build_request(
                 "POST", replica.url + path, json=self.with_model(replica, body), timeout=timeout
             )
+            started = time.monotonic()
             response = self.client.send(request, stream=True)
+            metrics.REPLICA_LATENCY.labels(replica.url).observe(time.monotonic() - started)
             if response.status_code != 200:
                 response.read()
                 response.close()
@@ -262,6 +272,7 @@ class Replicas:
         started = time.monotonic()
         answer = check(self.client.post(replica.url + path, json=self.with_model(replica, body), timeout=timeout))
         self._measure(replica, tokens, time.monotonic() - started)
+        metrics.REPLICA_LATENCY.labels(replica.url).observe(time.monotonic() - started)
         return answer
 
     # health -----------------------------------------------------------------------------------------------
@@ -304,6 +315,15 @@ class Replicas:
                 )
         up = sum(row["state"] != "down" for row in rows)
         return {"engine": "vllm", "ok": up > 0, "replicas_up": up, "replicas": rows}
+
+    def states(self) -> list[dict]:
+        """Each replica's state as /metrics reads it, without asking the replicas anything."""
+        with self.lock:
+            now = time.monotonic()
+            return [
+                {"url": r.url, "circuit": "closed" if r.is_up(now) else "open", "in_flight": r.in_flight}
+                for r in self.replicas
+            ]
 
     def close(self) -> None:
         self.client.close()

@@ -46,6 +46,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Match, Route
 
 from blink.errors import BlinkError, EngineFailure, InvalidRequest, NoRoute, Unauthorized
+from blink.web import metrics
 from blink.web.admission import KEYED, units_of
 from blink.web.bodies import parse_body, received
 
@@ -88,6 +89,7 @@ class Wire:
 
     def error_response(self, error: BlinkError, request_id: str, timing: Timing) -> Response:
         status, body = self.render(error)
+        metrics.refused(status, error.kind)
         headers = {**self.headers(request_id, timing), **error.headers}
         if isinstance(error, Unauthorized):
             headers["WWW-Authenticate"] = "Bearer"
@@ -244,13 +246,17 @@ class Endpoint:
         """Step 4 (a place, or 529), then the work."""
         wire = call.wire or self.wire
         if self.admit:  # API callers passed the key (or none is set): keyed
+            waited = time.perf_counter()
             try:
                 admitted = self.ctx.admission.admit(self.admit, KEYED, None, units=call.units)
                 _, call.ticket = await call.held.enter_async_context(admitted)
             except BlinkError as error:
+                metrics.ADMISSION_WAIT.labels(self.admit).observe(time.perf_counter() - waited)
                 await wire.error_response(error, call.request_id, call.timing)(scope, receive, send)
                 return
+            metrics.ADMISSION_WAIT.labels(self.admit).observe(time.perf_counter() - waited)
         await answer(wire, self.handler, call, send)
+        metrics.E2E.labels(self.ctx.served_name).observe(time.perf_counter() - call.timing.start)
 
 
 async def answer(wire: Wire, handler: Handler, call: Call, send) -> None:

@@ -2,13 +2,17 @@
 answered well-formed after a fixed sleep, computing nothing. For the replica simulation (bench/replicas_sim.py)
 and its CI test (ci/tests/test_replicas_sim.py); not a test module.
 
-    python ci/tests/scripted_vllm.py --port P [--delay-ms 100] [--parallel 1] [--abort-after N | --close-after N]
+    python ci/tests/scripted_vllm.py --port P [--delay-ms 100] [--parallel 1]
+                                     [--abort-after N | --close-after N | --hang]
 
 - `GET /health` (200), `GET /v1/models` (one model, its `max_model_len`);
 - `POST /v1/completions` without `stream`: one choice per prompt of `prompt` (a list of token-id lists), each with
   `logprobs.top_logprobs[0]` holding `"token_id:N"` for every N of `logprob_token_ids` (fixed made-up values);
 - `POST /v1/completions` with `stream`: server-sent events of `choices[0].token_ids`, `max_tokens` tokens, the last
   with `finish_reason: "length"`, then `data: [DONE]`.
+
+`--hang` answers `/health` and `/v1/models` but never a completion (the request is read, then nothing): a replica
+stuck in its engine while its HTTP server lives.
 
 Two faults a real replica shows while it shuts down: `--abort-after N` ends every stream after N tokens with
 `finish_reason: "abort"` and `[DONE]`, and answers every read aborted (no log-probabilities), as vLLM does with the
@@ -52,7 +56,9 @@ def scores(body: dict, aborted: bool = False) -> dict:
     }
 
 
-def make_handler(delay_s: float, slots: threading.Semaphore, counts: dict, abort_after=None, close_after=None):
+def make_handler(
+    delay_s: float, slots: threading.Semaphore, counts: dict, abort_after=None, close_after=None, hang=False
+):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -81,6 +87,8 @@ def make_handler(delay_s: float, slots: threading.Semaphore, counts: dict, abort
             if self.path != "/v1/completions":
                 self._json(404, {"error": {"message": f"no route {self.path}"}})
                 return
+            if hang:
+                threading.Event().wait()  # never answered: the client's timeout ends it
             with slots:  # `parallel` at a time, each after the fixed delay
                 time.sleep(delay_s)
                 counts["served"] += 1
@@ -121,12 +129,18 @@ def main() -> None:
     faults = parser.add_mutually_exclusive_group()
     faults.add_argument("--abort-after", type=int, help="end every stream after N tokens, aborted; abort every read")
     faults.add_argument("--close-after", type=int, help="close every stream after N tokens, with no [DONE]")
+    faults.add_argument("--hang", action="store_true", help="answer /health and /v1/models, never a completion")
     args = parser.parse_args()
     counts = {"served": 0}
     server = Server(
         ("127.0.0.1", args.port),
         make_handler(
-            args.delay_ms / 1000, threading.Semaphore(args.parallel), counts, args.abort_after, args.close_after
+            args.delay_ms / 1000,
+            threading.Semaphore(args.parallel),
+            counts,
+            args.abort_after,
+            args.close_after,
+            args.hang,
         ),
     )
     print(f"scripted vLLM replica on http://127.0.0.1:{args.port} ({args.delay_ms} ms, {args.parallel} at a time)")

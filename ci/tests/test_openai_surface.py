@@ -195,9 +195,14 @@ def test_models_carry_modalities_and_resolve_by_id(client, surface, name):
         assert m.architecture == {"input_modalities": ["text"], "output_modalities": ["text", "decisions"]}
     one = client.models.retrieve("blink-alias")
     assert one.id == "blink-alias" and one.architecture["output_modalities"] == ["text", "decisions"]
-    with pytest.raises(openai.NotFoundError) as caught:
-        client.models.retrieve("gpt-9")
-    assert caught.value.body["code"] == "model_not_found" and "gpt-9" in caught.value.body["message"]
+    assert "root" not in one.model_extra
+    # any name a request may carry is answered by the served model: GET says so (POST takes it)
+    other = client.models.retrieve("jev-latest")
+    assert other.id == "jev-latest" and other.model_extra["root"] == name
+    hi = [{"role": "user", "content": "hi"}]
+    assert client.chat.completions.create(model="jev-latest", messages=hi, max_tokens=1).model == name
+    r = httpx.get(surface + "/v1/models/", timeout=30)
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
     body = httpx.get(surface + "/v1/models", timeout=30).json()
     assert [m["name"] for m in body["models"]] == [name, "blink-alias"]  # TypeSafe's list, same body
 

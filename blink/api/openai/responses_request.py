@@ -24,6 +24,15 @@ from blink.api.openai.protocol import (
 from blink.errors import InvalidRequest
 
 STATEFUL = {"previous_response_id": "previous responses", "conversation": "conversations"}
+# fields checked for their type only: name -> (the type, what the error says it must be)
+TYPED = {
+    "store": (bool, "true or false"),
+    "stream": (bool, "true or false"),
+    "metadata": (dict, "an object"),
+    "safety_identifier": (str, "a string"),
+    "prompt_cache_key": (str, "a string"),
+    "service_tier": (str, "a string"),
+}
 
 
 def _tools(tools: Any) -> list[dict] | None:
@@ -152,11 +161,8 @@ def _messages(body: dict) -> list[dict]:
     return conversation.messages
 
 
-def parse_responses(body: Any) -> ChatRequest:
-    if not isinstance(body, dict):
-        raise bad("the body must be a JSON object with `model` and `input`")
-    if body.get("model") is not None and not isinstance(body["model"], str):
-        raise bad("`model` must be a string", "model")
+def _refuse_stored_state(body: dict) -> None:
+    """What needs stored state is a 400 that says so: nothing is stored here."""
     for name, what in STATEFUL.items():
         if body.get(name) is not None:
             raise bad(
@@ -171,18 +177,24 @@ def parse_responses(body: Any) -> ChatRequest:
             "background",
             kind="unsupported_parameter",
         )
-    if body.get("store") is not None and not isinstance(body["store"], bool):
-        raise bad("`store` must be true or false", "store")
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise bad("`stream` must be true or false", "stream")
-    if body.get("metadata") is not None and not isinstance(body["metadata"], dict):
-        raise bad("`metadata` must be an object", "metadata")
-    for name in ("safety_identifier", "prompt_cache_key", "service_tier"):
-        if body.get(name) is not None and not isinstance(body[name], str):
-            raise bad(f"`{name}` must be a string", name)
+
+
+def _check_types(body: dict) -> None:
+    """The fields that are echoed or accepted as they are, checked for their type (and the penalties' range)."""
+    for name, (kind, what) in TYPED.items():
+        if body.get(name) is not None and not isinstance(body[name], kind):
+            raise bad(f"`{name}` must be {what}", name)
     for name in ("presence_penalty", "frequency_penalty"):
         number(body, name, -2.0, 2.0)
+
+
+def parse_responses(body: Any) -> ChatRequest:
+    if not isinstance(body, dict):
+        raise bad("the body must be a JSON object with `model` and `input`")
+    if body.get("model") is not None and not isinstance(body["model"], str):
+        raise bad("`model` must be a string", "model")
+    _refuse_stored_state(body)
+    _check_types(body)
     messages = _messages(body)
     tools = _tools(body.get("tools"))
     if _tool_choice(body.get("tool_choice")) == "none":
@@ -191,7 +203,7 @@ def parse_responses(body: Any) -> ChatRequest:
     return ChatRequest(
         messages,
         tools or None,
-        bool(stream),
+        bool(body.get("stream")),
         False,
         integer(body, "max_output_tokens", 1),
         params,
