@@ -23,6 +23,7 @@ Exit status: 0 ok, 2 a configuration error (the message names the Space and the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import sys
 import tempfile
@@ -106,7 +107,8 @@ def verify_space(space: Space, fleet: Fleet, folder: Path) -> None:
     namespace: dict = {}
     exec(compile((folder / "space_config.py").read_text(encoding="utf-8"), "space_config.py", "exec"), namespace)
     try:
-        resolved = resolve_space(namespace, env={})
+        with contextlib.chdir(folder):  # as the Space runs: its files (a moderation policy) read from its folder
+            resolved = resolve_space(namespace, env={})
     except StartupError as exc:
         raise ConfigError(f"[spaces.{space.name}]", None, f"the app would refuse this config: {exc}") from None
     if resolved != (space.settings, space.space):

@@ -147,6 +147,7 @@ def build_context(
     from blink.generate.service import ChatService
     from blink.model.loading import versions
 
+    policy = moderation_policy(settings)  # before the model loads: a broken file refuses at once
     served = served or load_served(settings)
     backend = backend or backend_for(settings, served)
     planner, loaded = served.planner, served.loaded
@@ -180,6 +181,7 @@ def build_context(
         "x_order": planner.order,
         "x_calibration": planner.x_calibration,
         "prior_states": list(planner.prior_states),
+        "moderation": {"policy": public_name(policy.source), "categories": [c.name for c in policy.categories]},
     }
     if planner.accepts_images:
         health.update(
@@ -199,7 +201,31 @@ def build_context(
         caller_of=caller_of or anonymous,
         description=description or Context.description,
         live_health=[backend.health, *extra_health],
+        moderation=checked_policy(policy, planner),
     )
+
+
+def moderation_policy(settings: Settings):
+    """/v1/moderations' policy: the knob's file, or the default; a file it cannot serve stops start-up, naming the
+    file and the fault."""
+    from blink.errors import StartupError
+    from blink.moderation_policy import load_policy
+
+    try:
+        return load_policy(settings.moderation_policy)
+    except ValueError as error:
+        raise StartupError(str(error)) from None
+
+
+def checked_policy(policy, planner):
+    """The policy's questions checked as the planner checks them on every request (against max_questions)."""
+    from blink.errors import InvalidRequest, StartupError
+
+    try:
+        planner.check({"state": "a", "questions": policy.questions()})
+    except InvalidRequest as error:
+        raise StartupError(f"moderation policy {policy.source}: {error.message}") from None
+    return policy
 
 
 def public_name(model: str | None) -> str | None:
@@ -232,11 +258,11 @@ def calibration_for(settings: Settings, loaded):
 def api_routes(ctx: Context, metrics: bool = True) -> list:
     """Every API route; `metrics`: `GET /metrics` too (the `metrics` knob: on for `serve`, off on a Space unless
     set)."""
-    from blink.api import catalog, openai, systemone
+    from blink.api import catalog, moderations, openai, systemone
     from blink.api.openai import protocol
     from blink.web.endpoint import not_routed
 
-    routes = catalog.routes(ctx) + systemone.routes(ctx) + openai.routes(ctx)
+    routes = catalog.routes(ctx) + systemone.routes(ctx) + openai.routes(ctx) + moderations.routes(ctx)
     if metrics:
         routes.append(catalog.metrics_route(ctx))
     # the more specific prefix first: /v1/systemone* answers in System One's shape, the rest of /v1/ in OpenAI's

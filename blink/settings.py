@@ -23,6 +23,7 @@ from typing import Any
 from blink.errors import StartupError
 from blink.knob_parsers import Choice, Integer, Number, TextList, api_key, flag, names, optional_text, plain_text, urls
 from blink.limits import ImageLimits, Limits
+from blink.moderation_policy import PolicyFile
 
 
 class BadSetting(ValueError):
@@ -181,6 +182,10 @@ class Settings:
     prior_states: tuple[str, ...] = knob(("N/A", "", "[MASK]"), TextList(), "the content-free states a question's "
                                          "prior is read from (averaged) for `x_calibration` prior",
                                          shown='["N/A", "", "[MASK]"]')
+    moderation_policy: str | None = knob(None, PolicyFile(), "/v1/moderations: the policy file (TOML or JSON; "
+                                         "docs/api-moderations.md): its categories, each a definition and a "
+                                         "threshold; checked whole at start-up", fleet="moderation.policy",
+                                         shown="OpenAI's 13 categories (blink/policies/openai.toml)")
     metrics: bool = knob(True, flag, "serve `GET /metrics` (Prometheus' text format, vLLM's names where they mean the "
                          "same; behind the API key when one is set)", space_default=False, shown="on (Space: off)")
     engine: str = knob("local", Choice(("local", "vllm")), "who runs the model: local (blink's own engine, the "
