@@ -191,6 +191,7 @@ def build_context(
         caller_of=caller_of or anonymous,
         description=description or Context.description,
         live_health=[backend.health, *extra_health],
+        rerank_question=settings.rerank_question,
     )
 
 
@@ -222,14 +223,16 @@ def calibration_for(settings: Settings, loaded):
 
 
 def api_routes(ctx: Context) -> list:
-    from blink.api import catalog, openai, systemone
+    from blink.api import catalog, openai, rerank, systemone
     from blink.api.openai import protocol
     from blink.web.endpoint import not_routed
 
-    routes = catalog.routes(ctx) + systemone.routes(ctx) + openai.routes(ctx)
-    # the more specific prefix first: /v1/systemone* answers in System One's shape, the rest of /v1/ in OpenAI's
+    routes = catalog.routes(ctx) + systemone.routes(ctx) + openai.routes(ctx) + rerank.routes(ctx)
+    # the more specific prefix first: /v1/systemone* answers in System One's shape, rerank and score in theirs
+    # (root paths too), the rest of /v1/ in OpenAI's
     return routes + [
         not_routed(ctx, "/v1/systemone", systemone.WIRE, routes),
+        *rerank.not_routed_here(ctx, routes),
         not_routed(ctx, "/v1/", protocol.WIRE, routes),
     ]
 
