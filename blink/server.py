@@ -202,6 +202,7 @@ def build_context(
         description=description or Context.description,
         live_health=[backend.health, *extra_health],
         moderation=checked_policy(policy, planner),
+        rerank_question=settings.rerank_question,
     )
 
 
@@ -258,16 +259,20 @@ def calibration_for(settings: Settings, loaded):
 def api_routes(ctx: Context, metrics: bool = True) -> list:
     """Every API route; `metrics`: `GET /metrics` too (the `metrics` knob: on for `serve`, off on a Space unless
     set)."""
-    from blink.api import catalog, moderations, openai, systemone
+    from blink.api import catalog, moderations, openai, rerank, systemone
     from blink.api.openai import protocol
     from blink.web.endpoint import not_routed
 
-    routes = catalog.routes(ctx) + systemone.routes(ctx) + openai.routes(ctx) + moderations.routes(ctx)
+    routes = (
+        catalog.routes(ctx) + systemone.routes(ctx) + openai.routes(ctx) + rerank.routes(ctx) + moderations.routes(ctx)
+    )
     if metrics:
         routes.append(catalog.metrics_route(ctx))
-    # the more specific prefix first: /v1/systemone* answers in System One's shape, the rest of /v1/ in OpenAI's
+    # the more specific prefix first: /v1/systemone* answers in System One's shape, rerank and score in theirs
+    # (root paths too), the rest of /v1/ in OpenAI's
     return routes + [
         not_routed(ctx, "/v1/systemone", systemone.WIRE, routes),
+        *rerank.not_routed_here(ctx, routes),
         not_routed(ctx, "/v1/", protocol.WIRE, routes),
     ]
 

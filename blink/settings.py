@@ -21,7 +21,19 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
 from blink.errors import StartupError
-from blink.knob_parsers import Choice, Integer, Number, TextList, api_key, flag, names, optional_text, plain_text, urls
+from blink.knob_parsers import (
+    Choice,
+    Integer,
+    Number,
+    QueryTemplate,
+    TextList,
+    api_key,
+    flag,
+    names,
+    optional_text,
+    plain_text,
+    urls,
+)
 from blink.limits import ImageLimits, Limits
 from blink.moderation_policy import PolicyFile
 
@@ -85,6 +97,8 @@ def knobs(schema) -> list[Knob]:
 
 
 IMAGE = ImageLimits()
+# each document is the state; the question carries the query (the model's trained shape: content, then criterion)
+RERANK_QUESTION = "Does this text hold information that helps answer the query: {query}"
 LIMITS = Limits()
 
 
@@ -139,6 +153,12 @@ class Settings:
                                    "request (a shared state counted once)", fleet="limits.max_request_tokens")
     max_body_bytes: int = knob(LIMITS.max_body_bytes, Integer(1024, 1 << 30), "request body as sent; past it 413",
                                fleet="limits.max_body_bytes")
+    max_documents: int = knob(LIMITS.max_documents, Integer(1, 1024), "documents (or pairs) per rerank or score "
+                              "request: each is a decision and holds one of the max-queued + max-batch places",
+                              fleet="limits.max_documents")
+    rerank_question: str = knob(RERANK_QUESTION, QueryTemplate(), "rerank and score: the yes/no question asked of "
+                                "each document (the decision's state), `{query}` standing for the query; a "
+                                "document's relevance is the probability of yes", fleet="rerank.question")
     system_prompt: str | None = knob(None, optional_text, "chat: system message prepended when a conversation has "
                                      "none", fleet="system_prompt")
     max_output_tokens: int = knob(4096, Integer(1, 32768), "chat: most tokens per reply (a larger `max_tokens` is "
@@ -234,6 +254,7 @@ class Settings:
             max_context_tokens=self.max_context_tokens,
             max_request_tokens=self.max_request_tokens,
             max_body_bytes=self.max_body_bytes,
+            max_documents=self.max_documents,
         )
 
     @property
