@@ -112,6 +112,12 @@ def gpu_generate(ids, params: GenerationParams, seconds: int):
     yield from CHAT_ENGINE.generate(ids, params)
 
 
+@spaces.GPU(duration=GpuCall.duration, size=decorator_size(GPU_SIZE))
+def gpu_prompt_logprobs(prompts, top: int, seconds: int):
+    """Every token of each prompt scored (echo, loglikelihood) in the GPU worker: plain PromptLogprobs back."""
+    return ENGINE.prompt_logprobs(prompts, top)
+
+
 # --- the backend and the context every route and the UI serve from ---------------------------------------
 BACKEND = (
     None  # build_context sends decisions and chat to the replicas
@@ -126,6 +132,7 @@ BACKEND = (
         generate_max_s=CHAT_DURATION_MAX_S,
         max_output_tokens=MAX_OUTPUT_TOKENS,
         runs=LocalBackend(ENGINE, CHAT_ENGINE),
+        gpu_prompt_logprobs=gpu_prompt_logprobs,
     )
 )
 CTX = build_context(

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Limits:
     max_questions: int = 128  # questions per request
+    max_prompts: int = 128  # prompts per completion request (a list of prompts, one choice each)
     max_options: int = 255  # options per choice question (TypeSafe's documented maximum)
     max_levels: int = 10  # levels per score question (TypeSafe's documented maximum)
     max_context_tokens: int = 32768  # one prompt: the state plus one question, rendered

@@ -260,12 +260,11 @@ def api_routes(ctx: Context, metrics: bool = True) -> list:
     """Every API route; `metrics`: `GET /metrics` too (the `metrics` knob: on for `serve`, off on a Space unless
     set)."""
     from blink.api import catalog, moderations, openai, rerank, systemone
-    from blink.api.openai import protocol
+    from blink.api.openai import protocol, tokenize
     from blink.web.endpoint import not_routed
 
-    routes = (
-        catalog.routes(ctx) + systemone.routes(ctx) + openai.routes(ctx) + rerank.routes(ctx) + moderations.routes(ctx)
-    )
+    routes = catalog.routes(ctx) + systemone.routes(ctx) + openai.routes(ctx) + tokenize.routes(ctx)
+    routes += rerank.routes(ctx) + moderations.routes(ctx)
     if metrics:
         routes.append(catalog.metrics_route(ctx))
     # the more specific prefix first: /v1/systemone* answers in System One's shape, rerank and score in theirs

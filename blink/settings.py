@@ -144,6 +144,8 @@ class Settings:
                                           fleet="limits.prefix_cache_mib", shown="auto")
     max_questions: int = knob(LIMITS.max_questions, Integer(1, 1024), "questions per request",
                               fleet="limits.max_questions")
+    max_prompts: int = knob(LIMITS.max_prompts, Integer(1, 1024), "prompts per completion request (one choice "
+                            "each)")
     max_options: int = knob(LIMITS.max_options, Integer(2, 255), "options per choice question",
                             fleet="limits.max_options")
     max_levels: int = knob(LIMITS.max_levels, Integer(2, 255), "levels per score question", fleet="limits.max_levels")
@@ -249,6 +251,7 @@ class Settings:
     def limits(self) -> Limits:
         return Limits(
             max_questions=self.max_questions,
+            max_prompts=self.max_prompts,
             max_options=self.max_options,
             max_levels=self.max_levels,
             max_context_tokens=self.max_context_tokens,
