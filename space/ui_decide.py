@@ -236,7 +236,14 @@ def decide_tab(ctx: Context, caveat: str) -> None:
             api_visibility=PRIVATE,
         )
     # an empty state is told beside its box as soon as it is empty (loaded, cleared or typed), not only on Decide
-    state.change(state_note_html, state, state_box_note, queue=False, api_visibility=PRIVATE)
+    # (hidden when there is nothing to say: an empty block still takes room between the box and the examples)
+    state.change(
+        lambda text: gr.update(value=state_note_html(text), visible=bool(state_note_html(text))),
+        state,
+        state_box_note,
+        queue=False,
+        api_visibility=PRIVATE,
+    )
     add.click(lambda c: set_count(c, +1), count, [count, *groups], api_visibility=PRIVATE)
     remove.click(lambda c: set_count(c, -1), count, [count, *groups], api_visibility=PRIVATE)
     # the caveat says what the chosen calibration does; answers got another way go with the old caveat

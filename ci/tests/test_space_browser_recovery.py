@@ -61,7 +61,7 @@ def test_decide_leaves_no_stale_answers(space, browser):
     # the page opens with an empty state, and says so beside the box; an example's state takes the note away
     wait.until(lambda d: "The state is empty" in d.find_element(By.ID, "blink-state-note").text)
     decide_an_example(browser, wait)
-    assert "The state is empty" not in browser.find_element(By.ID, "blink-state-note").text
+    wait.until(lambda d: not any("The state is empty" in e.text for e in d.find_elements(By.ID, "blink-state-note")))
     summary = browser.find_element(By.ID, "blink-results").text
     assert "confidence" in summary and "Charges, refunds and invoices" in summary  # descriptions beside the bars
     caveat = browser.find_element(By.ID, "blink-caveat").text
