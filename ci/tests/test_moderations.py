@@ -270,7 +270,8 @@ def custom(demo_root, tmp_path_factory):
     path = tmp_path_factory.mktemp("policy") / "house.json"
     path.write_text(json.dumps(CUSTOM))
     env = {"BLINK_MODERATION_POLICY": str(path)}
-    with running(blink_serve("--max-context-tokens", "256"), demo_root, env=env, name="serve-policy") as url:
+    flags = ("--max-context-tokens", "256", "--max-queued-requests", "2", "--max-batch-requests", "1")  # 3 places
+    with running(blink_serve(*flags), demo_root, env=env, name="serve-policy") as url:
         yield url
 
 
@@ -337,3 +338,14 @@ def test_text_and_image_parts_are_one_decision_on_a_vision_model(vision_server):
         assert abs(result["category_scores"][name] - same[name]["noul"]) < 1e-6
     [alone] = post(vision_server, {"input": [parts[1]]}).json()["results"]
     assert alone["category_applied_input_types"] == {name: ["image"] for name in OPENAI_KEYS}
+
+
+@pytest.mark.e2e
+def test_a_list_of_k_inputs_holds_k_places(custom):
+    """Each input is a decision and holds a place of the decide gate: a list the gate could never hold is refused at
+    once, before admission, naming the limit; one that fits is served."""
+    assert post(custom, {"input": ["one", "two", "three"]}).status_code == 200
+    r = post(custom, {"input": ["one", "two", "three", "four"]})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert "4 decide units" in error["message"] and "at most 3" in error["message"], error
