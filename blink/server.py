@@ -122,6 +122,8 @@ def backend_for(settings: Settings, served: ServedModel):
         list(settings.engine_url),
         timeout_s=settings.engine_timeout_s,
         assumed_s_per_token=settings.engine_assumed_s_per_token,
+        failure_threshold=settings.engine_failure_threshold,
+        health_interval_s=settings.engine_health_interval_s,
         api_key=settings.engine_api_key,
     )
     return VllmBackend(replicas, served.chat_engine)
@@ -200,6 +202,7 @@ def build_context(
         description=description or Context.description,
         live_health=[backend.health, *extra_health],
         moderation=checked_policy(policy, planner),
+        rerank_question=settings.rerank_question,
     )
 
 
@@ -256,16 +259,19 @@ def calibration_for(settings: Settings, loaded):
 def api_routes(ctx: Context, metrics: bool = True) -> list:
     """Every API route; `metrics`: `GET /metrics` too (the `metrics` knob: on for `serve`, off on a Space unless
     set)."""
-    from blink.api import catalog, moderations, openai, systemone
-    from blink.api.openai import protocol
+    from blink.api import catalog, moderations, openai, rerank, systemone
+    from blink.api.openai import protocol, tokenize
     from blink.web.endpoint import not_routed
 
-    routes = catalog.routes(ctx) + systemone.routes(ctx) + openai.routes(ctx) + moderations.routes(ctx)
+    routes = catalog.routes(ctx) + systemone.routes(ctx) + openai.routes(ctx) + tokenize.routes(ctx)
+    routes += rerank.routes(ctx) + moderations.routes(ctx)
     if metrics:
         routes.append(catalog.metrics_route(ctx))
-    # the more specific prefix first: /v1/systemone* answers in System One's shape, the rest of /v1/ in OpenAI's
+    # the more specific prefix first: /v1/systemone* answers in System One's shape, rerank and score in theirs
+    # (root paths too), the rest of /v1/ in OpenAI's
     return routes + [
         not_routed(ctx, "/v1/systemone", systemone.WIRE, routes),
+        *rerank.not_routed_here(ctx, routes),
         not_routed(ctx, "/v1/", protocol.WIRE, routes),
     ]
 

@@ -9,6 +9,8 @@ An example is a fenced code block right after a marker line `<!-- example <runne
   function, every line at once in a `# ` comment block closing the code, wrapped at `, ` to the page's width.
   `<!-- example python with-previous -->` runs the file's previous python example first (its `client`, ...),
   showing only this one's output.
+ruff formats the Markdown's Python blocks too (`ruff format --check .`): a print line with its output must stay
+within the line length, so print a few short values, not a whole body.
 
 Every example talks to `http://127.0.0.1:7860` as written (the Space's first command, `BLINK_MODEL=demo`, which
 answers as `blink-4b`); here that address is replaced by a fresh Space's on a free port, and the examples run one

@@ -159,7 +159,11 @@ class Executor(PromptInputs):
         resumed = self.saved_prefixes(inputs)
         inputs.features = self._encode_images(inputs, resumed)
         cached = [resumed[g].length if g in resumed else 0 for g in range(len(groups))]
-        hidden = {}  # (group, prompt, read) -> the hidden state at that read's position
+        return self.readout(groups, self.read_hidden(inputs, resumed)), cached
+
+    def read_hidden(self, inputs: Inputs, resumed: dict) -> dict:
+        """Steps 1-3 for every group: (group, prompt, read) -> the hidden state at that read's position."""
+        hidden = {}
         for prefix in self.prefixes(inputs, resumed):
             passes = self.suffix_passes(inputs, prefix)
             suffixes = {}
@@ -169,7 +173,7 @@ class Executor(PromptInputs):
                 del cache  # a fanned-out copy goes before the next pass makes its own
             hidden |= self.read_states(inputs, prefix, suffixes)
             del prefix, suffixes  # this pass's cache and hidden states go before the next prefill
-        return self.readout(groups, hidden), cached
+        return hidden
 
     def inputs(self, groups: list[list[Prompt]]) -> Inputs:
         everything = [p for prompts in groups for p in prompts]

@@ -12,7 +12,18 @@ ROOT = Path(__file__).resolve().parents[2]
 LAYERS = [
     (
         "vocabulary",
-        ["errors", "limits", "plan", "tokens", "memory", "knob_parsers", "moderation_policy", "backend", "settings"],
+        [
+            "errors",
+            "limits",
+            "plan",
+            "tokens",
+            "memory",
+            "knob_parsers",
+            "moderation_policy",
+            "backend",
+            "settings",
+            "logs",
+        ],
     ),
     ("web", ["web"]),
     ("images", ["images"]),
