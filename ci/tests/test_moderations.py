@@ -348,4 +348,5 @@ def test_a_list_of_k_inputs_holds_k_places(custom):
     r = post(custom, {"input": ["one", "two", "three", "four"]})
     assert r.status_code == 400, r.text
     error = r.json()["error"]
+    assert error["code"] == "too_much_work" and error["type"] == "invalid_request_error"
     assert "4 decide units" in error["message"] and "at most 3" in error["message"], error
