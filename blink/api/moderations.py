@@ -12,7 +12,6 @@ input's types (text, image) for each.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import uuid
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from starlette.routing import Route
 
 from blink.api.openai.protocol import WIRE, bad, data_url
 from blink.context import Context
-from blink.errors import InvalidRequest
+from blink.errors import BlinkError, InvalidRequest
 from blink.moderation_policy import Policy
 from blink.web.endpoint import CHEAP_CHECK_BYTES, Body, Call, Endpoint
 
@@ -156,21 +155,22 @@ def routes(ctx: Context) -> list[Route]:
                 raise item.relocate(error) from None
         return checked
 
-    async def decide(call: Call, item: Input, checked) -> dict:
-        try:
-            decided = await ctx.service.run(checked, call.ticket, call.caller, call.timing)
-        except InvalidRequest as error:
-            raise item.relocate(error) from None
-        return result(policy, decided.answers, item.types)
-
     async def moderations(call: Call) -> dict:
-        outcomes = await asyncio.gather(
-            *(decide(call, item, checked) for item, checked in call.checked), return_exceptions=True
-        )
-        for outcome in outcomes:  # the first input's error, in the request's order
-            if isinstance(outcome, BaseException):
-                raise outcome
-        return {"id": "modr-" + uuid.uuid4().hex, "model": ctx.served_name, "results": outcomes}
+        inputs = [item for item, _ in call.checked]
+        checked = [one for _, one in call.checked]
+        if len(checked) == 1:  # one decision: planned on the event loop when it is small, as /v1/decisions is
+            try:
+                decided = [await ctx.service.run(checked[0], call.ticket, call.caller, call.timing)]
+            except InvalidRequest as error:
+                raise inputs[0].relocate(error) from None
+        else:  # a place each (Endpoint's `units`), queued together, each answered as it would be alone
+
+            def located(i: int, error: BlinkError) -> BlinkError:
+                return inputs[i].relocate(error) if isinstance(error, InvalidRequest) else error
+
+            decided = await ctx.service.run_many(checked, call.ticket, call.caller, call.timing, at=located)
+        results = [result(policy, d.answers, item.types) for item, d in zip(inputs, decided, strict=True)]
+        return {"id": "modr-" + uuid.uuid4().hex, "model": ctx.served_name, "results": results}
 
     endpoint = Endpoint(
         ctx,
@@ -179,6 +179,7 @@ def routes(ctx: Context) -> list[Route]:
         body=Body("moderation requests"),
         check=check,
         admit="decide",
+        units=len,  # one place per input: each is a decision
         inline_below=CHEAP_CHECK_BYTES,
         arriving=ctx.service.on_its_way,
     )
