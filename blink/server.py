@@ -147,6 +147,7 @@ def build_context(
     from blink.generate.service import ChatService
     from blink.model.loading import versions
 
+    policy = moderation_policy(settings)  # before the model loads: a broken file refuses at once
     served = served or load_served(settings)
     backend = backend or backend_for(settings, served)
     planner, loaded = served.planner, served.loaded
@@ -180,6 +181,7 @@ def build_context(
         "x_order": planner.order,
         "x_calibration": planner.x_calibration,
         "prior_states": list(planner.prior_states),
+        "moderation": {"policy": public_name(policy.source), "categories": [c.name for c in policy.categories]},
     }
     if planner.accepts_images:
         health.update(
@@ -199,7 +201,32 @@ def build_context(
         caller_of=caller_of or anonymous,
         description=description or Context.description,
         live_health=[backend.health, *extra_health],
+        moderation=checked_policy(policy, planner),
+        rerank_question=settings.rerank_question,
     )
+
+
+def moderation_policy(settings: Settings):
+    """/v1/moderations' policy: the knob's file, or the default; a file it cannot serve stops start-up, naming the
+    file and the fault."""
+    from blink.errors import StartupError
+    from blink.moderation_policy import load_policy
+
+    try:
+        return load_policy(settings.moderation_policy)
+    except ValueError as error:
+        raise StartupError(str(error)) from None
+
+
+def checked_policy(policy, planner):
+    """The policy's questions checked as the planner checks them on every request (against max_questions)."""
+    from blink.errors import InvalidRequest, StartupError
+
+    try:
+        planner.check({"state": "a", "questions": policy.questions()})
+    except InvalidRequest as error:
+        raise StartupError(f"moderation policy {policy.source}: {error.message}") from None
+    return policy
 
 
 def public_name(model: str | None) -> str | None:
@@ -232,16 +259,19 @@ def calibration_for(settings: Settings, loaded):
 def api_routes(ctx: Context, metrics: bool = True) -> list:
     """Every API route; `metrics`: `GET /metrics` too (the `metrics` knob: on for `serve`, off on a Space unless
     set)."""
-    from blink.api import catalog, openai, systemone
-    from blink.api.openai import protocol
+    from blink.api import catalog, moderations, openai, rerank, systemone
+    from blink.api.openai import protocol, tokenize
     from blink.web.endpoint import not_routed
 
-    routes = catalog.routes(ctx) + systemone.routes(ctx) + openai.routes(ctx)
+    routes = catalog.routes(ctx) + systemone.routes(ctx) + openai.routes(ctx) + tokenize.routes(ctx)
+    routes += rerank.routes(ctx) + moderations.routes(ctx)
     if metrics:
         routes.append(catalog.metrics_route(ctx))
-    # the more specific prefix first: /v1/systemone* answers in System One's shape, the rest of /v1/ in OpenAI's
+    # the more specific prefix first: /v1/systemone* answers in System One's shape, rerank and score in theirs
+    # (root paths too), the rest of /v1/ in OpenAI's
     return routes + [
         not_routed(ctx, "/v1/systemone", systemone.WIRE, routes),
+        *rerank.not_routed_here(ctx, routes),
         not_routed(ctx, "/v1/", protocol.WIRE, routes),
     ]
 
@@ -260,7 +290,8 @@ def mcp_endpoint(ctx: Context):
 
 def create_app(ctx: Context, cors_origins: Iterable[str] = (), metrics: bool = True):
     """The standalone app: the API routes, and the `decide` tool over MCP at /mcp (the Space serves the same /mcp,
-    and Gradio's MCP server too).
+    and Gradio's MCP server too); any other path answers 404 (405 with `Allow` for a known path) in OpenAI's shape,
+    never FastAPI's `{"detail": "Not Found"}`, which clients that read an `error` object crash on.
 
     Large non-streamed bodies are compressed when the client accepts it (zstd, else gzip; starlette-compress);
     server-sent events never are, so each event reaches the client as it is sent. CORS is opt-in: with
@@ -270,6 +301,9 @@ def create_app(ctx: Context, cors_origins: Iterable[str] = (), metrics: bool = T
     from starlette.middleware.cors import CORSMiddleware
     from starlette.routing import Route
     from starlette_compress import CompressMiddleware, remove_compress_type
+
+    from blink.api.openai import protocol
+    from blink.web.endpoint import not_routed
 
     mcp = mcp_endpoint(ctx)
 
@@ -295,6 +329,8 @@ def create_app(ctx: Context, cors_origins: Iterable[str] = (), metrics: bool = T
             ),
         )
     routes = [Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]), *api_routes(ctx, metrics)]
+    # the root is ours here (on the Space it is Gradio's): any other path or method in OpenAI's error shape
+    routes.append(not_routed(ctx, "/", protocol.WIRE, routes, redirect_slashes=True))
     app = FastAPI(
         title="blink",
         routes=routes,

@@ -4,8 +4,9 @@
 SDK) and TypeSafe's `models[].name/description/release_date` (its SDKs, jevcompat). Each reads its keys
 and ignores the others'; its errors (a 401) carry both shapes at once too. Each model says what it reads and
 writes (`architecture.input_modalities` / `output_modalities`, as OpenRouter lists them): gateways find
-decision models by `"decisions"`. `GET /v1/models/{id}` is one model (an alias included), 404 in OpenAI's
-shape for any other id.
+decision models by `"decisions"`. `GET /v1/models/{id}` is one model: every request may name any model and the
+one served answers it, so any id a request could name has its card (one not listed says which model answers it,
+under `root`, as vLLM's cards do); only an empty id is 404, in OpenAI's shape.
 
 `/metrics` is Prometheus' text format (blink.web.metrics), behind the API key when one is set: the process's
 series, with the requests held and waiting and each vLLM replica's state read as it is scraped.
@@ -64,13 +65,16 @@ def routes(ctx: Context) -> list[Route]:
 
     async def model(call: Call) -> dict:
         name = call.request.path_params["name"]
-        if name not in names(ctx):
+        if not name:
             raise NoRoute(
-                f"The model `{name}` does not exist on this server; it serves {', '.join(names(ctx))}",
+                f"name a model: GET /v1/models/<id>; this server serves {', '.join(names(ctx))}",
                 loc=["body", "model"],
                 kind="model_not_found",
             )
-        return model_card(ctx, name)
+        card = model_card(ctx, name)
+        if name not in names(ctx):  # a request naming it is answered by the served model (POST takes any name)
+            card["root"] = ctx.served_name
+        return card
 
     async def healthz(call: Call) -> dict:
         return ctx.current_health()

@@ -17,6 +17,10 @@ turn per batch, posted when a request arrives and none is pending. A request's w
 and back is then two hand-offs between threads instead of four, and chat steps take their turns between batches. A
 window then holds the compute thread while it collects.
 
+A request of several decisions (a rerank's documents, each its own state: `submit_many`) is queued as one job that
+carries them all: it counts as one request of a batch, its decisions are scored in the same call (never one call
+each while a window of 0 serves one request per call), and each decision gets its own result.
+
 A request whose client left is cancelled (its future): it is dropped from the queue without being computed, and
 its queue slot is free at once; one already in a pass finishes, and its result is dropped.
 """
@@ -50,6 +54,15 @@ class Job:
     extra_scored: list = field(default_factory=list)
     queued_at: float = field(default_factory=time.perf_counter)
     started_at: float = 0.0
+    # the other decisions of the same request (`submit_many`): queued and scored with this one, each its own future
+    more: list = field(default_factory=list)
+
+    def members(self) -> list[Job]:
+        return [self, *self.more]
+
+    def gone(self) -> bool:
+        """Every decision of the request was cancelled (its client left): nothing of it is worth computing."""
+        return all(job.future.cancelled() for job in self.members())
 
 
 class OnItsWay:
@@ -117,7 +130,14 @@ class Batcher:
     def submit(self, plan, caller=None, extra: list = (), on_its_way: OnItsWay | None = None) -> Job:
         """`on_its_way`: the request's count, which ends as it is queued (or refused here), so that a window never
         waits for a request already in the queue."""
-        job = Job(plan, caller, extra=list(extra))
+        return self.submit_many([(plan, extra)], caller, on_its_way)[0]
+
+    def submit_many(self, items: list, caller=None, on_its_way: OnItsWay | None = None) -> list[Job]:
+        """One request's decisions, `(plan, extra)` each, queued as one job and scored in one call; a job per
+        decision back, in order, each with its own future. The request's count on its way ends as it is queued."""
+        jobs = [Job(plan, caller, extra=list(extra)) for plan, extra in items]
+        job = jobs[0]
+        job.more = jobs[1:]
         try:
             self._enqueue(job)
         finally:
@@ -125,7 +145,7 @@ class Batcher:
                 on_its_way.release()
         if self.on is not None:
             self._post_turn()
-        return job
+        return jobs
 
     def _enqueue(self, job: Job) -> None:
         if self.queue.qsize() + len(self.held) >= self.max_queued:
@@ -147,7 +167,7 @@ class Batcher:
     def _purge(self) -> None:
         """Drop the queued requests whose client left (their future is cancelled)."""
         with self.queue.mutex:
-            live = deque(job for job in self.queue.queue if not job.future.cancelled())
+            live = deque(job for job in self.queue.queue if not job.gone())
             gone = len(self.queue.queue) - len(live)
             if gone:
                 self.queue.queue = live
@@ -177,7 +197,7 @@ class Batcher:
                     job = self.queue.get(block=wait)
                 except queue.Empty:
                     return None
-            if not job.future.cancelled():
+            if not job.gone():
                 return job
             self._drop(1)
 
@@ -204,7 +224,7 @@ class Batcher:
                     break
             except queue.Empty:
                 continue
-            if job.future.cancelled():
+            if job.gone():
                 self._drop(1)
                 continue
             (jobs if job.caller == caller else self.held).append(job)
@@ -224,7 +244,7 @@ class Batcher:
                 self._post_turn()
         except BaseException as exc:  # noqa: BLE001 - nobody waits for a turn: its requests learn why, it is logged
             log.exception("the decision batcher's turn failed")
-            for job in jobs:
+            for job in (member for request in jobs for member in request.members()):
                 if not job.future.done():
                     job.future.set_exception(exc)
 
@@ -249,8 +269,10 @@ class Batcher:
 
     def _run(self, jobs: list[Job]) -> None:
         # from here on a request is running: its client leaving no longer cancels it (its result is dropped)
-        live = [job for job in jobs if job.future.set_running_or_notify_cancel()]
-        self._drop(len(jobs) - len(live))
+        members = [member for job in jobs for member in job.members()]
+        live = [job for job in members if job.future.set_running_or_notify_cancel()]
+        gone = sum(job.gone() for job in jobs)  # whole requests whose client left: none of theirs is computed
+        self._drop(gone)
         if not live:
             return
         started = time.perf_counter()
@@ -266,7 +288,7 @@ class Batcher:
                 job.future.set_exception(exc)
             return
         self.batches += 1
-        self.requests += len(live)
+        self.requests += len(jobs) - gone
         at = 0
         for job in live:
             job.extra_scored = out[at + 1 : at + 1 + len(job.extra)]

@@ -2,19 +2,23 @@
 unless it is small: `Checked.inline`), queue, one GPU call for the batch, answers.
 
 `/v1/systemone`, `/v1/decisions`, both MCP servers, Gradio's `decide` and the UI go through the same `check` and
-`run`, so a decision costs the same whichever wire asks for it.
+`run`, so a decision costs the same whichever wire asks for it. A request that asks for several decisions at once
+(a rerank's documents, each its own state) goes through `check_many` and `run_many`: the same steps for each, its
+decisions queued together as one request and scored in one call, and it holds one admission place per decision.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from starlette.concurrency import run_in_threadpool
 
 from blink.decide.batching import Batcher, OnItsWay
 from blink.decide.planner import Checked, DecisionPlanner, Prepared
+from blink.errors import BlinkError
 from blink.web import metrics
 from blink.web.endpoint import Timing
 
@@ -101,3 +105,69 @@ class DecisionService:
         timing.add("answer", time.perf_counter() - t)
         metrics.decided(self.model_name, prepared.decision.questions, prepared.input_tokens, scored.cached_tokens)
         return Decided(answers, prepared, scored.cached_tokens, self.planner.calibration_fact(prepared))
+
+    def check_many(self, bodies: list, on_its_way: OnItsWay | None = None) -> list[Checked]:
+        """`check` for each decision of one request; the request's count on its way goes with the first (it ends
+        as they are all queued together)."""
+        checked = [self.planner.check(body, None) for body in bodies]
+        if checked and on_its_way is not None:
+            checked[0] = replace(checked[0], on_its_way=on_its_way)
+        return checked
+
+    async def run_many(
+        self, checked: list[Checked], ticket, caller=None, timing: Timing | None = None, at: Refusal | None = None
+    ) -> list:
+        """Several admitted decisions of one request (the ticket holds a place for each): planned in one thread hop,
+        queued as one request and scored in the same call, answered each on its own, in order. A decision's answer
+        is the one it would get alone; a failure of any fails the request. `at(i, error)`: a refusal of decision
+        `i`'s plan told in the request's own terms (which document, which field)."""
+        timing = timing or Timing()
+        t = time.perf_counter()
+        try:
+            async with ticket.preparing():
+                prepared = await run_in_threadpool(self._plan_all, checked, at)
+            timing.add("prepare", time.perf_counter() - t)
+            items, shared = shared_priors(prepared)
+            jobs = self.batcher.submit_many(items, caller, checked[0].on_its_way if checked else None)
+        finally:
+            for c in checked:  # whatever was not queued is no longer on its way
+                if c.on_its_way is not None:
+                    c.on_its_way.release()
+        scored = await asyncio.gather(*(asyncio.wrap_future(job.future) for job in jobs))
+        timing.add("queue", jobs[0].started_at - jobs[0].queued_at)
+        timing.add("model", scored[0].compute_s)
+        t = time.perf_counter()
+        out = []
+        for i, (p, s) in enumerate(zip(prepared, scored, strict=True)):
+            extra = jobs[shared[i]].extra_scored
+            answers = self.planner.answer(p, s.result(), extra)
+            out.append(Decided(answers, p, s.cached_tokens, self.planner.calibration_fact(p)))
+        timing.add("answer", time.perf_counter() - t)
+        return out
+
+    def _plan_all(self, checked: list[Checked], at: Refusal | None) -> list[Prepared]:
+        out = []
+        for i, one in enumerate(checked):
+            try:
+                out.append(self.planner.plan(one))
+            except BlinkError as error:
+                raise (at(i, error) if at is not None else error) from None
+        return out
+
+
+Refusal = Callable[[int, BlinkError], BlinkError]
+
+
+def shared_priors(prepared: list[Prepared]) -> tuple[list, list[int]]:
+    """Each decision's `(prompts, prior plans)` for the batcher, the prior's content-free prompts sent once for
+    decisions that ask the same questions (a rerank asks one question of every document), and for each decision
+    the index of the one whose prior scores it reads."""
+    first: dict = {}
+    items, shared = [], []
+    for i, p in enumerate(prepared):
+        plans = p.prior_plans
+        key = tuple(tuple(tuple(prompt.ids) for prompt in plan) for plan in plans)
+        owner = first.setdefault(key, i)
+        items.append((p.prompts, plans if owner == i else []))
+        shared.append(owner)
+    return items, shared

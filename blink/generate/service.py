@@ -61,14 +61,15 @@ class ChatService:
                         kind="images_unsupported",
                     )
 
-    def check_ids(self, ids: list[int]) -> None:
-        """Token ids sent as a prompt: each inside the vocabulary."""
-        vocab = len(self.engine.tokenizer)
+    def check_ids(self, ids: list[int], loc: tuple = ("prompt",)) -> None:
+        """Token ids sent as a prompt (at `loc` in the body): each inside the vocabulary, which is the smaller of
+        the tokenizer's and the model's embedding (a tokenizer may name a few ids past the model's rows)."""
+        vocab = min(len(self.engine.tokenizer), self.engine.model.config.get_text_config().vocab_size)
         for i, token in enumerate(ids):
             if not 0 <= token < vocab:
                 raise InvalidRequest(
                     f"token id {token} is outside the vocabulary (0-{vocab - 1})",
-                    loc=["body", "prompt", i],
+                    loc=["body", *loc, i],
                     kind="invalid_value",
                 )
 
@@ -87,7 +88,25 @@ class ChatService:
         async with ticket.preparing():
             return await run_in_threadpool(self._tokenize, prompt, max_tokens)
 
-    def _tokenize(self, prompt: str | list[int], max_tokens: int) -> Rendered:
+    async def tokenize_all(
+        self, ticket, prompts: list[str | list[int]], max_tokens: int, listed: bool
+    ) -> list[Rendered]:
+        """`tokenize` for each prompt (`listed`: sent as a list, so errors name the prompt's index); `max_tokens`
+        0 (echo: the prompt scored, nothing generated) asks only that the prompt fits the context window."""
+
+        def every() -> list[Rendered]:
+            return [
+                self._tokenize(p, max_tokens, ("prompt", i) if listed else ("prompt",)) for i, p in enumerate(prompts)
+            ]
+
+        async with ticket.preparing():
+            return await run_in_threadpool(every)
+
+    async def prompt_logprobs(self, prompts: list[list[int]], top: int, caller: Any) -> list:
+        """Every token of each prompt scored by the backend (blink.plan.PromptLogprobs per prompt)."""
+        return await run_in_threadpool(self.backend.prompt_logprobs, prompts, top, caller)
+
+    def _tokenize(self, prompt: str | list[int], max_tokens: int, loc: tuple = ("prompt",)) -> Rendered:
         engine = self.engine
         if isinstance(prompt, str):
             cap = self.cap
@@ -96,17 +115,19 @@ class ChatService:
                 raise InvalidRequest(
                     f"the prompt is over this server's context window of {window} tokens (prompt and completion "
                     "together). Nothing was truncated: shorten the prompt.",
-                    loc=["body", "prompt"],
+                    loc=["body", *loc],
                     kind="context_length_exceeded",
                 )
             ids = cap.encode(prompt)
         else:
             ids = list(prompt)
+        if max_tokens == 0 and len(ids) <= engine.context_tokens:
+            return Rendered(ids, 0)
         try:
             budget = engine.budget(ids, max_tokens)
         except InvalidRequest as error:
             raise InvalidRequest(
-                error.message.replace("conversation", "prompt"), loc=["body", "prompt"], kind=error.kind
+                error.message.replace("conversation", "prompt"), loc=["body", *loc], kind=error.kind
             ) from None
         return Rendered(ids, budget)
 

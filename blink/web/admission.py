@@ -10,6 +10,10 @@ same steps once its body is read (blink.web.bodies: bytes in flight bounded, no 
             prepared = await run_in_threadpool(planner.plan, checked)
         ...                                                     # queue, model, answer: the place is held
 
+A request that asks for several decisions at once (a rerank of 32 documents, a list of prompts) holds one place per
+decision (`units`), so it cannot slip past limits meant for that many decisions; one asking for more places than
+the gate has is refused at once (422 naming the limit), never left waiting for places that cannot all free.
+
 A refusal costs no tokenizing and no queue slot, so an overloaded server keeps its time for the requests it
 admitted. Each kind of work has its own budget (`Policy`): how many requests hold a place at once,
 how long one may wait for a place before it is refused (chat waits for a slot; a decision waits a few seconds,
@@ -32,10 +36,11 @@ from collections import deque
 from collections.abc import Callable
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from blink.errors import Overloaded
+from blink.errors import InvalidRequest, Overloaded
 
 KEYED = "keyed"  # a caller who presented the API key, or any API caller when no key is set
 ANONYMOUS = "anonymous"  # the Gradio UI's callers when a key is set: they may never take the reserved places
@@ -56,12 +61,12 @@ class Policy:
 
 
 class _Waiter:
-    """One caller waiting for a place: woken from whichever thread frees it."""
+    """One caller waiting for its places (`units` of them): woken from whichever thread frees them."""
 
-    __slots__ = ("caller_class", "granted", "_wake")
+    __slots__ = ("caller_class", "units", "granted", "_wake")
 
-    def __init__(self, caller_class: str, wake):
-        self.caller_class, self.granted, self._wake = caller_class, False, wake
+    def __init__(self, caller_class: str, units: int, wake):
+        self.caller_class, self.units, self.granted, self._wake = caller_class, units, False, wake
 
     def wake(self) -> None:
         self.granted = True
@@ -82,18 +87,29 @@ class Gate:
         self.preparing = Bound(policy.preparing)
 
     # places -------------------------------------------------------------------------------------------------
-    def _fits(self, caller_class: str) -> bool:
-        total = self.held[KEYED] + self.held[ANONYMOUS]
-        if total >= self.policy.capacity:
-            return False
-        return caller_class == KEYED or total < self.policy.capacity - self.policy.reserved
+    def most(self, caller_class: str = KEYED) -> int:
+        """The most places one request of this class can ever hold."""
+        return self.policy.capacity - (self.policy.reserved if caller_class == ANONYMOUS else 0)
 
-    def _take_now(self, caller_class: str) -> bool:
+    def check_units(self, units: int, caller_class: str = KEYED) -> None:
+        """Refuses at once a request that asks for more places than it could ever hold: waiting would never end."""
+        if units > self.most(caller_class):
+            raise InvalidRequest(
+                f"this request asks for {units} {self.kind} units of work at once; this server takes at most "
+                f"{self.most(caller_class)} in one request: send fewer, or split it",
+                kind="too_much_work",
+            )
+
+    def _fits(self, caller_class: str, units: int = 1) -> bool:
+        total = self.held[KEYED] + self.held[ANONYMOUS] + units
+        return total <= self.most(caller_class)
+
+    def _take_now(self, caller_class: str, units: int) -> bool:
         # a newcomer never jumps the queue of its own class, nor a waiting keyed caller
         if self.waiting[KEYED] or (caller_class == ANONYMOUS and self.waiting[ANONYMOUS]):
             return False
-        if self._fits(caller_class):
-            self.held[caller_class] += 1
+        if self._fits(caller_class, units):
+            self.held[caller_class] += units
             self.admitted += 1
             return True
         return False
@@ -103,18 +119,19 @@ class Gate:
             return self.policy.anonymous_wait_s
         return self.policy.wait_s
 
-    def _expected_wait(self, caller_class: str = KEYED) -> float:
+    def _expected_wait(self, caller_class: str = KEYED, units: int = 1) -> float:
         """Seconds until a place is expected to free for this caller: those ahead of it, served `capacity` at
         a time, each holding its place for the mean time seen so far."""
-        ahead = len(self.waiting[KEYED]) + (len(self.waiting[ANONYMOUS]) if caller_class == ANONYMOUS else 0)
-        return self.mean_hold_s * (ahead + 1) / self.policy.capacity
+        classes = CLASSES if caller_class == ANONYMOUS else (KEYED,)
+        ahead = sum(w.units for c in classes for w in self.waiting[c])
+        return self.mean_hold_s * (ahead + units) / self.policy.capacity
 
-    def retry_after(self, caller_class: str = KEYED) -> int:
-        return max(1, math.ceil(self._expected_wait(caller_class)))
+    def retry_after(self, caller_class: str = KEYED, units: int = 1) -> int:
+        return max(1, math.ceil(self._expected_wait(caller_class, units)))
 
-    def _refuse(self, caller_class: str) -> Overloaded:
+    def _refuse(self, caller_class: str, units: int = 1) -> Overloaded:
         self.refused += 1
-        seconds = self.retry_after(caller_class)
+        seconds = self.retry_after(caller_class, units)
         what = "chat slot" if self.kind == "chat" else "place"
         return Overloaded(
             f"blink is busy: every {what} for {self.kind} requests is taken. Retry after {seconds} s.",
@@ -122,14 +139,16 @@ class Gate:
             kind="overloaded",
         )
 
-    def _enqueue(self, caller_class: str, wake) -> _Waiter | None:
-        """Under the lock: the waiter, or None when the caller took a place at once; raises when it may not wait."""
-        if self._take_now(caller_class):
+    def _enqueue(self, caller_class: str, units: int, wake) -> _Waiter | None:
+        """Under the lock: the waiter, or None when the caller took its places at once; raises when it may not
+        wait."""
+        self.check_units(units, caller_class)
+        if self._take_now(caller_class, units):
             return None
         limit = self._wait_limit(caller_class)
-        if limit <= 0 or (self.measured and self._expected_wait(caller_class) > limit):
-            raise self._refuse(caller_class)  # a wait that would end in a refusal anyway is refused now
-        waiter = _Waiter(caller_class, wake)
+        if limit <= 0 or (self.measured and self._expected_wait(caller_class, units) > limit):
+            raise self._refuse(caller_class, units)  # a wait that would end in a refusal anyway is refused now
+        waiter = _Waiter(caller_class, units, wake)
         self.waiting[caller_class].append(waiter)
         self.waited += 1
         return waiter
@@ -137,29 +156,31 @@ class Gate:
     def _abandon(self, waiter: _Waiter) -> None:
         """Under the lock: a waiter that timed out or was cancelled; a place granted meanwhile goes back."""
         if waiter.granted:
-            self._release(waiter.caller_class)
+            self._release(waiter.caller_class, waiter.units)
         else:
             self.waiting[waiter.caller_class].remove(waiter)
+            self._release(waiter.caller_class, 0)  # those behind a big waiter may fit now that it is gone
 
-    def _release(self, caller_class: str) -> None:
-        self.held[caller_class] -= 1
-        for waiting_class in CLASSES:  # keyed first
+    def _release(self, caller_class: str, units: int) -> None:
+        self.held[caller_class] -= units
+        for waiting_class in CLASSES:  # keyed first; in order: a big request is not overtaken by small ones
             queue = self.waiting[waiting_class]
-            while queue and self._fits(waiting_class):
+            while queue and self._fits(waiting_class, queue[0].units):
                 waiter = queue.popleft()
-                self.held[waiting_class] += 1
+                self.held[waiting_class] += waiter.units
                 self.admitted += 1
                 waiter.wake()
 
-    def _leave(self, caller_class: str, since: float) -> None:
+    def _leave(self, caller_class: str, units: int, since: float) -> None:
         with self.lock:
             self.mean_hold_s += (self.clock() - since - self.mean_hold_s) * 0.2
             self.measured = True
-            self._release(caller_class)
+            self._release(caller_class, units)
 
     # entering -----------------------------------------------------------------------------------------------
     @asynccontextmanager
-    async def enter(self, caller_class: str = KEYED):
+    async def enter(self, caller_class: str = KEYED, units: int = 1):
+        """`units` places held together (a request of several decisions), taken and given back at once."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
 
@@ -167,7 +188,7 @@ class Gate:
             loop.call_soon_threadsafe(lambda: future.done() or future.set_result(True))
 
         with self.lock:
-            waiter = self._enqueue(caller_class, wake)
+            waiter = self._enqueue(caller_class, units, wake)
         if waiter is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(future), self._wait_limit(caller_class))
@@ -178,29 +199,29 @@ class Gate:
                         self._abandon(waiter)
                         if isinstance(exc, asyncio.CancelledError):
                             raise
-                        raise self._refuse(caller_class) from None
+                        raise self._refuse(caller_class, units) from None
         since = self.clock()
         try:
             yield Ticket(self)
         finally:
-            self._leave(caller_class, since)
+            self._leave(caller_class, units, since)
 
     @contextmanager
-    def enter_sync(self, caller_class: str = KEYED):
+    def enter_sync(self, caller_class: str = KEYED, units: int = 1):
         """The same gate for code running in a worker thread (the Gradio UI's synchronous handlers)."""
         event = threading.Event()
         with self.lock:
-            waiter = self._enqueue(caller_class, event.set)
+            waiter = self._enqueue(caller_class, units, event.set)
         if waiter is not None and not event.wait(self._wait_limit(caller_class)):
             with self.lock:
                 if not waiter.granted:
                     self._abandon(waiter)
-                    raise self._refuse(caller_class)
+                    raise self._refuse(caller_class, units)
         since = self.clock()
         try:
             yield Ticket(self)
         finally:
-            self._leave(caller_class, since)
+            self._leave(caller_class, units, since)
 
     def state(self) -> dict:
         with self.lock:
@@ -294,6 +315,18 @@ class Ticket:
             yield
 
 
+# how many places a request holds: a number, or a function of what its check returned
+Units = int | Callable[[Any], int]
+
+
+def units_of(units, checked) -> int:
+    """How many places a checked request holds: `units` as it is, or `units(checked)`; at least one."""
+    n = units(checked) if callable(units) else units
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"a request holds a whole number of places, at least 1, not {n!r}")
+    return n
+
+
 class Admission:
     """Every kind of model work and its gate: `decide` (System One, Decisions, the UI's decide, MCP's decide)
     and `chat` (the API's chat and the UI's chat share its slots)."""
@@ -337,26 +370,27 @@ class Admission:
         except KeyError:
             raise ValueError(f"no admission policy for {kind!r}; known: {sorted(self.gates)}") from None
 
-    def enter(self, kind: str, caller_class: str = KEYED):
-        return self.gate(kind).enter(caller_class)
+    def enter(self, kind: str, caller_class: str = KEYED, units: int = 1):
+        return self.gate(kind).enter(caller_class, units)
 
     @asynccontextmanager
-    async def admit(self, kind: str, caller_class: str = KEYED, check: Callable | None = None, *args):
+    async def admit(self, kind: str, caller_class: str = KEYED, check: Callable | None = None, *args, units: Units = 1):
         """The pipeline's check and admit steps, in that order, for every entry point: `check(*args)` (in a worker
-        thread) refuses what it will, then a place is taken. Yields (what `check` returned, the ticket)."""
+        thread) refuses what it will, then `units` places are taken (a number, or a function of what `check`
+        returned: the decisions the request asks for). Yields (what `check` returned, the ticket)."""
         checked = await run_in_threadpool(check, *args) if check is not None else None
-        async with self.gate(kind).enter(caller_class) as ticket:
+        async with self.gate(kind).enter(caller_class, units_of(units, checked)) as ticket:
             yield checked, ticket
 
     @contextmanager
-    def admit_sync(self, kind: str, caller_class: str = KEYED, check: Callable | None = None, *args):
+    def admit_sync(self, kind: str, caller_class: str = KEYED, check: Callable | None = None, *args, units: Units = 1):
         """`admit` for code running in a worker thread (the Gradio UI's synchronous handlers)."""
         checked = check(*args) if check is not None else None
-        with self.gate(kind).enter_sync(caller_class) as ticket:
+        with self.gate(kind).enter_sync(caller_class, units_of(units, checked)) as ticket:
             yield checked, ticket
 
-    def enter_sync(self, kind: str, caller_class: str = KEYED):
-        return self.gate(kind).enter_sync(caller_class)
+    def enter_sync(self, kind: str, caller_class: str = KEYED, units: int = 1):
+        return self.gate(kind).enter_sync(caller_class, units)
 
     def state(self) -> dict:
         """For /healthz: each gate's places, waiters and refusals."""

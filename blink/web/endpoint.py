@@ -7,7 +7,8 @@
    hold bytes, never the places normal requests need;
 3. `check(call)` in a worker thread: everything refusable without the model (the body's shape, its fields, images
    on a text-only model) is refused here, at once, whatever the load;
-4. admission to the route's kind of work (blink.web.admission): a place, or 529 + Retry-After;
+4. admission to the route's kind of work (blink.web.admission): a place (or `units(checked)` places, for a request
+   of several decisions), or 529 + Retry-After;
 5. `handler(call)`: the capped token count (under the ticket's preparing bound) and the work, answered as a dict
    (JSON, 200) or a Response as it is.
 A BlinkError is rendered in the wire's own shape; anything else is logged and answered 500 in that shape.
@@ -41,12 +42,12 @@ from typing import Any
 import orjson
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Match, Route
 
 from blink.errors import BlinkError, EngineFailure, InvalidRequest, NoRoute, Unauthorized
 from blink.web import metrics
-from blink.web.admission import KEYED
+from blink.web.admission import KEYED, units_of
 from blink.web.bodies import parse_body, received
 
 log = logging.getLogger("blink")
@@ -132,6 +133,8 @@ class Call:
     checked: Any = None  # what the route's `check` made of the body (a parsed request)
     arrival: Any = None  # what the route counts of the request while it is on its way (Endpoint's `arriving`)
     ticket: Any = None  # the admission place held for the whole exchange (blink.web.admission.Ticket)
+    units: int = 1  # the places it holds: one per decision it asks for (Endpoint's `units`)
+    wire: Wire | None = None  # the wire this request speaks, where its route serves two (set by `check`)
 
 
 Handler = Callable[[Call], Awaitable["dict | Response"]]
@@ -168,6 +171,7 @@ class Endpoint:
         cancel_on_disconnect: bool = False,
         inline_below: int = 0,
         arriving: Callable[[], Any] | None = None,
+        units: Callable[[Any], int] | None = None,
     ):
         """`body`: None for routes that read none; `check(call)`: the route's validation, before admission;
         `admit`: the kind of work it does (blink.web.admission), None for routes that spend no model time;
@@ -175,10 +179,12 @@ class Endpoint:
         microseconds for such a body: a thread hop would cost more); `arriving()`: called as a request with the
         key is all here (its body read), before it is parsed; what it returns (`call.arrival`: a decision counted
         on its way to the batcher, blink.decide.batching.OnItsWay) is released as the exchange ends unless its work
-        did so."""
+        did so; `units(checked)`: the places of `admit` the request holds, one per decision it asks for (default
+        one)."""
         self.ctx, self.wire, self.handler = ctx, wire, handler
         self.auth, self.body, self.check, self.admit = auth, body, check, admit
         self.cancel_on_disconnect, self.inline_below, self.arriving = cancel_on_disconnect, inline_below, arriving
+        self.units = units or 1
 
     async def _read(self, call: Call) -> None:
         """Steps 1-3 of the pipeline: the key, the body read, parsed and checked in one thread hop."""
@@ -201,6 +207,9 @@ class Endpoint:
         elif self.check is not None:
             self._arrived(call)
             call.checked = await run_in_threadpool(self.check, call)
+        if self.admit:  # more places than the gate has would never all free: refused with the check's refusals
+            call.units = units_of(self.units, call.checked)
+            self.ctx.admission.gate(self.admit).check_units(call.units)
 
     def _arrived(self, call: Call) -> None:
         """The request is all here: the route counts it from now (before any thread hop) until the exchange ends.
@@ -224,10 +233,10 @@ class Endpoint:
             except ClientDisconnect:
                 return  # nobody to answer
             except BlinkError as error:
-                await wire.error_response(error, call.request_id, call.timing)(scope, receive, send)
+                await (call.wire or wire).error_response(error, call.request_id, call.timing)(scope, receive, send)
                 return
             if not (self.cancel_on_disconnect or self.admit):
-                await answer(wire, self.handler, call, send)
+                await answer(call.wire or wire, self.handler, call, send)
                 return
             # work that holds a place: the client leaving ends it, waiting or running, and the place is free at
             # once (a decision already in a pass finishes there; its answer is dropped)
@@ -235,16 +244,18 @@ class Endpoint:
 
     async def _admitted(self, call: Call, scope, receive, send) -> None:
         """Step 4 (a place, or 529), then the work."""
+        wire = call.wire or self.wire
         if self.admit:  # API callers passed the key (or none is set): keyed
             waited = time.perf_counter()
             try:
-                _, call.ticket = await call.held.enter_async_context(self.ctx.admission.admit(self.admit, KEYED))
+                admitted = self.ctx.admission.admit(self.admit, KEYED, None, units=call.units)
+                _, call.ticket = await call.held.enter_async_context(admitted)
             except BlinkError as error:
                 metrics.ADMISSION_WAIT.labels(self.admit).observe(time.perf_counter() - waited)
-                await self.wire.error_response(error, call.request_id, call.timing)(scope, receive, send)
+                await wire.error_response(error, call.request_id, call.timing)(scope, receive, send)
                 return
             metrics.ADMISSION_WAIT.labels(self.admit).observe(time.perf_counter() - waited)
-        await answer(self.wire, self.handler, call, send)
+        await answer(wire, self.handler, call, send)
         metrics.E2E.labels(self.ctx.served_name).observe(time.perf_counter() - call.timing.start)
 
 
@@ -295,12 +306,19 @@ async def cancel_when_gone(receive, task: asyncio.Task) -> None:
     task.cancel()
 
 
-def not_routed(ctx, prefix: str, wire: Wire, routes: list) -> Route:
+def not_routed(ctx, prefix: str, wire: Wire, routes: list, *, redirect_slashes: bool = False) -> Route:
     """The route after the real ones for every path under `prefix`: 405 (with `Allow`) for a known path asked
-    with another method, 404 for the rest, in the wire's own shape with a request id."""
+    with another method, 404 for the rest, in the wire's own shape with a request id. `redirect_slashes`: a path
+    that names a route but for its trailing slash is redirected there (307), as Starlette's router does when no
+    route matches (`/mcp/` -> `/mcp`), which a catch-all would otherwise end."""
 
     async def refuse(call: Call):
         method, path = call.request.method, call.request.url.path
+        if redirect_slashes and path != "/":
+            other = path[:-1] if path.endswith("/") else path + "/"
+            scope = {**call.request.scope, "path": other}
+            if any(isinstance(r, Route) and r.methods and r.matches(scope)[0] is not Match.NONE for r in routes):
+                return RedirectResponse(call.request.url.replace(path=other), status_code=307)
         allowed = sorted(
             {
                 m

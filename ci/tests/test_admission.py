@@ -276,3 +276,147 @@ def test_standard_policies_and_bad_policy():
         Policy(capacity=2, reserved=2)
     with pytest.raises(ValueError):
         admission.gate("nope")
+
+
+# requests of several decisions: one place per decision -------------------------------------------------------
+def test_a_request_of_many_decisions_holds_a_place_for_each_and_gives_them_all_back():
+    admission = Admission({"decide": Policy(capacity=40, wait_s=5)})
+    gate = admission.gate("decide")
+
+    async def main():
+        async with admission.admit("decide", KEYED, lambda: ["doc"] * 32, units=len) as (checked, _):
+            assert len(checked) == 32 and gate.held[KEYED] == 32
+            # 8 places are left: a request of 9 waits, one of 8 gets in at once
+            async with admission.enter("decide", units=8):
+                assert gate.held[KEYED] == 40
+            waiting = asyncio.create_task(_enter_and_hold(admission, 9))
+            await asyncio.sleep(0.02)
+            assert gate.state()["waiting"][KEYED] == 1 and not waiting.done()
+        assert await waiting == 9  # the 32 places freed together: the waiter of 9 got its places
+        assert gate.held[KEYED] == 0
+
+    run(main())
+    assert admission.state()["decide"]["admitted"] == 3
+
+
+async def _enter_and_hold(admission, units):
+    async with admission.enter("decide", units=units):
+        return admission.gate("decide").held[KEYED]
+
+
+def test_a_request_larger_than_the_gate_is_refused_at_once_naming_the_limit():
+    from blink.errors import InvalidRequest
+
+    admission = Admission({"decide": Policy(capacity=16, wait_s=30, reserved=4)})
+
+    async def main():
+        t = time.perf_counter()
+        with pytest.raises(InvalidRequest) as refused:
+            async with admission.admit("decide", KEYED, lambda: list(range(17)), units=len):
+                pass
+        assert time.perf_counter() - t < 0.05  # refused, never left waiting for places that cannot all free
+        return refused.value
+
+    error = run(main())
+    assert error.status == 422 and "17" in error.message and "at most 16" in error.message
+    with pytest.raises(InvalidRequest, match="at most 12"):  # anonymous callers never take the reserved places
+        with admission.enter_sync("decide", ANONYMOUS, units=13):
+            pass
+    with admission.enter_sync("decide", KEYED, units=16):  # exactly the capacity fits
+        pass
+    state = admission.state()["decide"]
+    assert state["held"] == {KEYED: 0, ANONYMOUS: 0} and state["admitted"] == 1 and state["refused"] == 0
+    with pytest.raises(ValueError):
+        run(_enter_with(admission, lambda: [], len))  # a request holds at least one place
+
+
+async def _enter_with(admission, check, units):
+    async with admission.admit("decide", KEYED, check, units=units):
+        pass
+
+
+def test_cancelling_a_request_of_many_decisions_frees_all_its_places_waiting_or_holding():
+    admission = Admission({"decide": Policy(capacity=10, wait_s=10)})
+    gate = admission.gate("decide")
+
+    async def main():
+        release = asyncio.Event()
+
+        async def hold(units):
+            async with admission.enter("decide", units=units):
+                await release.wait()
+
+        holder = asyncio.create_task(hold(6))
+        await asyncio.sleep(0.01)
+        waiter = asyncio.create_task(hold(5))  # 4 places free: it waits, and blocks a request of 3 behind it
+        await asyncio.sleep(0.01)
+        behind = asyncio.create_task(_enter_and_hold(admission, 3))
+        await asyncio.sleep(0.01)
+        assert gate.state()["waiting"][KEYED] == 2 and gate.held[KEYED] == 6
+        waiter.cancel()  # the client of 5 leaves: the one of 3 behind it fits and goes in
+        assert await behind == 9
+        holder.cancel()  # a holder cancelled mid-work gives back all 6 places
+        await asyncio.gather(holder, return_exceptions=True)
+        assert gate.held[KEYED] == 0 and not gate.state()["waiting"][KEYED]
+        release.set()
+
+    run(main())
+    assert admission.state()["decide"]["held"] == {KEYED: 0, ANONYMOUS: 0}
+
+
+def test_the_batcher_scores_a_requests_decisions_in_one_call_even_without_a_window():
+    """A window of 0 serves one request per call; a request of 32 decisions is one request: one call, not 32."""
+    from blink.decide.batching import Batcher
+
+    calls = []
+
+    def score(plans, caller):
+        calls.append(list(plans))
+        return [f"scored {plan}" for plan in plans]
+
+    batcher = Batcher(score, window_s=0.0)
+    way = batcher.on_its_way()
+    jobs = batcher.submit_many([(f"doc{i}", [f"prior{i}"] if i == 0 else []) for i in range(32)], "A", way)
+    assert batcher.incoming == 0  # its count on its way ended as it was queued
+    assert [job.future.result(timeout=10) for job in jobs] == [f"scored doc{i}" for i in range(32)]
+    assert jobs[0].extra_scored == ["scored prior0"] and len(calls) == 1 and len(calls[0]) == 33
+    assert batcher.batches == 1 and batcher.requests == 1
+    # a request whose client left before its pass is dropped whole, uncomputed
+    blocker = threading.Event()
+    slow = Batcher(lambda plans, caller: (blocker.wait(10), [plan for plan in plans])[1], window_s=0.0)
+    first = slow.submit("first")
+    gone = slow.submit_many([("a", []), ("b", [])])
+    for job in gone:
+        job.future.cancel()
+    blocker.set()
+    assert first.future.result(timeout=10) == "first"
+    kept = slow.submit("kept")
+    assert kept.future.result(timeout=10) == "kept" and slow.stats()["dropped_client_gone"] == 1
+
+
+def test_a_services_many_decisions_answer_as_each_alone(engine):
+    """`run_many`: each document its own state, answered exactly as that decision alone; one place per decision."""
+    from blink.backend import LocalBackend
+    from blink.decide.service import DecisionService
+
+    service = DecisionService(engine, LocalBackend(engine, None))
+    admission = Admission.standard()
+    question = {"relevant": {"type": "noul", "instructions": "Does this text say how to reset a password?"}}
+    docs = ["Hold the power button for ten seconds.", "Click 'Forgot password' on the sign-in page.", "Tea."]
+    bodies = [{"state": doc, "questions": question, "x_calibration": "prior"} for doc in docs]
+
+    async def decide():
+        way = service.on_its_way()
+        async with admission.admit("decide", KEYED, service.check_many, bodies, way, units=len) as admitted:
+            checked, ticket = admitted
+            assert admission.gate("decide").held[KEYED] == 3
+            decided = await service.run_many(checked, ticket)
+        assert service.batcher.incoming == 0
+        return decided
+
+    decided = asyncio.run(decide())
+    for body, one in zip(bodies, decided, strict=True):
+        alone = engine.decide(body)
+        assert abs(one.answers["relevant"]["noul"] - alone["relevant"]["noul"]) <= 1e-6
+        assert one.calibration["prior"]["answers"]["relevant"] is not None
+    assert service.batcher.requests == 1 and admission.state()["decide"]["held"][KEYED] == 0
