@@ -28,9 +28,11 @@ import spaces  # noqa: I001 - first, before anything imports torch (ZeroGPU patc
 
 import logging
 import os
+import sys
 from pathlib import Path
 
 import space_config
+from blink.errors import StartupError
 from blink.model.loading import go_offline_if_local
 from blink.settings import resolve_space
 
@@ -38,6 +40,17 @@ log = logging.getLogger("blink.space")
 logging.basicConfig(
     level=os.environ.get("BLINK_LOG_LEVEL", "info").upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
 )
+
+
+def one_line_startup_errors(kind, error, trace) -> None:
+    """A setting or a model the Space cannot start with (blink.errors.StartupError) is one line, not a traceback."""
+    if issubclass(kind, StartupError):
+        print(f"blink cannot start: {error}", file=sys.stderr, flush=True)
+    else:
+        sys.__excepthook__(kind, error, trace)
+
+
+sys.excepthook = one_line_startup_errors
 
 
 SETTINGS, SPACE = resolve_space(space_config)

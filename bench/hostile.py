@@ -175,6 +175,9 @@ def past_the_context(route: str) -> dict:
             "prompt": ["a", text],
         },
         "/tokenize": {"model": "demo", "prompt": text},
+        "/v1/moderations": {"model": "demo", "input": text},
+        # 32 inputs (the most a request takes), each its own decision past the context: 32 capped counts at most
+        "/v1/moderations 32 inputs": {"model": "demo", "input": [text[: len(text) // 32]] * 32},
     }[route]
 
 
@@ -625,6 +628,8 @@ CASES = {
             "/v1/completions",
             "/v1/completions (echo, a list)",
             "/tokenize",
+            "/v1/moderations",
+            "/v1/moderations 32 inputs",
         )
     },
     "MCP decide past the context": ("text", case_mcp_past_the_context),

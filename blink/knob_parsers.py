@@ -115,6 +115,23 @@ def names(value) -> tuple[str, ...]:
     return tuple(n.strip() for n in value.split(",") if n.strip())
 
 
+class QueryTemplate:
+    """A question's wording with `{query}` where the query goes (once or more); no other braces."""
+
+    def __call__(self, value) -> str:
+        if not isinstance(value, str) or "{query}" not in value:
+            raise ValueError(f"must be a string holding {{query}}, got {value!r}")
+        rest = value.replace("{query}", "")
+        if "{" in rest or "}" in rest:
+            raise ValueError(f"only {{query}} may stand in braces, got {value!r}")
+        if len(value) > 2000 or not rest.strip():
+            raise ValueError("must be a question of at most 2000 characters around {query}")
+        return value
+
+    def __str__(self) -> str:
+        return "text holding {query}"
+
+
 class TextList:
     """A non-empty list of strings, an empty string among them allowed: a list, or its JSON text (`["N/A", ""]`)."""
 

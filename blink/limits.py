@@ -19,6 +19,8 @@ class Limits:
     max_request_tokens: int = 65536  # tokens the model runs for the whole request (shared prefix counted once)
     max_body_bytes: int = 16 * 1024 * 1024  # the body as sent (compressed or not)
     max_decoded_bytes: int = 64 * 1024 * 1024  # the body after decompression
+    max_documents: int = 64  # documents (or pairs) one rerank or score request ranks: a decision each
+    max_moderation_inputs: int = 32  # inputs of one /v1/moderations request (each one decision)
 
 
 @dataclass(frozen=True)

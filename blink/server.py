@@ -3,8 +3,8 @@
 `load_served` loads the model with its decision planner and chat engine; `build_context` puts them over one
 backend (blink.backend: in this process, the Space's ZeroGPU worker, or vLLM replicas) and runs the warm-up;
 `api_routes` is the list of routes both the standalone app and the Space (grafted ahead of Gradio's) serve,
-ending with the routes that answer unknown paths and methods under /v1/ in each wire's shape; `create_app` wraps
-them in a plain FastAPI app for uvicorn and tests.
+ending with the routes that answer unknown paths and methods under /v1/ and /v2/ in each wire's shape;
+`create_app` wraps them in a plain FastAPI app for uvicorn and tests, and answers the rest of its root.
 """
 
 from __future__ import annotations
@@ -122,6 +122,8 @@ def backend_for(settings: Settings, served: ServedModel):
         list(settings.engine_url),
         timeout_s=settings.engine_timeout_s,
         assumed_s_per_token=settings.engine_assumed_s_per_token,
+        failure_threshold=settings.engine_failure_threshold,
+        health_interval_s=settings.engine_health_interval_s,
         api_key=settings.engine_api_key,
     )
     return VllmBackend(replicas, served.chat_engine)
@@ -145,6 +147,7 @@ def build_context(
     from blink.generate.service import ChatService
     from blink.model.loading import versions
 
+    policy = moderation_policy(settings)  # before the model loads: a broken file refuses at once
     served = served or load_served(settings)
     backend = backend or backend_for(settings, served)
     planner, loaded = served.planner, served.loaded
@@ -178,6 +181,7 @@ def build_context(
         "x_order": planner.order,
         "x_calibration": planner.x_calibration,
         "prior_states": list(planner.prior_states),
+        "moderation": {"policy": public_name(policy.source), "categories": [c.name for c in policy.categories]},
     }
     if planner.accepts_images:
         health.update(
@@ -197,7 +201,32 @@ def build_context(
         caller_of=caller_of or anonymous,
         description=description or Context.description,
         live_health=[backend.health, *extra_health],
+        moderation=checked_policy(policy, planner),
+        rerank_question=settings.rerank_question,
     )
+
+
+def moderation_policy(settings: Settings):
+    """/v1/moderations' policy: the knob's file, or the default; a file it cannot serve stops start-up, naming the
+    file and the fault."""
+    from blink.errors import StartupError
+    from blink.moderation_policy import load_policy
+
+    try:
+        return load_policy(settings.moderation_policy)
+    except ValueError as error:
+        raise StartupError(str(error)) from None
+
+
+def checked_policy(policy, planner):
+    """The policy's questions checked as the planner checks them on every request (against max_questions)."""
+    from blink.errors import InvalidRequest, StartupError
+
+    try:
+        planner.check({"state": "a", "questions": policy.questions()})
+    except InvalidRequest as error:
+        raise StartupError(f"moderation policy {policy.source}: {error.message}") from None
+    return policy
 
 
 def public_name(model: str | None) -> str | None:
@@ -230,17 +259,22 @@ def calibration_for(settings: Settings, loaded):
 def api_routes(ctx: Context, metrics: bool = True) -> list:
     """Every API route; `metrics`: `GET /metrics` too (the `metrics` knob: on for `serve`, off on a Space unless
     set)."""
-    from blink.api import catalog, openai, systemone
+    from blink.api import catalog, moderations, openai, rerank, systemone
     from blink.api.openai import protocol, tokenize
     from blink.web.endpoint import not_routed
 
     routes = catalog.routes(ctx) + systemone.routes(ctx) + openai.routes(ctx) + tokenize.routes(ctx)
+    routes += rerank.routes(ctx) + moderations.routes(ctx)
     if metrics:
         routes.append(catalog.metrics_route(ctx))
-    # the more specific prefix first: /v1/systemone* answers in System One's shape, the rest of /v1/ in OpenAI's
+    # the more specific prefix first: /v1/systemone* answers in System One's shape, rerank and score in theirs
+    # (root paths too), the rest of /v1/ in OpenAI's; /v2/ (Cohere's and vLLM's versioned paths) is no Gradio
+    # path, so the Space answers it in OpenAI's shape too
     return routes + [
         not_routed(ctx, "/v1/systemone", systemone.WIRE, routes),
+        *rerank.not_routed_here(ctx, routes),
         not_routed(ctx, "/v1/", protocol.WIRE, routes),
+        not_routed(ctx, "/v2/", protocol.WIRE, routes),
     ]
 
 

@@ -21,8 +21,21 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
 from blink.errors import StartupError
-from blink.knob_parsers import Choice, Integer, Number, TextList, api_key, flag, names, optional_text, plain_text, urls
+from blink.knob_parsers import (
+    Choice,
+    Integer,
+    Number,
+    QueryTemplate,
+    TextList,
+    api_key,
+    flag,
+    names,
+    optional_text,
+    plain_text,
+    urls,
+)
 from blink.limits import ImageLimits, Limits
+from blink.moderation_policy import PolicyFile
 
 
 class BadSetting(ValueError):
@@ -84,6 +97,8 @@ def knobs(schema) -> list[Knob]:
 
 
 IMAGE = ImageLimits()
+# each document is the state; the question carries the query (the model's trained shape: content, then criterion)
+RERANK_QUESTION = "Does this text hold information that helps answer the query: {query}"
 LIMITS = Limits()
 
 
@@ -140,6 +155,12 @@ class Settings:
                                    "request (a shared state counted once)", fleet="limits.max_request_tokens")
     max_body_bytes: int = knob(LIMITS.max_body_bytes, Integer(1024, 1 << 30), "request body as sent; past it 413",
                                fleet="limits.max_body_bytes")
+    max_documents: int = knob(LIMITS.max_documents, Integer(1, 1024), "documents (or pairs) per rerank or score "
+                              "request: each is a decision and holds one of the max-queued + max-batch places",
+                              fleet="limits.max_documents")
+    rerank_question: str = knob(RERANK_QUESTION, QueryTemplate(), "rerank and score: the yes/no question asked of "
+                                "each document (the decision's state), `{query}` standing for the query; a "
+                                "document's relevance is the probability of yes", fleet="rerank.question")
     system_prompt: str | None = knob(None, optional_text, "chat: system message prepended when a conversation has "
                                      "none", fleet="system_prompt")
     max_output_tokens: int = knob(4096, Integer(1, 32768), "chat: most tokens per reply (a larger `max_tokens` is "
@@ -183,6 +204,10 @@ class Settings:
     prior_states: tuple[str, ...] = knob(("N/A", "", "[MASK]"), TextList(), "the content-free states a question's "
                                          "prior is read from (averaged) for `x_calibration` prior",
                                          shown='["N/A", "", "[MASK]"]')
+    moderation_policy: str | None = knob(None, PolicyFile(), "/v1/moderations: the policy file (TOML or JSON; "
+                                         "docs/api-moderations.md): its categories, each a definition and a "
+                                         "threshold; checked whole at start-up", fleet="moderation.policy",
+                                         shown="OpenAI's 13 categories (blink/policies/openai.toml)")
     metrics: bool = knob(True, flag, "serve `GET /metrics` (Prometheus' text format, vLLM's names where they mean the "
                          "same; behind the API key when one is set)", space_default=False, shown="on (Space: off)")
     engine: str = knob("local", Choice(("local", "vllm")), "who runs the model: local (blink's own engine, the "
@@ -198,6 +223,11 @@ class Settings:
                                              "replica's speed); a call's timeout is then 5 s + 4 x its tokens x "
                                              "this, so a replica hung from the start costs seconds, not "
                                              "engine_timeout_s")
+    engine_failure_threshold: int = knob(3, Integer(1, 100), "vllm: failed requests in a row (a 5xx, 429) that "
+                                         "open a replica's circuit (one that can't be reached or times out opens it "
+                                         "at once); a trial request that succeeds closes it again")
+    engine_health_interval_s: float = knob(2.0, Number(0.1, 300), "vllm: seconds between the background checks of "
+                                           "each replica (its /health; the trial request of an open circuit)")
     engine_api_key: str | None = knob(None, optional_text, "vllm: the key the replicas require (vLLM's "
                                       "`--api-key`); set the variable, not the flag", shown="none", secret=True)
     # fmt: on
@@ -227,6 +257,7 @@ class Settings:
             max_context_tokens=self.max_context_tokens,
             max_request_tokens=self.max_request_tokens,
             max_body_bytes=self.max_body_bytes,
+            max_documents=self.max_documents,
         )
 
     @property

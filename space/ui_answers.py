@@ -2,14 +2,24 @@
 
 import html
 
-CONFIDENCE_NOTE = (
-    "Confidence: how far the answer is from a coin toss over its options (1 − normalised entropy): 1 when all the "
-    "probability is on one option, 0 when it is spread evenly."
-)
+# the formulas the wire's `confidence` uses (blink.decide.answers: transformers.decision.Question.answer's),
+# told per type: choice and score measure it differently
+CONFIDENCE_NOTES = {
+    "choice": (
+        "Confidence (choice) = (p_max − 1/n) / (1 − 1/n), with p_max the top option's probability and n the number of "
+        "options: 1 when all the probability is on one option, 0 when it is spread evenly (never below 0)."
+    ),
+    "score": (
+        "Confidence (score) = 1 − Σ pᵢ·|i − top| / D, with i each level counted from 0, top the most likely level "
+        "and D the mean distance of the levels from the middle one (how far an even spread strays from its centre): "
+        "1 when all the probability is on one level, 0 when it strays D or more from the top level."
+    ),
+}
 
 
-def confidence_html(confidence: float) -> str:
-    return f'<span class="blink-confidence" title="{html.escape(CONFIDENCE_NOTE)}">confidence {confidence:.3f}</span>'
+def confidence_html(confidence: float, kind: str) -> str:
+    note = html.escape(CONFIDENCE_NOTES[kind])
+    return f'<span class="blink-confidence" title="{note}">confidence {confidence:.3f}</span>'
 
 
 def descriptions_of(question: dict) -> dict:
@@ -29,17 +39,17 @@ def bars_html(answers: dict, questions: dict) -> str:
             summary = f"<b>{'yes' if ans['noul'] >= 0.5 else 'no'}</b> · P(yes) = {ans['noul']:.3f}"
         elif kind == "choice":
             probs = dict(ans["probabilities"])
-            summary = f"choice: <b>{html.escape(str(ans['choice']))}</b> · {confidence_html(ans['confidence'])}"
+            summary = f"choice: <b>{html.escape(str(ans['choice']))}</b> · {confidence_html(ans['confidence'], kind)}"
         else:
             legend = ans.get("legend") or {}
             probs = {str(legend.get(k, k)): p for k, p in ans["probabilities"].items()}
             levels = list(probs)
             top_level = max(probs, key=probs.get)
-            # levels counted from 1, as people count them (the API's `score` counts from 0)
+            # levels counted from 0, as the API's `score` (in the raw response beside it) counts them
             summary = (
-                f"level: <b>{html.escape(top_level)}</b> ({levels.index(top_level) + 1} of {len(levels)}) · "
-                f"expected level {ans['score'] + 1:.2f} of 1 ({html.escape(levels[0])}) to {len(levels)} "
-                f"({html.escape(levels[-1])}) · {confidence_html(ans['confidence'])}"
+                f"level: <b>{html.escape(top_level)}</b> (level {levels.index(top_level)} on a scale of 0 "
+                f"({html.escape(levels[0])}) to {len(levels) - 1} ({html.escape(levels[-1])})) · "
+                f"score {ans['score']:.2f} (the expected level) · {confidence_html(ans['confidence'], kind)}"
             )
         top = max(probs, key=probs.get) if probs else None
         title = html.escape(str(questions.get(qid, {}).get("instructions") or qid))
@@ -60,7 +70,8 @@ def bars_html(answers: dict, questions: dict) -> str:
                 f'</span></span><span class="blink-p">{p:.3f}</span></div>'
             )
         parts.append("</div>")
-    if any(ans.get("type") in ("choice", "score") for ans in answers.values()):
-        parts.append(f'<div class="blink-legend">{html.escape(CONFIDENCE_NOTE)}</div>')
+    for kind in CONFIDENCE_NOTES:  # the formula of each type answered, under the answers
+        if any(ans.get("type") == kind for ans in answers.values()):
+            parts.append(f'<div class="blink-legend">{html.escape(CONFIDENCE_NOTES[kind])}</div>')
     parts.append("</div>")
     return "".join(parts)

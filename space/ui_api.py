@@ -34,6 +34,16 @@ def charge_md(health: dict) -> str:
     return f"**GPU:** {charge} (`/healthz` → `gpu_seconds`: requested, charged and used seconds per kind)."
 
 
+def quota_md(health: dict) -> str:
+    """On ZeroGPU only (/healthz `zero_gpu`): how a connection spends its own GPU quota."""
+    if not health.get("zero_gpu"):
+        return ""
+    return (
+        " To spend your own\n   ZeroGPU quota rather than the shared pool, add the header "
+        "`X-HF-Authorization: Bearer hf_…` under the\n   connection's Headers."
+    )
+
+
 def snippets_md(url: str, name: str, key: ApiKey, health: dict | None = None) -> str:
     """The API tab: copy-paste snippets with this Space's own URL, served name and key note, and what a GPU call
     is charged (`health`: the /healthz figures)."""
@@ -90,9 +100,7 @@ curl -s {url}/healthz
 **Open WebUI**: Admin Panel → Settings → Connections → OpenAI API → **+** (add connection):
 1. URL: `{url}/v1`
 2. Key: {"your BLINK_API_KEY" if required else "anything (this Space's API is open)"}
-3. Save; the model `{name}` appears in the model list (click *Verify connection* to check). To spend your own
-   ZeroGPU quota rather than the shared pool, add the header `X-HF-Authorization: Bearer hf_…` under the
-   connection's Headers.
+3. Save; the model `{name}` appears in the model list (click *Verify connection* to check).{quota_md(health or {})}
 """
 
 

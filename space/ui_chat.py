@@ -3,6 +3,7 @@
 keyed API traffic."""
 
 import logging
+import time
 
 import gradio as gr
 
@@ -82,17 +83,79 @@ def chat_message_check(message) -> gr.validate:
     return gr.validate(bool(text_of(message).strip()), "Write a message first.")
 
 
+class SpeedNote:
+    """On the CPU, what the note above the chat says: that a reply can be slow, and how slow, measured (the last
+    reply's rate on this server, then the current reply's as it streams). Pieces of text are counted as tokens:
+    the decoder sends about one per token."""
+
+    def __init__(self, max_tokens: int):
+        self.max_tokens = max_tokens
+        self.rate: float | None = None  # tokens/s of the last reply answered here (any visitor's)
+
+    def before(self) -> str:
+        if self.rate is None:
+            return (
+                f"This Space generates on the CPU: a reply of up to {self.max_tokens} tokens can take a minute "
+                "or more. The rate shows here as the reply comes."
+            )
+        return (
+            f"This Space generates on the CPU at about {self.rate:.1f} tokens/s (the last reply): a reply of up "
+            f"to {self.max_tokens} tokens can take up to ~{self.max_tokens / self.rate:.0f} s."
+        )
+
+    def during(self, tokens: int, seconds: float) -> str:
+        if tokens < 2 or seconds <= 0:
+            return self.before()
+        rate = (tokens - 1) / seconds  # from the first piece: the wait for it (queue, prompt) is not the rate
+        left = max(0, self.max_tokens - tokens) / rate
+        return (
+            f"Generating on the CPU: ~{tokens} tokens at {rate:.1f} tokens/s; up to {self.max_tokens} in all, "
+            f"so at most ~{left:.0f} s more."
+        )
+
+    def after(self, tokens: int, seconds: float) -> str:
+        if tokens >= 2 and seconds > 0:
+            self.rate = (tokens - 1) / seconds
+        return self.before()
+
+    def turn(self, replies):
+        """`replies` (chat_reply's texts) with the note beside each: (text, note)."""
+        yield "", self.before()  # at once: the note shows before the first token
+        pieces, first = 0, None
+        for text in replies:
+            if text.startswith(NOT_ANSWERED):
+                yield text, self.before()
+                return
+            pieces += 1
+            first = first or time.monotonic()
+            yield text, self.during(pieces, time.monotonic() - first)
+        if first is not None:
+            yield text, self.after(pieces, time.monotonic() - first)
+
+
+def on_cpu(ctx: Context) -> bool:
+    """The model generates on this process's CPU (not a GPU, nor ZeroGPU's worker, nor vLLM)."""
+    return str(ctx.health.get("device", "")).startswith("cpu")
+
+
 def chat_tab(ctx: Context, max_tokens: int) -> None:
+    speed = SpeedNote(max_tokens) if on_cpu(ctx) else None
+
     def ui_chat(message, history, request: gr.Request):
-        yield from chat_reply(ctx, max_tokens, message, history, request)
+        replies = chat_reply(ctx, max_tokens, message, history, request)
+        yield from replies if speed is None else speed.turn(replies)
 
     gr.HTML(caveat_html(CHAT_CAVEAT))
+    note = gr.Markdown(speed.before(), elem_id="blink-chat-speed") if speed is not None else None
     # private: /v1/chat/completions is the chat API (OpenAI's shape); this one is the page's (message, history)
     gr.ChatInterface(
         fn=ui_chat,
+        # no label: its badge sat over the first message
+        chatbot=gr.Chatbot(show_label=False, scale=1, elem_id="blink-chatbot"),
         api_name="chat",
         examples=CHAT_EXAMPLES,
         cache_examples=False,
         api_visibility=PRIVATE,
         validator=chat_message_check,  # an empty message is not sent
+        additional_outputs=[note] if note is not None else None,
     )

@@ -27,6 +27,7 @@ from space.ui_form import (
     build_question,
     form_problems,
     question_id,
+    state_note,
     state_value,
     wire_error_message,
 )
@@ -135,9 +136,15 @@ async def decide(
     except Exception as exc:  # noqa: BLE001 - shown to the user, logged, the UI keeps working
         log.exception("UI decision failed")
         return error_html(f"Internal error: {type(exc).__name__}"), None
-    # the note sits above the answers (a toast would cover the bars, and outlive them)
-    notice = f'<div class="blink-note">{html.escape(note)}</div>' if note else ""
+    # the notes sit above the answers (a toast would cover the bars, and outlive them)
+    notice = "".join(f'<div class="blink-note">{html.escape(n)}</div>' for n in (state_note(state), note) if n)
     return notice + bars_html(response["answers"], questions), response
+
+
+def state_note_html(state: str) -> str:
+    """Beside the State box: what the form says about it (an empty state), or nothing."""
+    note = state_note(state)
+    return f'<div class="blink-note" id="blink-state-empty">{html.escape(note)}</div>' if note else ""
 
 
 def decide_tab(ctx: Context, caveat: str) -> None:
@@ -170,6 +177,7 @@ def decide_tab(ctx: Context, caveat: str) -> None:
                 elem_id="blink-state",
                 placeholder="The text (or JSON) the questions are about",
             )
+            state_box_note = gr.HTML(state_note_html(""), elem_id="blink-state-note", padding=False, container=False)
             with gr.Row():
                 example_buttons = {
                     name: gr.Button(name, size="sm", elem_id="example-" + name.split()[0].lower()) for name in EXAMPLES
@@ -179,11 +187,22 @@ def decide_tab(ctx: Context, caveat: str) -> None:
             for i in range(SLOTS):
                 with gr.Group(visible=i == 0) as group:
                     with gr.Row():
+                        # min widths: on a phone the two wrap onto lines of their own rather than cut the menu off
                         q_name = gr.Textbox(
-                            label=f"Question {i + 1} id", value=f"q{i + 1}", scale=1, elem_id=f"q{i}-name"
+                            label=f"Question {i + 1} id",
+                            value=f"q{i + 1}",
+                            scale=1,
+                            min_width=140,
+                            elem_id=f"q{i}-name",
                         )
                         q_type = gr.Dropdown(
-                            TYPES, value="noul", label="Type", info=TYPE_INFO, scale=2, elem_id=f"q{i}-type"
+                            TYPES,
+                            value="noul",
+                            label="Type",
+                            info=TYPE_INFO,
+                            scale=2,
+                            min_width=260,
+                            elem_id=f"q{i}-type",
                         )
                     q_instr = gr.Textbox(
                         label="Instructions", elem_id=f"q{i}-instructions", placeholder="What should the model decide?"
@@ -216,6 +235,15 @@ def decide_tab(ctx: Context, caveat: str) -> None:
             api_name="example_" + name.split()[0].lower(),
             api_visibility=PRIVATE,
         )
+    # an empty state is told beside its box as soon as it is empty (loaded, cleared or typed), not only on Decide
+    # (hidden when there is nothing to say: an empty block still takes room between the box and the examples)
+    state.change(
+        lambda text: gr.update(value=state_note_html(text), visible=bool(state_note_html(text))),
+        state,
+        state_box_note,
+        queue=False,
+        api_visibility=PRIVATE,
+    )
     add.click(lambda c: set_count(c, +1), count, [count, *groups], api_visibility=PRIVATE)
     remove.click(lambda c: set_count(c, -1), count, [count, *groups], api_visibility=PRIVATE)
     # the caveat says what the chosen calibration does; answers got another way go with the old caveat

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from starlette.concurrency import run_in_threadpool
 
 from blink.decide.batching import Batcher, OnItsWay
 from blink.decide.planner import Checked, DecisionPlanner, Prepared
+from blink.errors import BlinkError
 from blink.web import metrics
 from blink.web.endpoint import Timing
 
@@ -112,15 +114,18 @@ class DecisionService:
             checked[0] = replace(checked[0], on_its_way=on_its_way)
         return checked
 
-    async def run_many(self, checked: list[Checked], ticket, caller=None, timing: Timing | None = None) -> list:
+    async def run_many(
+        self, checked: list[Checked], ticket, caller=None, timing: Timing | None = None, at: Refusal | None = None
+    ) -> list:
         """Several admitted decisions of one request (the ticket holds a place for each): planned in one thread hop,
         queued as one request and scored in the same call, answered each on its own, in order. A decision's answer
-        is the one it would get alone; a failure of any fails the request."""
+        is the one it would get alone; a failure of any fails the request. `at(i, error)`: a refusal of decision
+        `i`'s plan told in the request's own terms (which document, which field)."""
         timing = timing or Timing()
         t = time.perf_counter()
         try:
             async with ticket.preparing():
-                prepared = await run_in_threadpool(lambda: [self.planner.plan(c) for c in checked])
+                prepared = await run_in_threadpool(self._plan_all, checked, at)
             timing.add("prepare", time.perf_counter() - t)
             items, shared = shared_priors(prepared)
             jobs = self.batcher.submit_many(items, caller, checked[0].on_its_way if checked else None)
@@ -139,6 +144,18 @@ class DecisionService:
             out.append(Decided(answers, p, s.cached_tokens, self.planner.calibration_fact(p)))
         timing.add("answer", time.perf_counter() - t)
         return out
+
+    def _plan_all(self, checked: list[Checked], at: Refusal | None) -> list[Prepared]:
+        out = []
+        for i, one in enumerate(checked):
+            try:
+                out.append(self.planner.plan(one))
+            except BlinkError as error:
+                raise (at(i, error) if at is not None else error) from None
+        return out
+
+
+Refusal = Callable[[int, BlinkError], BlinkError]
 
 
 def shared_priors(prepared: list[Prepared]) -> tuple[list, list[int]]:

@@ -36,4 +36,4 @@ class VllmBackend:
         return prompt_logprobs(self.replicas, prompts, top)  # vLLM ranks every prompt token anyway
 
     def health(self) -> dict:
-        return {"vllm": self.replicas.health()}
+        return {"vllm": self.replicas.health()}  # the states as they are: /healthz asks no replica
