@@ -134,6 +134,7 @@ class Call:
     arrival: Any = None  # what the route counts of the request while it is on its way (Endpoint's `arriving`)
     ticket: Any = None  # the admission place held for the whole exchange (blink.web.admission.Ticket)
     units: int = 1  # the places it holds: one per decision it asks for (Endpoint's `units`)
+    kind: str | None = None  # the kind of work it is admitted to (Endpoint's `admit`, or what it says of the request)
     wire: Wire | None = None  # the wire this request speaks, where its route serves two (set by `check`)
 
 
@@ -167,14 +168,16 @@ class Endpoint:
         auth: bool = True,
         body: Body | None = None,
         check: Callable[[Call], Any] | None = None,
-        admit: str | None = None,
+        admit: str | Callable[[Any], str] | None = None,
         cancel_on_disconnect: bool = False,
         inline_below: int = 0,
         arriving: Callable[[], Any] | None = None,
         units: Callable[[Any], int] | None = None,
     ):
         """`body`: None for routes that read none; `check(call)`: the route's validation, before admission;
-        `admit`: the kind of work it does (blink.web.admission), None for routes that spend no model time;
+        `admit`: the kind of work it does (blink.web.admission), or a function of the checked request that says
+        which (a completion request that only scores its prompts is decision work), None for routes that spend no
+        model time;
         `inline_below`: a plain body under these bytes is parsed and checked on the event loop (a check that costs
         microseconds for such a body: a thread hop would cost more); `arriving()`: called as a request with the
         key is all here (its body read), before it is parsed; what it returns (`call.arrival`: a decision counted
@@ -208,8 +211,9 @@ class Endpoint:
             self._arrived(call)
             call.checked = await run_in_threadpool(self.check, call)
         if self.admit:  # more places than the gate has would never all free: refused with the check's refusals
+            call.kind = self.admit(call.checked) if callable(self.admit) else self.admit
             call.units = units_of(self.units, call.checked)
-            self.ctx.admission.gate(self.admit).check_units(call.units)
+            self.ctx.admission.gate(call.kind).check_units(call.units)
 
     def _arrived(self, call: Call) -> None:
         """The request is all here: the route counts it from now (before any thread hop) until the exchange ends.
@@ -248,13 +252,13 @@ class Endpoint:
         if self.admit:  # API callers passed the key (or none is set): keyed
             waited = time.perf_counter()
             try:
-                admitted = self.ctx.admission.admit(self.admit, KEYED, None, units=call.units)
+                admitted = self.ctx.admission.admit(call.kind, KEYED, None, units=call.units)
                 _, call.ticket = await call.held.enter_async_context(admitted)
             except BlinkError as error:
-                metrics.ADMISSION_WAIT.labels(self.admit).observe(time.perf_counter() - waited)
+                metrics.ADMISSION_WAIT.labels(call.kind).observe(time.perf_counter() - waited)
                 await wire.error_response(error, call.request_id, call.timing)(scope, receive, send)
                 return
-            metrics.ADMISSION_WAIT.labels(self.admit).observe(time.perf_counter() - waited)
+            metrics.ADMISSION_WAIT.labels(call.kind).observe(time.perf_counter() - waited)
         await answer(wire, self.handler, call, send)
         metrics.E2E.labels(self.ctx.served_name).observe(time.perf_counter() - call.timing.start)
 

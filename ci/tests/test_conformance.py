@@ -323,6 +323,30 @@ def test_a_refused_request_is_refused_at_once_while_the_only_slot_is_held(one_sl
             assert took < SLOT_WAIT_S / 2, (route, body, took)
 
 
+def test_scoring_prompts_is_decision_work_a_place_per_prompt(one_slot):
+    """`echo` with `max_tokens` 0 (or 1 at temperature 0) generates nothing past the prompts' own pass: it is
+    admitted as decisions are, a place per prompt, so it is answered while the only chat slot is held, and a list
+    of more prompts than the decision gate could ever hold is refused at once (too_much_work)."""
+    holding = {"model": "demo", "max_tokens": 3000, "stream": True, "messages": [{"role": "user", "content": "Go on."}]}
+    scoring = {"model": "demo", "prompt": [[1, 2, 3], [1, 2, 4]], "echo": True, "logprobs": 1, "max_tokens": 1}
+    with (
+        httpx.Client(timeout=120) as client,
+        client.stream("POST", one_slot + "/v1/chat/completions", json=holding) as s,
+    ):
+        lines = s.iter_lines()
+        while '"content":""' in (line := next(lines)) or not line.startswith("data: "):
+            pass
+        assert client.get(one_slot + "/healthz").json()["chat_slots"]["running"] == 1
+        t = time.perf_counter()
+        r = client.post(one_slot + "/v1/completions", json={**scoring, "temperature": 0})
+        assert r.status_code == 200 and len(r.json()["choices"]) == 2, r.text[:300]
+        assert time.perf_counter() - t < SLOT_WAIT_S / 2
+        generating = client.post(one_slot + "/v1/completions", json={**scoring, "max_tokens": 2})
+        assert generating.status_code == 529  # a generation waits for the chat slot, then gives up
+        many = client.post(one_slot + "/v1/completions", json={**scoring, "max_tokens": 0, "prompt": [[1, 2]] * 100})
+        assert many.status_code == 400 and many.json()["error"]["code"] == "too_much_work", many.text[:300]
+
+
 @pytest.mark.parametrize(
     ("text", "calls", "content"),
     [

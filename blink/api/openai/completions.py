@@ -59,6 +59,14 @@ class CompletionRequest:
     def scores_prompt(self) -> bool:
         return (self.echo and self.params.logprobs) or self.prompt_logprobs is not None
 
+    @property
+    def scores_only(self) -> bool:
+        """Nothing to generate past what the prompts' own pass gives (loglikelihood): decision work, one pass on the
+        compute thread, admitted as that, a place per prompt; a generation holds a chat slot, one prompt at a time."""
+        p = self.params
+        greedy_one = self.max_tokens == 1 and p.temperature == 0 and not p.stop
+        return self.scores_prompt and (self.max_tokens == 0 or greedy_one)
+
     def greedy_one(self, rendered: Rendered) -> bool:
         """The one token to generate is the most likely after the prompt: read from the prompt's own pass."""
         p = self.params
@@ -187,7 +195,8 @@ def routes(ctx: Context) -> list[Route]:
         completions,
         body=Body("completion requests"),
         check=lambda call: parse(ctx, call.body),
-        admit="chat",
+        admit=lambda req: "decide" if req.scores_only else "chat",
+        units=lambda req: len(req.prompts) if req.scores_only else 1,
         cancel_on_disconnect=True,
     )
     return [Route("/v1/completions", endpoint, methods=["POST"])]
