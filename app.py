@@ -28,9 +28,11 @@ import spaces  # noqa: I001 - first, before anything imports torch (ZeroGPU patc
 
 import logging
 import os
+import sys
 from pathlib import Path
 
 import space_config
+from blink.errors import StartupError
 from blink.model.loading import go_offline_if_local
 from blink.settings import resolve_space
 
@@ -38,6 +40,17 @@ log = logging.getLogger("blink.space")
 logging.basicConfig(
     level=os.environ.get("BLINK_LOG_LEVEL", "info").upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
 )
+
+
+def one_line_startup_errors(kind, error, trace) -> None:
+    """A setting or a model the Space cannot start with (blink.errors.StartupError) is one line, not a traceback."""
+    if issubclass(kind, StartupError):
+        print(f"blink cannot start: {error}", file=sys.stderr, flush=True)
+    else:
+        sys.__excepthook__(kind, error, trace)
+
+
+sys.excepthook = one_line_startup_errors
 
 
 SETTINGS, SPACE = resolve_space(space_config)
@@ -99,6 +112,12 @@ def gpu_generate(ids, params: GenerationParams, seconds: int):
     yield from CHAT_ENGINE.generate(ids, params)
 
 
+@spaces.GPU(duration=GpuCall.duration, size=decorator_size(GPU_SIZE))
+def gpu_prompt_logprobs(prompts, top: int, seconds: int):
+    """Every token of each prompt scored (echo, loglikelihood) in the GPU worker: plain PromptLogprobs back."""
+    return ENGINE.prompt_logprobs(prompts, top)
+
+
 # --- the backend and the context every route and the UI serve from ---------------------------------------
 BACKEND = (
     None  # build_context sends decisions and chat to the replicas
@@ -113,6 +132,7 @@ BACKEND = (
         generate_max_s=CHAT_DURATION_MAX_S,
         max_output_tokens=MAX_OUTPUT_TOKENS,
         runs=LocalBackend(ENGINE, CHAT_ENGINE),
+        gpu_prompt_logprobs=gpu_prompt_logprobs,
     )
 )
 CTX = build_context(
@@ -177,7 +197,7 @@ def main() -> None:
         footer_links=["api", "gradio", "settings"],
         # the API and blink's /mcp grafted ahead of Gradio's routes
         app_kwargs={
-            "routes": [Route("/mcp", MCP, methods=["GET", "POST", "DELETE"]), *api_routes(CTX)],
+            "routes": [Route("/mcp", MCP, methods=["GET", "POST", "DELETE"]), *api_routes(CTX, SETTINGS.metrics)],
             "middleware": middleware(),
             "lifespan": lifespan,
         },

@@ -6,7 +6,8 @@
     python build.py --check              validate spaces.toml, the shared files and the pins; write nothing
     python build.py --dry-run            print what --push would do (repo, hardware, secrets by name, files)
     python build.py --push OWNER         build, then create or update OWNER/<space> on the Hub
-    python build.py --docs               rewrite docs/configuration.md's knob tables from blink/settings.py
+    python build.py --docs               rewrite the generated tables: docs/configuration.md's knobs (settings.py),
+                                         docs/api-systemone.md's error types (fleet/errors_doc.py)
                                          (--readme: the same, by its old name)
 
 Each `dist/<space>/` is uploadable as it is: `app.py`, `auth.py`, `theme.py`, `requirements.txt`, `space/` and
@@ -22,6 +23,7 @@ Exit status: 0 ok, 2 a configuration error (the message names the Space and the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import sys
 import tempfile
@@ -35,6 +37,8 @@ from blink.errors import StartupError
 from blink.settings import resolve_space
 from fleet import ConfigError
 from fleet.docs import PAGE, with_tables
+from fleet.errors_doc import PAGE as ERRORS_PAGE
+from fleet.errors_doc import with_error_table
 from fleet.hub import files_of, plan, push
 from fleet.pins import ZEROGPU_TORCH, check_requirements  # noqa: F401 - the tests read them here
 from fleet.render import front_matter, readme, space_config
@@ -103,7 +107,8 @@ def verify_space(space: Space, fleet: Fleet, folder: Path) -> None:
     namespace: dict = {}
     exec(compile((folder / "space_config.py").read_text(encoding="utf-8"), "space_config.py", "exec"), namespace)
     try:
-        resolved = resolve_space(namespace, env={})
+        with contextlib.chdir(folder):  # as the Space runs: its files (a moderation policy) read from its folder
+            resolved = resolve_space(namespace, env={})
     except StartupError as exc:
         raise ConfigError(f"[spaces.{space.name}]", None, f"the app would refuse this config: {exc}") from None
     if resolved != (space.settings, space.space):
@@ -127,12 +132,16 @@ def build(fleet: Fleet, out: Path) -> dict[str, list[str]]:
 
 
 def write_docs(path: Path = ROOT / PAGE) -> bool:
-    """Rewrite the generated knob tables of docs/configuration.md; True when that changed the file."""
-    before = path.read_text(encoding="utf-8")
-    after = with_tables(before, PAGE)
-    if after != before:
-        path.write_text(after, encoding="utf-8")
-    return after != before
+    """Rewrite the generated knob tables of docs/configuration.md and the error types of docs/api-systemone.md;
+    True when that changed a file."""
+    changed = False
+    for page, rewrite in ((path, lambda text: with_tables(text, PAGE)), (ROOT / ERRORS_PAGE, with_error_table)):
+        before = page.read_text(encoding="utf-8")
+        after = rewrite(before)
+        if after != before:
+            page.write_text(after, encoding="utf-8")
+            changed = True
+    return changed
 
 
 def main(argv=None, api=None) -> int:
@@ -151,7 +160,8 @@ def main(argv=None, api=None) -> int:
     )
     a = ap.parse_args(argv)
     if a.docs:
-        print(f"{PAGE}: tables rewritten" if write_docs() else f"{PAGE}: tables already up to date")
+        pages = f"{PAGE}, {ERRORS_PAGE}"
+        print(f"{pages}: tables rewritten" if write_docs() else f"{pages}: tables already up to date")
         return 0
     try:
         fleet = load(a.config, owner=a.push or a.owner, only=a.space)

@@ -52,7 +52,7 @@ class Floor:
     """The decoder alone over n tokens: embeddings in, last hidden states out, no cache kept."""
 
     def __init__(self, loaded, vocab_ids: list[int]):
-        from blink.executor.core import decoder_of
+        from blink.executor.decoder import decoder_of
 
         self.decoder, _ = decoder_of(loaded.model)
         self.embed = self.decoder.get_input_embeddings()

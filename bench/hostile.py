@@ -167,6 +167,9 @@ def past_the_context(route: str) -> dict:
         "/v1/chat/completions": {"model": "demo", "max_tokens": 2, "messages": [{"role": "user", "content": text}]},
         "/v1/responses": {"model": "demo", "max_output_tokens": 2, "input": text},
         "/v1/completions": {"model": "demo", "max_tokens": 2, "prompt": text},
+        "/v1/moderations": {"model": "demo", "input": text},
+        # 32 inputs (the most a request takes), each its own decision past the context: 32 capped counts at most
+        "/v1/moderations 32 inputs": {"model": "demo", "input": [text[: len(text) // 32]] * 32},
     }[route]
 
 
@@ -175,7 +178,10 @@ def case_past_the_context(s: Server, route: str) -> dict:
     packed = zstandard.ZstdCompressor(level=19).compress(json.dumps(past_the_context(route)).encode())
     w = Watch(s)
     status, secs, text = timed_post(
-        s.url, route, content=packed, headers={"content-type": "application/json", "content-encoding": "zstd"}
+        s.url,
+        route.split(" ")[0],
+        content=packed,
+        headers={"content-type": "application/json", "content-encoding": "zstd"},
     )
     return {"status": status, "seconds": round(secs, 2), "sent_bytes": len(packed), **w.done(), "detail": text}
 
@@ -606,7 +612,15 @@ CASES = {
     "chat message 12MB": ("text", case_chat_12mb),
     **{
         f"zstd past the context: {route}": ("text", functools.partial(case_past_the_context, route=route))
-        for route in ("/v1/systemone", "/v1/decisions", "/v1/chat/completions", "/v1/responses", "/v1/completions")
+        for route in (
+            "/v1/systemone",
+            "/v1/decisions",
+            "/v1/chat/completions",
+            "/v1/responses",
+            "/v1/completions",
+            "/v1/moderations",
+            "/v1/moderations 32 inputs",
+        )
     },
     "MCP decide past the context": ("text", case_mcp_past_the_context),
     "nested JSON 100k": ("text", case_nested_json),

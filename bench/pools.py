@@ -34,7 +34,7 @@ def measure(way: str, model: str, tokens: int, reps: int, threads: int) -> dict:
     import torch
 
     from blink.executor.compute_thread import COMPUTE
-    from blink.executor.core import decoder_of
+    from blink.executor.decoder import decoder_of
     from blink.model.demo import demo_model_dir
     from blink.model.loading import load
 

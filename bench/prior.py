@@ -51,7 +51,7 @@ def main() -> int:
     import torch
     from biased_demo import QUESTION, TEAMS, biased_copy
 
-    from blink.decide.calibrate import examples_of
+    from blink.decide.calibrate_command import examples_of
     from blink.decide.calibration import metrics
     from blink.decide.planner import Engine
     from blink.model.demo import demo_model_dir

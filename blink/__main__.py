@@ -1,4 +1,4 @@
-"""`python -m blink serve ...`, `python -m blink calibrate ...` and `python -m blink make-demo-model DIR`.
+"""`python -m blink serve ...`, `python -m blink calibrate ...` and `python -m blink make-demo-model [DIR]`.
 
 Nothing from the Hugging Face libraries is imported before the arguments are read: serving a local folder
 must switch them offline first (they read their settings once, at import).
@@ -36,7 +36,12 @@ def run_command(argv: list[str] | None) -> None:
     add_arguments(serve.add_argument_group("serving (blink/settings.py)"), Settings)
 
     demo = commands.add_parser("make-demo-model", help="write a small random-weight Qwen3.5 model (offline)")
-    demo.add_argument("dir")
+    demo.add_argument(
+        "dir",
+        nargs="?",
+        help="where to write it (default: a folder named after the options in $BLINK_DEMO_DIR or ~/.cache/blink, "
+        "outside the checkout; its path is printed)",
+    )
     demo.add_argument(
         "--shape",
         choices=("demo", "large"),
@@ -51,7 +56,7 @@ def run_command(argv: list[str] | None) -> None:
         help="qwen3_5: the hybrid architecture blink serves; qwen3: plain attention (vLLM's CPU build)",
     )
 
-    from blink.decide.calibrate import add_arguments as add_calibrate_arguments
+    from blink.decide.calibrate_command import add_arguments as add_calibrate_arguments
 
     calibrate = commands.add_parser(
         "calibrate", help="fit a temperature per question type to labelled requests and write calibration.json"
@@ -63,13 +68,14 @@ def run_command(argv: list[str] | None) -> None:
 
     if args.command == "make-demo-model":
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from blink.model.demo import make_demo_model
+        from blink.model.demo import made_dir, make_demo_model
 
-        print(make_demo_model(args.dir, args.shape, args.seed, arch=args.arch))
+        out = args.dir or made_dir(args.shape, args.seed, args.arch)
+        print(make_demo_model(out, args.shape, args.seed, arch=args.arch))
         return
 
     if args.command == "calibrate":
-        from blink.decide.calibrate import run as calibrate
+        from blink.decide.calibrate_command import run as calibrate
 
         sys.exit(calibrate(args))
 

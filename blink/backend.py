@@ -13,8 +13,10 @@ instead of on a thread of its own.
 
 `score(plans, caller)` takes a batch of decisions (one list of `plan.Prompt` per request) and returns one
 `plan.Scored` per request, never raising; `generate(ids, params, caller)` (`params`: a `plan.GenerationParams`) is a
-plain generator of text deltas (`str`, or `Delta` with logprobs) and exactly one final `ChatEnd`; `health()` is the
-backend's part of /healthz.
+plain generator of text deltas (`str`, or `Delta` with logprobs) and exactly one final `ChatEnd`;
+`prompt_logprobs(prompts, top, caller)` scores every token of each prompt (token ids) and returns one
+`plan.PromptLogprobs` per prompt (prompts that share a start share its computation); `health()` is the backend's
+part of /healthz.
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from blink.plan import GenerationParams, Prompt, Scored
+from blink.plan import GenerationParams, Prompt, PromptLogprobs, Scored
 
 
 class Backend(Protocol):
     def score(self, plans: list[list[Prompt]], caller: Any) -> list[Scored]: ...
 
     def generate(self, ids: list[int], params: GenerationParams, caller: Any) -> Iterator[Any]: ...
+
+    def prompt_logprobs(self, prompts: list[list[int]], top: int, caller: Any) -> list[PromptLogprobs]: ...
 
     def health(self) -> dict: ...
 
@@ -49,6 +53,9 @@ class LocalBackend:
 
     def generate(self, ids: list[int], params: GenerationParams, caller: Any = None) -> Iterator[Any]:
         return self.chat_engine.generate(ids, params)
+
+    def prompt_logprobs(self, prompts: list[list[int]], top: int, caller: Any = None) -> list[PromptLogprobs]:
+        return self.engine.prompt_logprobs(prompts, top)
 
     def health(self) -> dict:
         executor = self.engine.executor

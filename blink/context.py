@@ -12,6 +12,7 @@ from typing import Any
 from blink.decide.service import DecisionService
 from blink.generate.service import ChatService
 from blink.limits import Limits
+from blink.moderation_policy import Policy, load_policy
 from blink.settings import RERANK_QUESTION
 from blink.web.admission import Admission
 from blink.web.auth import ApiKey
@@ -44,6 +45,8 @@ class Context:
     # extra health figures computed on request (e.g. the Space's GPU-duration accounting)
     live_health: list[Callable[[], dict]] = field(default_factory=list)
     created: int = field(default_factory=lambda: int(time.time()))
+    # /v1/moderations' categories (blink.moderation_policy), checked at start-up
+    moderation: Policy = field(default_factory=lambda: load_policy(None))
     # the yes/no question rerank and score ask of each document, `{query}` standing for the query (blink.settings)
     rerank_question: str = RERANK_QUESTION
 

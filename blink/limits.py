@@ -12,6 +12,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Limits:
     max_questions: int = 128  # questions per request
+    max_prompts: int = 128  # prompts per completion request (a list of prompts, one choice each)
     max_options: int = 255  # options per choice question (TypeSafe's documented maximum)
     max_levels: int = 10  # levels per score question (TypeSafe's documented maximum)
     max_context_tokens: int = 32768  # one prompt: the state plus one question, rendered
@@ -19,6 +20,7 @@ class Limits:
     max_body_bytes: int = 16 * 1024 * 1024  # the body as sent (compressed or not)
     max_decoded_bytes: int = 64 * 1024 * 1024  # the body after decompression
     max_documents: int = 64  # documents (or pairs) one rerank or score request ranks: a decision each
+    max_moderation_inputs: int = 32  # inputs of one /v1/moderations request (each one decision)
 
 
 @dataclass(frozen=True)

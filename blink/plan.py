@@ -73,12 +73,28 @@ class GenerationParams:
     constraint: dict | None = None  # what blink.generate.structured.check_constraint returned, or None
     logprobs: bool = False  # token logprobs with each delta (blink.generate.chat_engine.Delta)
     top_logprobs: int = 0  # alternatives per token (0-20), with `logprobs`
+    eos_entry: bool = False  # with `logprobs`: an entry for the end-of-sequence token too (echo: one per token drawn)
     images: tuple[Image, ...] = ()  # per image in the prompt's ids (vision models)
 
     def __post_init__(self):
         # sequences are kept as tuples whatever a caller passed (lists from the wire), so the value stays frozen
         object.__setattr__(self, "stop", tuple(self.stop))
         object.__setattr__(self, "images", tuple(self.images))
+
+
+@dataclass(frozen=True)
+class PromptLogprobs:
+    """One prompt's tokens scored by the model (echo, loglikelihood): plain data, so it crosses a ZeroGPU call.
+
+    For a prompt of L tokens: `token_logprobs[i]`, `ranks[i]` are token i+1's logprob given the tokens before it and
+    its rank in that distribution (1: the most likely); `top[i]` that distribution's most likely `(token id,
+    logprob)`, most likely first. `top` has one more entry than the others, last: the distribution of the token
+    after the prompt (what a greedy first step takes)."""
+
+    token_logprobs: list[float]
+    ranks: list[int]
+    top: list[list[tuple[int, float]]]
+    compute_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -118,7 +118,14 @@ def backend_for(settings: Settings, served: ServedModel):
         return LocalBackend(served.planner, served.chat_engine)
     from blink.vllm import Replicas, VllmBackend
 
-    replicas = Replicas(list(settings.engine_url), timeout_s=settings.engine_timeout_s, api_key=settings.engine_api_key)
+    replicas = Replicas(
+        list(settings.engine_url),
+        timeout_s=settings.engine_timeout_s,
+        assumed_s_per_token=settings.engine_assumed_s_per_token,
+        failure_threshold=settings.engine_failure_threshold,
+        health_interval_s=settings.engine_health_interval_s,
+        api_key=settings.engine_api_key,
+    )
     return VllmBackend(replicas, served.chat_engine)
 
 
@@ -140,6 +147,7 @@ def build_context(
     from blink.generate.service import ChatService
     from blink.model.loading import versions
 
+    policy = moderation_policy(settings)  # before the model loads: a broken file refuses at once
     served = served or load_served(settings)
     backend = backend or backend_for(settings, served)
     planner, loaded = served.planner, served.loaded
@@ -150,6 +158,7 @@ def build_context(
         window_ms=settings.batch_window_ms,
         max_batch=settings.max_batch_requests,
         max_queued=settings.max_queued_requests,
+        model_name=settings.served_name,
     )
     info = loaded.info
     health = {
@@ -172,6 +181,7 @@ def build_context(
         "x_order": planner.order,
         "x_calibration": planner.x_calibration,
         "prior_states": list(planner.prior_states),
+        "moderation": {"policy": public_name(policy.source), "categories": [c.name for c in policy.categories]},
     }
     if planner.accepts_images:
         health.update(
@@ -181,7 +191,7 @@ def build_context(
         )
     return Context(
         service=service,
-        chats=ChatService(served.chat_engine, backend, settings.sse_keepalive_s),
+        chats=ChatService(served.chat_engine, backend, settings.sse_keepalive_s, settings.served_name),
         served_name=settings.served_name,
         auth=ApiKey(settings.api_key),
         limits=settings.limits,
@@ -191,8 +201,32 @@ def build_context(
         caller_of=caller_of or anonymous,
         description=description or Context.description,
         live_health=[backend.health, *extra_health],
+        moderation=checked_policy(policy, planner),
         rerank_question=settings.rerank_question,
     )
+
+
+def moderation_policy(settings: Settings):
+    """/v1/moderations' policy: the knob's file, or the default; a file it cannot serve stops start-up, naming the
+    file and the fault."""
+    from blink.errors import StartupError
+    from blink.moderation_policy import load_policy
+
+    try:
+        return load_policy(settings.moderation_policy)
+    except ValueError as error:
+        raise StartupError(str(error)) from None
+
+
+def checked_policy(policy, planner):
+    """The policy's questions checked as the planner checks them on every request (against max_questions)."""
+    from blink.errors import InvalidRequest, StartupError
+
+    try:
+        planner.check({"state": "a", "questions": policy.questions()})
+    except InvalidRequest as error:
+        raise StartupError(f"moderation policy {policy.source}: {error.message}") from None
+    return policy
 
 
 def public_name(model: str | None) -> str | None:
@@ -222,12 +256,17 @@ def calibration_for(settings: Settings, loaded):
     return for_model(settings.calibration, loaded.root, fingerprint)
 
 
-def api_routes(ctx: Context) -> list:
-    from blink.api import catalog, openai, rerank, systemone
-    from blink.api.openai import protocol
+def api_routes(ctx: Context, metrics: bool = True) -> list:
+    """Every API route; `metrics`: `GET /metrics` too (the `metrics` knob: on for `serve`, off on a Space unless
+    set)."""
+    from blink.api import catalog, moderations, openai, rerank, systemone
+    from blink.api.openai import protocol, tokenize
     from blink.web.endpoint import not_routed
 
-    routes = catalog.routes(ctx) + systemone.routes(ctx) + openai.routes(ctx) + rerank.routes(ctx)
+    routes = catalog.routes(ctx) + systemone.routes(ctx) + openai.routes(ctx) + tokenize.routes(ctx)
+    routes += rerank.routes(ctx) + moderations.routes(ctx)
+    if metrics:
+        routes.append(catalog.metrics_route(ctx))
     # the more specific prefix first: /v1/systemone* answers in System One's shape, rerank and score in theirs
     # (root paths too), the rest of /v1/ in OpenAI's
     return routes + [
@@ -249,9 +288,10 @@ def mcp_endpoint(ctx: Context):
     )
 
 
-def create_app(ctx: Context, cors_origins: Iterable[str] = ()):
+def create_app(ctx: Context, cors_origins: Iterable[str] = (), metrics: bool = True):
     """The standalone app: the API routes, and the `decide` tool over MCP at /mcp (the Space serves the same /mcp,
-    and Gradio's MCP server too).
+    and Gradio's MCP server too); any other path answers 404 (405 with `Allow` for a known path) in OpenAI's shape,
+    never FastAPI's `{"detail": "Not Found"}`, which clients that read an `error` object crash on.
 
     Large non-streamed bodies are compressed when the client accepts it (zstd, else gzip; starlette-compress);
     server-sent events never are, so each event reaches the client as it is sent. CORS is opt-in: with
@@ -261,6 +301,9 @@ def create_app(ctx: Context, cors_origins: Iterable[str] = ()):
     from starlette.middleware.cors import CORSMiddleware
     from starlette.routing import Route
     from starlette_compress import CompressMiddleware, remove_compress_type
+
+    from blink.api.openai import protocol
+    from blink.web.endpoint import not_routed
 
     mcp = mcp_endpoint(ctx)
 
@@ -285,7 +328,9 @@ def create_app(ctx: Context, cors_origins: Iterable[str] = ()):
                 max_age=600,
             ),
         )
-    routes = [Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]), *api_routes(ctx)]
+    routes = [Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]), *api_routes(ctx, metrics)]
+    # the root is ours here (on the Space it is Gradio's): any other path or method in OpenAI's error shape
+    routes.append(not_routed(ctx, "/", protocol.WIRE, routes, redirect_slashes=True))
     app = FastAPI(
         title="blink",
         routes=routes,
@@ -303,7 +348,7 @@ def serve(settings: Settings, host: str, port: int, log_level: str = "info", cor
     import uvicorn
 
     ctx = build_context(settings)
-    app = create_app(ctx, cors_origins)
+    app = create_app(ctx, cors_origins, settings.metrics)
     if settings.engine == "local":
         runs = f"{ctx.health['device']}, {ctx.health['kernels']}; weights_verified={ctx.health['weights_verified']}"
     else:

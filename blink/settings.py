@@ -35,6 +35,7 @@ from blink.knob_parsers import (
     urls,
 )
 from blink.limits import ImageLimits, Limits
+from blink.moderation_policy import PolicyFile
 
 
 class BadSetting(ValueError):
@@ -143,6 +144,8 @@ class Settings:
                                           fleet="limits.prefix_cache_mib", shown="auto")
     max_questions: int = knob(LIMITS.max_questions, Integer(1, 1024), "questions per request",
                               fleet="limits.max_questions")
+    max_prompts: int = knob(LIMITS.max_prompts, Integer(1, 1024), "prompts per completion request (one choice "
+                            "each)")
     max_options: int = knob(LIMITS.max_options, Integer(2, 255), "options per choice question",
                             fleet="limits.max_options")
     max_levels: int = knob(LIMITS.max_levels, Integer(2, 255), "levels per score question", fleet="limits.max_levels")
@@ -201,13 +204,30 @@ class Settings:
     prior_states: tuple[str, ...] = knob(("N/A", "", "[MASK]"), TextList(), "the content-free states a question's "
                                          "prior is read from (averaged) for `x_calibration` prior",
                                          shown='["N/A", "", "[MASK]"]')
+    moderation_policy: str | None = knob(None, PolicyFile(), "/v1/moderations: the policy file (TOML or JSON; "
+                                         "docs/api-moderations.md): its categories, each a definition and a "
+                                         "threshold; checked whole at start-up", fleet="moderation.policy",
+                                         shown="OpenAI's 13 categories (blink/policies/openai.toml)")
+    metrics: bool = knob(True, flag, "serve `GET /metrics` (Prometheus' text format, vLLM's names where they mean the "
+                         "same; behind the API key when one is set)", space_default=False, shown="on (Space: off)")
     engine: str = knob("local", Choice(("local", "vllm")), "who runs the model: local (blink's own engine, the "
                        "weights in this process) or vllm (the replicas at `engine_url`; this process loads only the "
                        "model's tokenizer, templates and config, no weights)")
     engine_url: tuple[str, ...] = knob((), urls, "vllm: the replicas' base URLs, decisions and chat routed "
                                        "among them by prefix affinity; required with engine vllm", shown="none")
-    engine_timeout_s: float = knob(300.0, Number(1, 3600), "vllm: seconds a replica may take on one request "
-                                   "(a chat stream: between tokens) before it is tried on the next")
+    engine_timeout_s: float = knob(300.0, Number(1, 3600), "vllm: the most seconds a replica may take on one "
+                                   "request (a chat stream: between tokens) before it is tried on the next; within "
+                                   "it, a call's timeout follows the replicas' measured speed")
+    engine_assumed_s_per_token: float = knob(0.01, Number(0, 10, above=True), "vllm: seconds per prompt token a "
+                                             "replica is assumed to take until one is measured (conservative: a CPU "
+                                             "replica's speed); a call's timeout is then 5 s + 4 x its tokens x "
+                                             "this, so a replica hung from the start costs seconds, not "
+                                             "engine_timeout_s")
+    engine_failure_threshold: int = knob(3, Integer(1, 100), "vllm: failed requests in a row (a 5xx, 429) that "
+                                         "open a replica's circuit (one that can't be reached or times out opens it "
+                                         "at once); a trial request that succeeds closes it again")
+    engine_health_interval_s: float = knob(2.0, Number(0.1, 300), "vllm: seconds between the background checks of "
+                                           "each replica (its /health; the trial request of an open circuit)")
     engine_api_key: str | None = knob(None, optional_text, "vllm: the key the replicas require (vLLM's "
                                       "`--api-key`); set the variable, not the flag", shown="none", secret=True)
     # fmt: on
@@ -231,6 +251,7 @@ class Settings:
     def limits(self) -> Limits:
         return Limits(
             max_questions=self.max_questions,
+            max_prompts=self.max_prompts,
             max_options=self.max_options,
             max_levels=self.max_levels,
             max_context_tokens=self.max_context_tokens,

@@ -16,3 +16,8 @@ if .venv/bin/python -c "import triton" 2>/dev/null; then
   echo "triton is installed in .venv: remove it (CPU forwards crash with it)" >&2
   exit 1
 fi
+# promtool (Debian's prometheus package) checks /metrics in ci/tests/test_metrics.py
+if ! command -v promtool >/dev/null; then
+  SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus
+fi

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import re
 
+from blink.moderation_policy import PolicyFile
 from blink.settings import Choice, Integer, Knob, Listen, Number, Settings, SpaceSettings, flag, knobs, urls
 
 from .schema import FLEET_ONLY, FLEET_TABLE, KNOBS_AT, LOCATIONS, NAMED_AFTER_SPACE, REQUIRED, REQUIRED_KNOBS
 
 
 def values_of(k: Knob, toml: bool = False) -> str:
-    if isinstance(k.parse, (Integer, Number, Choice)):
+    if isinstance(k.parse, (Integer, Number, Choice, PolicyFile)):
         return str(k.parse)
     if k.parse is flag:
         return "true / false" if toml else "0 / 1"

@@ -10,6 +10,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from blink.moderation_policy import load_policy
 from blink.settings import BadSetting, Integer, Knob, Number, Settings, SpaceSettings, flag, knobs
 
 from . import ROOT, ConfigError
@@ -151,6 +152,21 @@ def env_name(value) -> str:
     return value
 
 
+def shipped_policy(value) -> str:
+    """A moderation policy a Space can read: a file under blink/policies/ (shipped with every Space), named by its
+    path from the repository root, checked whole as the server checks it at start-up."""
+    value = text(value, one_line=True)
+    path = Path(value)
+    if path.is_absolute() or path.parts[:2] != ("blink", "policies") or ".." in path.parts:
+        raise ValueError(f"{value!r}: put the policy under blink/policies/ (shipped with every Space) and name it so")
+    load_policy(ROOT / path)
+    return value
+
+
+# files the Space reads from its own folder: checked from the repository's root, kept as written
+FILE_FORM = {"moderation.policy": shipped_policy}
+
+
 # --- the schema ----------------------------------------------------------------------------------------------
 
 REQUIRED = object()
@@ -252,6 +268,8 @@ class Fleet:
 
 def knob_value(knob: Knob, value):
     """A TOML value for a knob: the Hub's form where it has one, then the knob's own parser, no text for numbers."""
+    if knob.fleet in FILE_FORM:
+        return FILE_FORM[knob.fleet](value)
     if knob.fleet in HUB_FORM:
         value = HUB_FORM[knob.fleet](value)
     numeric = isinstance(knob.parse, (Integer, Number)) or knob.parse is flag

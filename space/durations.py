@@ -36,6 +36,7 @@ import threading
 from dataclasses import dataclass
 
 from blink.settings import SpaceSettings
+from blink.web import metrics
 
 SPACE = SpaceSettings()  # the defaults: blink/settings.py declares them, once
 
@@ -303,6 +304,8 @@ class DurationEstimator:
             ledger.last_requested_s = int(seconds)
             ledger.last_scheduled_s = int(scheduled)
             ledger.last_charged_s = int(charged)
+        metrics.GPU_REQUESTED.labels(kind).inc(seconds)
+        metrics.GPU_CHARGED.labels(kind).inc(charged)
 
     def used(self, kind: str, compute_s: float, wall_s: float | None = None) -> None:
         ledger = self.ledger(kind)
@@ -313,6 +316,7 @@ class DurationEstimator:
                 ledger.wall_s += wall_s
             if ledger.last_scheduled_s is not None and compute_s > ledger.last_scheduled_s:
                 ledger.over_requested += 1
+        metrics.GPU_USED.labels(kind).inc(max(0.0, compute_s))
 
     def health(self) -> dict:
         charge = self.charge()

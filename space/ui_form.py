@@ -77,8 +77,8 @@ def options_problem(kind: str, options: str, limits: Limits) -> str | None:
 def form_problems(state: str, count, slots, limits: Limits) -> dict[int, str]:
     """What is wrong with the Decide form, keyed by the position of the box at fault among the Decide event's
     inputs (0: the state; 2 + 4 * i + k: question i's id, type, instructions, options)."""
-    # an empty state and empty instructions are not problems: the wire accepts both (a question can stand alone,
-    # and a question's criteria can say what is asked), and the form asks nothing the API would not
+    # empty instructions are refused here though the wire accepts them (a question's criteria can say what is
+    # asked): in the form they are a question not yet written. An empty state is not refused (see state_note)
     problems: dict[int, str] = {}
     first_with: dict[str, int] = {}
     for i in range(active_slots(count)):
@@ -88,9 +88,22 @@ def form_problems(state: str, count, slots, limits: Limits) -> dict[int, str]:
         if qid in first_with:
             problems[box] = f"Question {first_with[qid] + 1} already has the id {qid!r}: give each question its own."
         first_with.setdefault(qid, i)
+        if not (instructions or "").strip():
+            problems[box + 2] = "Write the question: with no instructions the model is asked nothing."
         if problem := options_problem(kind or "noul", options, limits):
             problems[box + 3] = problem
     return problems
+
+
+EMPTY_STATE_NOTE = (
+    "The state is empty: the questions will be about nothing. The API accepts this, but here it is almost always "
+    "a slip: write the text (or JSON) the questions are about, or load an example."
+)
+
+
+def state_note(state: str) -> str | None:
+    """What the form says beside the State box (None: nothing): an empty state is told, not refused."""
+    return EMPTY_STATE_NOTE if not (state or "").strip() else None
 
 
 def box_name(position: int) -> str:

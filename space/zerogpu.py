@@ -269,10 +269,12 @@ class ZeroGpuBackend:
         generate_max_s: int,
         max_output_tokens: int,
         runs=None,
+        gpu_prompt_logprobs=None,
     ):
         """`runs`: the in-process backend the GPU functions run (blink.backend.LocalBackend over the same engines),
         whose figures (passes, prefix-state cache) /healthz shows."""
         self.gpu_score, self.gpu_generate, self.estimator = gpu_score, gpu_generate, estimator
+        self.gpu_prompt_logprobs = gpu_prompt_logprobs  # (prompts, top, seconds=) -> PromptLogprobs per prompt
         self.runs = runs
         self.zero_gpu, self.gpu_size = zero_gpu, gpu_size
         self.score_max_s, self.generate_max_s = score_max_s, generate_max_s
@@ -309,6 +311,21 @@ class ZeroGpuBackend:
             max_s=self.generate_max_s,
         ) as call:
             yield from call.stream(self.gpu_generate(list(ids), params, seconds=call.seconds))
+
+    def prompt_logprobs(self, prompts: list[list[int]], top: int, caller) -> list:
+        """Every token of each prompt scored (echo, loglikelihood): one call, asking for the prompts' tokens as
+        prefill (shared starts are computed once, so this overestimates, never under)."""
+        with GpuCall(
+            "decide",
+            self.estimator,
+            zero_gpu=self.zero_gpu,
+            caller=caller,
+            prefill_tokens=sum(map(len, prompts)),
+            max_s=self.score_max_s,
+        ) as call:
+            out = call.run(self.gpu_prompt_logprobs, prompts, top)
+            call.used(out[0].compute_s)
+        return out
 
     def health(self) -> dict:
         charge = self.estimator.charge()

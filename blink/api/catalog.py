@@ -1,21 +1,27 @@
-"""`GET /v1/models` and `GET /healthz`: answered from memory, never touching the GPU.
+"""`GET /v1/models`, `GET /healthz` and `GET /metrics`: answered from memory, never touching the GPU.
 
 `/v1/models` is ONE body for both client families: OpenAI's `object`/`data[].id` (Open WebUI, the openai
 SDK) and TypeSafe's `models[].name/description/release_date` (its SDKs, jevcompat). Each reads its keys
 and ignores the others'; its errors (a 401) carry both shapes at once too. Each model says what it reads and
 writes (`architecture.input_modalities` / `output_modalities`, as OpenRouter lists them): gateways find
-decision models by `"decisions"`. `GET /v1/models/{id}` is one model (an alias included), 404 in OpenAI's
-shape for any other id.
+decision models by `"decisions"`. `GET /v1/models/{id}` is one model: every request may name any model and the
+one served answers it, so any id a request could name has its card (one not listed says which model answers it,
+under `root`, as vLLM's cards do); only an empty id is 404, in OpenAI's shape.
+
+`/metrics` is Prometheus' text format (blink.web.metrics), behind the API key when one is set: the process's
+series, with the requests held and waiting and each vLLM replica's state read as it is scraped.
 """
 
 from __future__ import annotations
 
+from starlette.responses import Response
 from starlette.routing import Route
 
 from blink.api import systemone
 from blink.api.openai import protocol
 from blink.context import Context
 from blink.errors import BlinkError, NoRoute
+from blink.web import metrics
 from blink.web.endpoint import Call, Endpoint, Wire
 
 
@@ -59,13 +65,16 @@ def routes(ctx: Context) -> list[Route]:
 
     async def model(call: Call) -> dict:
         name = call.request.path_params["name"]
-        if name not in names(ctx):
+        if not name:
             raise NoRoute(
-                f"The model `{name}` does not exist on this server; it serves {', '.join(names(ctx))}",
+                f"name a model: GET /v1/models/<id>; this server serves {', '.join(names(ctx))}",
                 loc=["body", "model"],
                 kind="model_not_found",
             )
-        return model_card(ctx, name)
+        card = model_card(ctx, name)
+        if name not in names(ctx):  # a request naming it is answered by the served model (POST takes any name)
+            card["root"] = ctx.served_name
+        return card
 
     async def healthz(call: Call) -> dict:
         return ctx.current_health()
@@ -75,3 +84,16 @@ def routes(ctx: Context) -> list[Route]:
         Route("/v1/models/{name:path}", Endpoint(ctx, protocol.WIRE, model), methods=["GET"]),
         Route("/healthz", Endpoint(ctx, WIRE, healthz, auth=False), methods=["GET"]),
     ]
+
+
+def metrics_route(ctx: Context) -> Route:
+    """`GET /metrics`: what this process recorded, and what it holds now."""
+    metrics.prepare(ctx.served_name, ctx.admission.gates)
+    collectors = [metrics.StateCollector(ctx.served_name, ctx.admission.state)]
+    if (replicas := getattr(ctx.chats.backend, "replicas", None)) is not None:
+        collectors.append(metrics.ReplicaCollector(replicas.states))
+
+    async def scrape(call: Call) -> Response:
+        return Response(metrics.exposition(*collectors), media_type=metrics.CONTENT_TYPE)
+
+    return Route("/metrics", Endpoint(ctx, WIRE, scrape), methods=["GET"])

@@ -23,6 +23,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import BaseModel, ConfigDict, Field
 
 from blink.errors import BlinkError
+from blink.logs import quiet_mcp
 
 DECIDE_DOC = """Answer typed questions about a text or JSON state with a probability for every option.
 
@@ -128,6 +129,7 @@ class McpEndpoint:
     """The ASGI endpoint at /mcp: the key is checked first, then FastMCP's session manager answers."""
 
     def __init__(self, server, allows: Callable[[str | None], bool]):
+        quiet_mcp()  # this server's log lines and Gradio's MCP server's (the same library's loggers)
         server.streamable_http_app()  # creates the session manager the endpoint hands requests to
         self.manager = server.session_manager
         self.allows = allows

@@ -1,4 +1,5 @@
-"""Calibration bound to the weights: a temperature per question type, its file, and how it is fitted.
+"""Calibration bound to the weights: a temperature per question type, its file, and how it is fitted (the command
+that fits one from labelled data and writes the file: blink.decide.calibrate_command).
 
 A decision model's option probabilities are a softmax over its label logits. Temperature scaling divides those
 logits by T before the softmax (T > 1 softens, T < 1 sharpens; the argmax never changes). blink applies one T per

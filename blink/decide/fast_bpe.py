@@ -51,35 +51,21 @@ class FastBPE:
         pipeline isn't one tiktoken reproduces. Only the ASCII tokens matter (an ASCII text's bytes merge into
         nothing else), so only they are checked and handed to tiktoken: ~1.4 s at start-up for Qwen's 248k on
         a 2-core CPU (the merge-order check ~1.1 s of it)."""
-        pattern = _split_pattern(spec)
-        model = spec.get("model") or {}
-        plain_bpe = model.get("type") == "BPE" and not any(
-            model.get(key) for key in ("dropout", "byte_fallback", "continuing_subword_prefix", "end_of_word_suffix")
-        )
-        if pattern is None or not plain_bpe or (spec.get("normalizer") or {}).get("type") not in (None, "NFC"):
+        pattern, model = _split_pattern(spec), _plain_bpe(spec)
+        if pattern is None or model is None:
             return None
-        to_byte = {char: byte for byte, char in bytes_to_unicode().items()}
-        ascii_chars = {char for char, byte in to_byte.items() if byte < 128}
-        vocab = {token: rank for token, rank in (model.get("vocab") or {}).items() if ascii_chars.issuperset(token)}
+        vocab = _ascii_vocab(model)
         if not vocab or not _every_split_in_rank_order(vocab, model.get("merges") or []):
             return None
-        as_text = str.maketrans({char: chr(to_byte[char]) for char in ascii_chars})
-        texts = {rank: token.translate(as_text) for token, rank in vocab.items()}
-        ranks = {text.encode(): rank for rank, text in texts.items()}
-        try:
-            encoding = tiktoken.Encoding("blink-bpe", pat_str=pattern, mergeable_ranks=ranks, special_tokens={})
-        except ValueError:  # a pattern tiktoken's regex engine doesn't parse: the library encodes everything
+        texts = _texts(vocab)
+        encoding = _encoding(pattern, texts)
+        if encoding is None:
             return None
-        unreached = frozenset(
-            ()
-            if model.get("ignore_merges")  # `tokenizers` looks a whole pre-token up first too
-            else (rank for token, rank in vocab.items() if [t.id for t in backend.model.tokenize(token)] != [rank])
-        )
         added = any_of(token.content for token in backend.get_added_tokens_decoder().values())
         lengths = [0] * (max(texts) + 1)
         for rank, text in texts.items():
             lengths[rank] = len(text)
-        return cls(encoding, lengths, unreached, added)
+        return cls(encoding, lengths, _unreached(backend, model, vocab), added)
 
     def encode(self, text: str) -> tuple[list[int], list[int]] | None:
         if not text.isascii() or (self.added is not None and self.added.search(text)):
@@ -88,6 +74,46 @@ class FastBPE:
         if self.unreached and not self.unreached.isdisjoint(ids):
             return None
         return ids, list(accumulate(map(self.lengths.__getitem__, ids)))
+
+
+def _plain_bpe(spec: dict) -> dict | None:
+    """The tokenizer's model when it is plain BPE (no dropout, byte fallback or subword affixes) behind no
+    normalizer but NFC, else None."""
+    model = spec.get("model") or {}
+    affixes = ("dropout", "byte_fallback", "continuing_subword_prefix", "end_of_word_suffix")
+    if model.get("type") != "BPE" or any(model.get(key) for key in affixes):
+        return None
+    return model if (spec.get("normalizer") or {}).get("type") in (None, "NFC") else None
+
+
+def _ascii_vocab(model: dict) -> dict:
+    """The vocabulary's ASCII tokens: token (in byte-level's characters) -> rank."""
+    ascii_chars = {char for byte, char in bytes_to_unicode().items() if byte < 128}
+    return {token: rank for token, rank in (model.get("vocab") or {}).items() if ascii_chars.issuperset(token)}
+
+
+def _texts(vocab: dict) -> dict:
+    """Rank -> the text of an ASCII token (byte-level's characters mapped back to their bytes)."""
+    as_text = str.maketrans({char: chr(byte) for byte, char in bytes_to_unicode().items() if byte < 128})
+    return {rank: token.translate(as_text) for token, rank in vocab.items()}
+
+
+def _encoding(pattern: str, texts: dict) -> tiktoken.Encoding | None:
+    """tiktoken over the ASCII tokens' ranks (`texts`: rank -> its text), or None where tiktoken's regex engine
+    doesn't parse the pattern (the library then encodes everything)."""
+    ranks = {text.encode(): rank for rank, text in texts.items()}
+    try:
+        return tiktoken.Encoding("blink-bpe", pat_str=pattern, mergeable_ranks=ranks, special_tokens={})
+    except ValueError:
+        return None
+
+
+def _unreached(backend, model: dict, vocab: dict) -> frozenset:
+    """The ids `tokenizers` never merges a token's own bytes into (none with `ignore_merges`: `tokenizers` then
+    looks a whole pre-token up first too, as tiktoken does)."""
+    if model.get("ignore_merges"):
+        return frozenset()
+    return frozenset(rank for token, rank in vocab.items() if [t.id for t in backend.model.tokenize(token)] != [rank])
 
 
 def _split_pattern(spec: dict) -> str | None:

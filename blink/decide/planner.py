@@ -24,11 +24,12 @@ from blink.decide.rotation import one_prompt_per_question, rotations
 from blink.decide.x_fields import MODES, uses_prior, uses_temperatures
 from blink.errors import BlinkError, EngineFailure, InvalidRequest, StartupError
 from blink.executor.core import Executor
+from blink.executor.prompt_logprobs import prompt_logprobs
 from blink.images.intake import ImageLimits, has_images, load_images, place_images
 from blink.limits import Limits
 from blink.memory import give_back_memory
 from blink.model.loading import Loaded
-from blink.plan import Prompt, Scored, image_usage, tokens_at_least
+from blink.plan import Prompt, PromptLogprobs, Scored, image_usage, tokens_at_least
 
 if TYPE_CHECKING:
     from blink.decide.batching import OnItsWay
@@ -279,6 +280,13 @@ class Engine(DecisionPlanner):
             return scores, None, cached
         except Exception as exc:  # noqa: BLE001
             return None, failure(exc), 0
+
+    def prompt_logprobs(self, prompts: list[list[int]], top: int) -> list[PromptLogprobs]:
+        """Every token of each prompt scored (echo, loglikelihood), shared starts computed once."""
+        out = prompt_logprobs(self.executor, prompts, top)
+        if sum(map(len, prompts)) >= TRIM_AFTER_TOKENS:
+            give_back_memory()
+        return out
 
     def decide(self, body) -> dict:
         """Prepare, score and answer one request in this thread (warm-up, tests, tools)."""

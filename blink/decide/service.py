@@ -19,6 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from blink.decide.batching import Batcher, OnItsWay
 from blink.decide.planner import Checked, DecisionPlanner, Prepared
 from blink.errors import BlinkError
+from blink.web import metrics
 from blink.web.endpoint import Timing
 
 
@@ -49,11 +50,13 @@ class DecisionService:
         window_ms: float = 0.0,
         max_batch: int = 16,
         max_queued: int = 64,
+        model_name: str = "",
     ):
         """`planner` checks, plans and answers in this process; `backend.score(plans, caller)` (blink.backend) runs
         one batch and returns one `plan.Scored` per plan. A backend with `parallel` > 1 (vLLM replicas) is sent
         that many requests at once, each on its own, instead of one batch at a time."""
         self.planner = planner
+        self.model_name = model_name  # the served name: the metrics' `model_name`
         parallel = int(getattr(backend, "parallel", 1) or 1)
         # Admission bounds the decisions in flight to max_queued + max_batch (web/admission.py); the queue holds
         # that many, so an admitted decision is never refused after it was planned (a batch run smaller than
@@ -100,6 +103,7 @@ class DecisionService:
         t = time.perf_counter()
         answers = self.planner.answer(prepared, scored.result(), job.extra_scored)
         timing.add("answer", time.perf_counter() - t)
+        metrics.decided(self.model_name, prepared.decision.questions, prepared.input_tokens, scored.cached_tokens)
         return Decided(answers, prepared, scored.cached_tokens, self.planner.calibration_fact(prepared))
 
     def check_many(self, bodies: list, on_its_way: OnItsWay | None = None) -> list[Checked]:

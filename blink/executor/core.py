@@ -30,31 +30,17 @@ from the end of the system prompt.
 from __future__ import annotations
 
 import copy
-import inspect
-import math
 from dataclasses import dataclass
 
 import torch
 
-from blink.errors import StartupError
 from blink.executor.compute_thread import on_cpu_thread, thread_for
+from blink.executor.decoder import decoder_of, has_linear_attention
+from blink.executor.inputs import Inputs, PromptInputs
 from blink.executor.passes import delta_rule_chunk, fla_version, length_buckets
 from blink.executor.prefix_cache import Entry, PrefixCache, layer_tensors, row_of, shared_structure
-from blink.executor.vision import image_inputs, image_positions, pixels_and_grid
+from blink.executor.vision import image_inputs
 from blink.plan import Prompt, common_prefix_length
-
-
-@dataclass
-class Inputs:
-    """One call's groups and what every step reads about them (computed once, before the first pass)."""
-
-    groups: list[list[Prompt]]
-    prefix_len: list[int]  # per group: its prompts' common prefix (a lone prompt is all prefix)
-    features: dict  # image key -> its vision features (the tower runs once the resumed prefixes are known)
-    positions: dict  # id(prompt) -> the prompt's multimodal rotary positions [3, L] (unused by standard RoPE)
-    spans: dict  # id(prompt) -> (image, first token, token count) per image (see _image_spans)
-    keys: dict | None = None  # group -> its prefix's cache keys, for the groups whose prefix is saved
-    systems: dict | None = None  # group -> where its system prompt ends (a second save point), for those that have one
 
 
 @dataclass
@@ -68,44 +54,7 @@ class Prefix:
     cache: object
 
 
-# what the executor calls on the decoder: embeddings in, its own cache object, explicit positions and mask
-DECODER_INPUTS = ("inputs_embeds", "attention_mask", "position_ids", "cache")
-
-
-def decoder_of(model) -> tuple:
-    """(the decoder the executor drives, the vision model around it or None). A model it cannot serve exactly is
-    refused here, at start, with the reason: the executor calls the decoder directly (its cache across passes,
-    explicit positions for left-padded prefixes), which only transformers' decoder-only layout offers."""
-    name = type(model).__name__
-    config = model.config
-    if getattr(config, "is_encoder_decoder", False) or not model.can_generate():
-        raise StartupError(f"{name} is not a decoder-only language model: blink's engine scores decoders only")
-    inner = getattr(model, "model", None)
-    if inner is None or model.get_output_embeddings() is None:
-        raise StartupError(
-            f"{name} does not keep its decoder at `.model` with an LM head (transformers' layout of Llama-family "
-            "decoders, which blink's engine drives directly): it cannot be served"
-        )
-    # a vision-language model keeps its language model inside; a text model is its own
-    vision = inner if hasattr(inner, "language_model") else None
-    base = inner.language_model if vision is not None else inner
-    missing = [p for p in DECODER_INPUTS if p not in inspect.signature(base.forward).parameters]
-    if missing:
-        raise StartupError(f"{name}'s decoder takes no {', '.join(missing)}: blink's engine cannot drive it")
-    if not getattr(base.config, "rope_parameters", None):
-        raise StartupError(
-            f"{name} has no rotary position embedding: blink's engine continues positions across a cached, "
-            "left-padded prefix, which it only does exactly for RoPE decoders"
-        )
-    return base, vision
-
-
-def has_linear_attention(config) -> bool:
-    """A hybrid decoder (Qwen3.5: Gated DeltaNet layers beside attention)."""
-    return "linear_attention" in (getattr(config, "layer_types", None) or ())
-
-
-class Executor:
+class Executor(PromptInputs):
     """Scores groups of prompts on one model. Not thread-safe: one thread owns it (see batching); on the CPU every
     pass runs on the compute thread whoever calls (compute_thread.py)."""
 
@@ -177,76 +126,6 @@ class Executor:
 
         return DynamicCache(config=self.base.config)
 
-    # multimodal helpers: for text-only prompts these reduce to token embeddings and 0..n-1 positions --------
-    def _encode_images(self, inputs: Inputs, resumed: dict) -> dict:
-        """Vision features per distinct image the call's passes embed, the vision tower run once for all of them.
-        An image whose tokens all lie inside a group's resumed prefix is not embedded again, so it is not run."""
-        unique = {}
-        for g, prompts in enumerate(inputs.groups):
-            start = resumed[g].length if g in resumed else 0
-            for prompt in prompts:
-                for image, first, count in inputs.spans[id(prompt)]:
-                    if first + count > start:
-                        unique.setdefault(image.key, image)
-        if not unique:
-            return {}
-        if self.vision is None:
-            raise ValueError("this model has no vision tower")
-        images = list(unique.values())
-        pixels, grid = pixels_and_grid(images, self.device)
-        features = self.vision.get_image_features(pixels, grid, return_dict=True).pooler_output
-        return {image.key: f for image, f in zip(images, features)}
-
-    def _image_spans(self, prompt: Prompt) -> list[tuple]:
-        """(image, its first image token's position, its token count) for each of a prompt's images, in order."""
-        if not prompt.images:
-            return []
-        at = [i for i, token in enumerate(prompt.ids) if token == self.image_token_id]
-        spans, done = [], 0
-        for image in prompt.images:
-            count = math.prod(image.grid_thw) // self._merge**2
-            if at[done + count - 1] - at[done] != count - 1:  # the prompt builder writes an image's tokens together
-                raise ValueError("an image's tokens are not contiguous in the prompt")
-            spans.append((image, at[done], count))
-            done += count
-        return spans
-
-    def _keys(self, prompt: Prompt, spans: list[tuple]) -> list:
-        """Token ids with each image token tagged by its image, so prompts share a prefix only through the
-        same pixels (two different images of one size have identical ids)."""
-        if not spans:
-            return prompt.ids
-        keys = list(prompt.ids)
-        for image, first, count in spans:
-            keys[first : first + count] = [(self.image_token_id, image.key)] * count
-        return keys
-
-    @property
-    def _merge(self) -> int:
-        return self.vision.config.vision_config.spatial_merge_size
-
-    def _positions(self, prompt: Prompt) -> torch.Tensor:
-        """The rotary positions of a whole prompt, [3, L]: 0..L-1 for text, Qwen's 2-D grid for images."""
-        n = len(prompt.ids)
-        if not prompt.images:
-            return torch.arange(n).expand(3, n)
-        return image_positions(self.vision, prompt.ids, prompt.images, self.image_token_id)[0].cpu()
-
-    def _embeddings(self, inputs: Inputs, prompt: Prompt, start: int, end: int) -> torch.Tensor:
-        """Tokens `start:end` of a prompt embedded, its image tokens replaced by their images' features (only the
-        images with tokens in that range: the others may not have been run)."""
-        ids = torch.tensor(prompt.ids[start:end], device=self.device)
-        embeds = self.embed(ids)
-        rows = [
-            inputs.features[image.key][max(0, start - first) : end - first]
-            for image, first, count in inputs.spans[id(prompt)]
-            if first < end and first + count > start
-        ]
-        if rows:
-            mask = torch.tensor(prompt.ids[start:end], device=self.device) == self.image_token_id
-            embeds = embeds.masked_scatter(mask[:, None], torch.cat(rows).to(embeds.dtype))
-        return embeds
-
     def _forward(self, embeds, mask, text_positions, rope_positions, cache):
         # the Gated DeltaNet reference rule's chunk, where it runs (passes.delta_rule_chunk): a forward keyword
         # every layer passes on, which the linear-attention layers hand to the rule
@@ -280,7 +159,11 @@ class Executor:
         resumed = self.saved_prefixes(inputs)
         inputs.features = self._encode_images(inputs, resumed)
         cached = [resumed[g].length if g in resumed else 0 for g in range(len(groups))]
-        hidden = {}  # (group, prompt, read) -> the hidden state at that read's position
+        return self.readout(groups, self.read_hidden(inputs, resumed)), cached
+
+    def read_hidden(self, inputs: Inputs, resumed: dict) -> dict:
+        """Steps 1-3 for every group: (group, prompt, read) -> the hidden state at that read's position."""
+        hidden = {}
         for prefix in self.prefixes(inputs, resumed):
             passes = self.suffix_passes(inputs, prefix)
             suffixes = {}
@@ -290,7 +173,7 @@ class Executor:
                 del cache  # a fanned-out copy goes before the next pass makes its own
             hidden |= self.read_states(inputs, prefix, suffixes)
             del prefix, suffixes  # this pass's cache and hidden states go before the next prefill
-        return self.readout(groups, hidden), cached
+        return hidden
 
     def inputs(self, groups: list[list[Prompt]]) -> Inputs:
         everything = [p for prompts in groups for p in prompts]

@@ -322,6 +322,8 @@ class ChatEngine:
             token = self._step(run, len(ids) + produced)
             if token in run.eos:
                 finish = "stop"
+                if run.logprobs is not None and params.eos_entry:
+                    run.logprobs.push(token, run.distribution, shown=False)
                 break
             produced += 1
             text, hit = run.push(token)
@@ -363,12 +365,13 @@ class ChatEngine:
     @staticmethod
     def _flush(run: _Decoding, stopped: bool) -> Iterator[Any]:
         """The text the decoder and the stop-string filter still hold (none once a stop string ended it), and
-        the logprobs of tokens a stop string cut (sent with empty text)."""
+        the logprobs of tokens a stop string cut and of tokens with no text left (an end-of-sequence entry),
+        sent with empty text."""
         if not stopped:
             tail, _ = run.stopper.push(run.decoder.flush(), final=True)
             if tail:
                 yield run.delta_of(tail)
-        cut = run.logprobs.partly_sent() if run.logprobs is not None else []
+        cut = run.logprobs.sent_text("") + run.logprobs.partly_sent() if run.logprobs is not None else []
         if cut:
             yield Delta("", cut)
 

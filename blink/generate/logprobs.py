@@ -25,14 +25,15 @@ class TokenLogprobs:
         self.sent = 0  # bytes of text handed out
 
     def _entry(self, token: int, logprob: float) -> dict:
-        raw = b"" if token in self.hidden else token_bytes(self.tokenizer, token)
-        text = raw.decode("utf-8", errors="replace") if raw else self.tokenizer.convert_ids_to_tokens(token)
-        return {"token": text, "logprob": logprob, "bytes": list(raw)}
+        return token_entry(self.tokenizer, self.hidden, token, logprob)
 
-    def push(self, token: int, distribution) -> None:
+    def push(self, token: int, distribution, shown: bool = True) -> None:
+        """A drawn token's entry; `shown` False: it adds no text (an end-of-sequence token), so no bytes either."""
         import torch
 
         entry = self._entry(token, float(distribution[token]))
+        if not shown:
+            entry["bytes"] = []
         top = []
         if self.top:
             values, indices = torch.topk(distribution, self.top)
@@ -56,6 +57,13 @@ class TokenLogprobs:
         out = [entry for start, _, entry in self.pending if start < self.sent]
         self.pending = []
         return out
+
+
+def token_entry(tokenizer, hidden: frozenset[int], token: int, logprob: float | None) -> dict:
+    """One token's `{token, logprob, bytes}`: a hidden control token adds no bytes and shows its name."""
+    raw = b"" if token in hidden else token_bytes(tokenizer, token)
+    text = raw.decode("utf-8", errors="replace") if raw else tokenizer.convert_ids_to_tokens(token)
+    return {"token": text, "logprob": logprob, "bytes": list(raw)}
 
 
 _BYTE_OF_CHAR: dict[str, int] = {}

@@ -12,6 +12,7 @@ The steps, in the request pipeline's order:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from dataclasses import replace
@@ -20,16 +21,18 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from blink.errors import InvalidRequest
-from blink.generate.chat_engine import ChatEngine, Rendered
+from blink.generate.chat_engine import ChatEnd, ChatEngine, Rendered
 from blink.generate.reasoning import opens_thinking
 from blink.plan import GenerationParams
 from blink.tokens import TokenCap, capped_tokens
+from blink.web import metrics
 from blink.web.streams import GeneratorStream
 
 
 class ChatService:
-    def __init__(self, engine: ChatEngine, backend, keepalive_s: float = 5.0):
+    def __init__(self, engine: ChatEngine, backend, keepalive_s: float = 5.0, model_name: str = ""):
         self.engine = engine
+        self.model_name = model_name  # the served name: the metrics' `model_name`
         self.backend = backend  # blink.backend.Backend
         self.keepalive_s = keepalive_s  # seconds without a token before a stream sends a keep-alive
         self.cap = TokenCap(engine.tokenizer)  # counts a raw prompt in time bounded by the context window
@@ -58,14 +61,15 @@ class ChatService:
                         kind="images_unsupported",
                     )
 
-    def check_ids(self, ids: list[int]) -> None:
-        """Token ids sent as a prompt: each inside the vocabulary."""
-        vocab = len(self.engine.tokenizer)
+    def check_ids(self, ids: list[int], loc: tuple = ("prompt",)) -> None:
+        """Token ids sent as a prompt (at `loc` in the body): each inside the vocabulary, which is the smaller of
+        the tokenizer's and the model's embedding (a tokenizer may name a few ids past the model's rows)."""
+        vocab = min(len(self.engine.tokenizer), self.engine.model.config.get_text_config().vocab_size)
         for i, token in enumerate(ids):
             if not 0 <= token < vocab:
                 raise InvalidRequest(
                     f"token id {token} is outside the vocabulary (0-{vocab - 1})",
-                    loc=["body", "prompt", i],
+                    loc=["body", *loc, i],
                     kind="invalid_value",
                 )
 
@@ -84,7 +88,25 @@ class ChatService:
         async with ticket.preparing():
             return await run_in_threadpool(self._tokenize, prompt, max_tokens)
 
-    def _tokenize(self, prompt: str | list[int], max_tokens: int) -> Rendered:
+    async def tokenize_all(
+        self, ticket, prompts: list[str | list[int]], max_tokens: int, listed: bool
+    ) -> list[Rendered]:
+        """`tokenize` for each prompt (`listed`: sent as a list, so errors name the prompt's index); `max_tokens`
+        0 (echo: the prompt scored, nothing generated) asks only that the prompt fits the context window."""
+
+        def every() -> list[Rendered]:
+            return [
+                self._tokenize(p, max_tokens, ("prompt", i) if listed else ("prompt",)) for i, p in enumerate(prompts)
+            ]
+
+        async with ticket.preparing():
+            return await run_in_threadpool(every)
+
+    async def prompt_logprobs(self, prompts: list[list[int]], top: int, caller: Any) -> list:
+        """Every token of each prompt scored by the backend (blink.plan.PromptLogprobs per prompt)."""
+        return await run_in_threadpool(self.backend.prompt_logprobs, prompts, top, caller)
+
+    def _tokenize(self, prompt: str | list[int], max_tokens: int, loc: tuple = ("prompt",)) -> Rendered:
         engine = self.engine
         if isinstance(prompt, str):
             cap = self.cap
@@ -93,17 +115,19 @@ class ChatService:
                 raise InvalidRequest(
                     f"the prompt is over this server's context window of {window} tokens (prompt and completion "
                     "together). Nothing was truncated: shorten the prompt.",
-                    loc=["body", "prompt"],
+                    loc=["body", *loc],
                     kind="context_length_exceeded",
                 )
             ids = cap.encode(prompt)
         else:
             ids = list(prompt)
+        if max_tokens == 0 and len(ids) <= engine.context_tokens:
+            return Rendered(ids, 0)
         try:
             budget = engine.budget(ids, max_tokens)
         except InvalidRequest as error:
             raise InvalidRequest(
-                error.message.replace("conversation", "prompt"), loc=["body", "prompt"], kind=error.kind
+                error.message.replace("conversation", "prompt"), loc=["body", *loc], kind=error.kind
             ) from None
         return Rendered(ids, budget)
 
@@ -116,14 +140,32 @@ class ChatService:
         params = replace(params, max_tokens=rendered.max_tokens, images=tuple(rendered.images))
         ids = rendered.ids
         stream = GeneratorStream(
-            lambda: self.backend.generate(ids, params, caller), self.keepalive_s if streamed else None
+            lambda: self.measured(self.backend.generate(ids, params, caller)), self.keepalive_s if streamed else None
         )
         held.push_async_callback(stream.aclose)
         return stream
 
     def generate_sync(self, rendered: Rendered, caller: Any) -> Iterator[Any]:
         """The UI's blocking generator (it runs in Gradio's worker thread)."""
-        return self.backend.generate(rendered.ids, GenerationParams(max_tokens=rendered.max_tokens), caller)
+        return self.measured(
+            self.backend.generate(rendered.ids, GenerationParams(max_tokens=rendered.max_tokens), caller)
+        )
+
+    def measured(self, items: Iterator[Any]) -> Iterator[Any]:
+        """The backend's items as they are, recorded in this process's metrics (on the Space too: the GPU worker's
+        items pass through here): the time to the first one, then the token counts of the end."""
+        started, first = time.perf_counter(), True
+        try:
+            for item in items:
+                if isinstance(item, ChatEnd):
+                    metrics.chat_ended(self.model_name, item.finish_reason, item.prompt_tokens, item.completion_tokens)
+                elif first:
+                    metrics.TTFT.labels(self.model_name).observe(time.perf_counter() - started)
+                    first = False
+                yield item
+        finally:
+            if (close := getattr(items, "close", None)) is not None:
+                close()  # closed with us, at once: on ZeroGPU that stops the worker and frees the GPU
 
     def thinking(self, ids: list[int]) -> tuple[bool, bool]:
         """(thinking on, the prompt opened the `<think>` block itself)."""

@@ -264,9 +264,20 @@ def _save(model, tokenizer, out: Path, shape: str, seed: int, vision: bool, arch
     return out
 
 
+def cache_root() -> Path:
+    """Where demo models are built unless told otherwise: `$BLINK_DEMO_DIR`, else ~/.cache/blink (never the
+    checkout: a 93 MB folder there is noise in `git status`)."""
+    return Path(os.environ.get("BLINK_DEMO_DIR") or Path.home() / ".cache" / "blink")
+
+
+def made_dir(shape: str = "demo", seed: int = 0, arch: str = "qwen3_5") -> Path:
+    """`make-demo-model`'s folder when it is given none: named after its options, beside the served demo's."""
+    return cache_root() / f"made-{shape}-{arch}-seed{seed}"
+
+
 def demo_model_dir(shape: str = "demo", vision: bool = False) -> Path:
     """The demo model `--model demo` (`demo-vision`) serves: built once into the cache folder, then reused."""
-    root = Path(os.environ.get("BLINK_DEMO_DIR") or Path.home() / ".cache" / "blink")
+    root = cache_root()
     name = f"{shape}-vision-model" if vision else f"{shape}-model"
     folder = root / name
     if not (folder / "blink_demo.json").exists():

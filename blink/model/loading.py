@@ -22,6 +22,7 @@ from pathlib import Path
 
 from blink.errors import StartupError
 from blink.executor.passes import fla_version
+from blink.logs import quiet_cpu_kernels
 
 log = logging.getLogger("blink")
 
@@ -89,7 +90,32 @@ def resolve(model: str, revision: str | None) -> Path:
         return Path(model)
     from huggingface_hub import snapshot_download
 
-    return Path(snapshot_download(model, revision=revision))
+    try:
+        return Path(snapshot_download(model, revision=revision))
+    except Exception as error:  # noqa: BLE001 - any way the Hub fails, said in one line (not its traceback)
+        raise StartupError(not_found(model, revision, error)) from None
+
+
+def not_found(model: str, revision: str | None, error: Exception) -> str:
+    """One line for a model that is neither a local folder nor a Hub repo we could fetch: what was tried, why it
+    failed (the Hub's first line), and what to do."""
+    from huggingface_hub import constants
+
+    repo = f"{model}@{revision}" if revision else model
+    folder = f"no folder {os.path.abspath(os.path.expanduser(model))}"
+    if model.startswith((".", "/", "~")) or model.count("/") > 1:  # a path, not a repo id: the Hub's word is noise
+        return f"--model {model}: not found ({folder}); check the path (a folder with config.json and the weights)"
+    first = (str(error).strip().splitlines() or [""])[0]
+    reason = f"{type(error).__name__}: {first.split('. ')[0].rstrip('.')[:160]}"
+    tried = f"{folder}, Hub repo {repo}"
+    if constants.HF_HUB_OFFLINE:
+        fetch = f"hf download {model}" + (f" --revision {revision}" if revision else "")
+        hint = "the Hub is offline here (HF_HUB_OFFLINE=1): only a repo already in the cache loads; fetch it first "
+        hint += f"(`{fetch}`) or give --model a local folder"
+    else:
+        hint = "check the repo id and revision; a private or gated repo needs HF_TOKEN; offline, give --model a "
+        hint += "local folder"
+    return f"--model {model}: not found ({tried}; {reason}). {hint}"
 
 
 def without_weights(root: Path):
@@ -113,6 +139,7 @@ def block_fla_without_cuda() -> None:
     if not torch.cuda.is_available():
         for name in ("fla", "causal_conv1d"):
             sys.modules.setdefault(name, None)  # `import fla` now raises ImportError: transformers falls back
+        quiet_cpu_kernels()  # and its advice to install those GPU kernels is no advice here
 
 
 @dataclass
@@ -190,7 +217,13 @@ def load(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     root = resolve(model, revision)  # whole, weights too: the calibration check fingerprints them (unread on the Hub)
-    tokenizer = AutoTokenizer.from_pretrained(root)
+    if not (root / "config.json").is_file():
+        raise StartupError(f"--model {model}: {root} holds no config.json: not a model folder")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(root)
+    except (OSError, ValueError) as error:  # a folder that holds no model (or not all of one)
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        raise StartupError(f"--model {model}: {root} cannot be loaded: {type(error).__name__}: {first}") from None
     if tokenizer.pad_token_id is None:  # left padding needs one; the end-of-sequence token serves
         tokenizer.pad_token = tokenizer.eos_token
     if not weights:
@@ -220,6 +253,8 @@ def load(
     kernels = (
         f"flash-linear-attention {fla}"
         if fla
+        else "reference PyTorch"
+        if device == "cpu"  # nothing faster to install on CPU
         else "reference PyTorch (much slower on GPU; install flash-linear-attention there)"
     )
     info = {

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from blink.plan import GenerationParams, Prompt, Scored
+from blink.plan import GenerationParams, Prompt, PromptLogprobs, Scored
 from blink.vllm.chat import VllmChat
+from blink.vllm.prompt_logprobs import prompt_logprobs
 from blink.vllm.replicas import Replicas
 from blink.vllm.scoring import VllmScorer
 
@@ -29,5 +30,8 @@ class VllmBackend:
     def generate(self, ids: list[int], params: GenerationParams, caller: Any = None) -> Iterator[Any]:
         return self.chat.generate(ids, params)
 
+    def prompt_logprobs(self, prompts: list[list[int]], top: int, caller: Any = None) -> list[PromptLogprobs]:
+        return prompt_logprobs(self.replicas, prompts, top)
+
     def health(self) -> dict:
-        return {"vllm": self.replicas.health()}
+        return {"vllm": self.replicas.health()}  # the states as they are: /healthz asks no replica

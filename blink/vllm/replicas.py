@@ -8,18 +8,23 @@ thus spills to the next one in the request's order, the same for every request o
 state warms one more cache, not all of them.
 
 Each call's timeout follows what it should take, not a fixed bound: the prompt tokens it sends times the slowest
-measured speed of the replicas (an average of seconds per prompt token over their recent answers), times
-`timeout_factor`, plus `min_timeout_s`, never more than `timeout_s` (which is also the bound before anything
-is measured). A hung replica thus holds only the requests sent to it, for about that long; they time out and
-are retried on the next replica of their order, and it is marked down.
+measured speed of the replicas (an average of seconds per prompt token over their recent answers; before any is
+measured, `assumed_s_per_token`, a conservative speed), times `timeout_factor`, plus `min_timeout_s`, never more
+than `timeout_s`. A hung replica thus holds only the requests sent to it, for about that long, from the first
+request on; they time out and are retried on the next replica of their order, and it is marked down.
 
-A replica that can't be reached, times out (or answers 429/502/503/504) is marked down for a back-off that doubles per
-consecutive failure, and the request moves on to the next one. When none can take it the request is answered
+Each replica has a circuit breaker (`circuit`): a replica that can't be reached or times out is opened at once,
+one whose real requests fail otherwise (any 5xx, 429) after `failure_threshold` in a row, and the request moves on
+to the next one. A background check per replica (every `health_interval_s`) asks its `/health`: refused, it opens
+the circuit at once, slow or not 200 it counts as a failure; an open one whose open time is over and whose `/health`
+answers is sent one trial request (half-open), and only that trial's success, or a real request's, closes it.
+`/healthz` and `/metrics` read the states, asking no replica. When none can take a request it is answered
 `Overloaded` (529 with Retry-After). A 400 is the request's own fault: it is never retried.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -32,8 +37,12 @@ import httpx
 
 from blink.errors import BlinkError, EngineFailure, InvalidRequest, Overloaded
 from blink.vllm.affinity import PrefixTable, Route, rendezvous
+from blink.vllm.circuit import CLOSED, Circuit
+from blink.web import metrics
 
 T = TypeVar("T")
+log = logging.getLogger("blink")
+TRIAL = {"prompt": [0], "max_tokens": 1}  # the half-open trial: one token of one token, the cheapest real request
 
 DOWN_STATUSES = {429, 502, 503, 504}  # the replica, not the request: another replica may answer
 
@@ -49,18 +58,17 @@ class ReplicaRefused(Exception):
 @dataclass
 class Replica:
     url: str
+    circuit: Circuit
     in_flight: int = 0
     served: int = 0
-    failures: int = 0  # consecutive
-    down_until: float = 0.0  # time.monotonic(); 0: up
     last_error: str | None = None
     model: str | None = None  # the served model name, from /v1/models
     max_model_len: int | None = None
     seconds_per_token: float | None = None  # running mean over its answers; None: not measured yet
     timeouts: int = 0
 
-    def is_up(self, now: float) -> bool:
-        return self.down_until <= now
+    def is_up(self) -> bool:
+        return self.circuit.state == CLOSED
 
 
 def check(response: httpx.Response) -> dict:
@@ -105,22 +113,25 @@ class Replicas:
         timeout_s: float = 300.0,
         min_timeout_s: float = 5.0,
         timeout_factor: float = 4.0,
+        assumed_s_per_token: float = 0.01,
+        failure_threshold: int = 3,
+        health_interval_s: float = 2.0,
         api_key: str | None = None,
         table: PrefixTable | None = None,
     ):
+        """`health_interval_s`: seconds between the background checks of each replica (0: none)."""
         if not urls:
             raise ValueError("the vllm engine needs at least one replica URL")
-        self.replicas = [Replica(url.rstrip("/")) for url in urls]
+        self.replicas = [Replica(url.rstrip("/"), Circuit(failure_threshold, backoff_s, max_backoff_s)) for url in urls]
         self.max_in_flight = max_in_flight
         self.spill = spill
-        self.backoff_s = backoff_s
-        self.max_backoff_s = max_backoff_s
         self.table = table or PrefixTable()
         self.max_timeout_s, self.min_timeout_s, self.timeout_factor = (
             timeout_s,
             min(min_timeout_s, timeout_s),
             timeout_factor,
         )
+        self.assumed_s_per_token = assumed_s_per_token  # until a replica is measured
         self.lock = threading.Lock()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx.Client(
@@ -128,6 +139,12 @@ class Replicas:
             headers=headers,
             limits=httpx.Limits(max_connections=max_in_flight * len(urls)),
         )
+        self.stopped = threading.Event()
+        if health_interval_s > 0:
+            for replica in self.replicas:
+                threading.Thread(
+                    target=self._watch, args=(replica, health_interval_s), name="replica-health", daemon=True
+                ).start()
 
     # routing ------------------------------------------------------------------------------------------------
     def _capacity(self, up: list[Replica]) -> int:
@@ -147,35 +164,37 @@ class Replicas:
         """The replica the next try goes to (its in-flight count taken), or None when none can take it."""
         order = [r for r in self.order(route) if r.url not in tried]
         with self.lock:
-            now = time.monotonic()
-            up = [r for r in self.replicas if r.is_up(now)]
+            up = [r for r in self.replicas if r.is_up()]
             capacity = self._capacity(up)
-            chosen = next((r for r in order if r.is_up(now) and r.in_flight < capacity), None)
+            chosen = next((r for r in order if r.is_up() and r.in_flight < capacity), None)
             if chosen is None and not up:
-                # every replica is in back-off: try them anyway (a restarted cluster must not wait it out)
+                # every circuit is open: try them anyway (a restarted cluster must not wait it out)
                 chosen = next((r for r in order if r.in_flight < self.max_in_flight), None)
             if chosen is not None:
                 chosen.in_flight += 1
             return chosen
 
-    def _record(self, replica: Replica, error: Exception | None, down: bool) -> None:
-        """Note an outcome (the caller holds the lock): success brings a replica up, a `down` failure backs off."""
+    def _record(self, replica: Replica, error: Exception | None, failed: bool) -> None:
+        """Note an outcome (the caller holds the lock): a success closes the circuit, a `failed` call counts against
+        it (unreachable or timed out: opens it at once)."""
         if error is None:
-            replica.failures, replica.down_until = 0, 0.0
+            self._entered(replica, replica.circuit.succeeded())
             return
         replica.last_error = f"{type(error).__name__}: {error}"[:300]
-        if down:
-            replica.failures += 1
-            backoff = min(self.max_backoff_s, self.backoff_s * 2 ** (replica.failures - 1))
-            replica.down_until = time.monotonic() + backoff
+        if failed:
+            self._entered(replica, replica.circuit.failed(at_once=isinstance(error, httpx.TransportError)))
+
+    def _entered(self, replica: Replica, state: str | None) -> None:
+        if state is not None:
+            metrics.REPLICA_TRANSITIONS.labels(replica.url, state).inc()
+            log.warning("vllm replica %s: circuit %s (%s)", replica.url, state, replica.last_error or "ok")
 
     def timeout_for(self, tokens: int) -> float:
         """Seconds a call sending `tokens` prompt tokens may take before it is given up on this replica."""
         with self.lock:
             measured = [r.seconds_per_token for r in self.replicas if r.seconds_per_token is not None]
-        if not measured:
-            return self.max_timeout_s
-        expected = max(1, tokens) * max(measured)
+        # the slowest measured replica, or before any is measured the assumed (conservative) speed
+        expected = max(1, tokens) * (max(measured) if measured else self.assumed_s_per_token)
         return min(self.max_timeout_s, self.min_timeout_s + self.timeout_factor * expected)
 
     def _measure(self, replica: Replica, tokens: int, seconds: float) -> None:
@@ -184,12 +203,12 @@ class Replicas:
             old = replica.seconds_per_token
             replica.seconds_per_token = rate if old is None else old + (rate - old) * 0.2
 
-    def _release(self, replica: Replica, error: Exception | None, down: bool = False) -> None:
+    def _release(self, replica: Replica, error: Exception | None, failed: bool = False) -> None:
         with self.lock:
             replica.in_flight -= 1
             replica.timeouts += isinstance(error, httpx.TimeoutException)
             replica.served += error is None
-            self._record(replica, error, down)
+            self._record(replica, error, failed)
 
     def call(self, route: Route, work: Callable[[Replica], T], *, hold: bool = False) -> T:
         """`work(replica)` on the route's first replica, retried on the next ones while replicas fail. With `hold`, the
@@ -198,21 +217,27 @@ class Replicas:
         tried: set[str] = set()
         refused: str | None = None
         while (replica := self._take(route, tried)) is not None:
+            if tried:
+                metrics.REPLICA_RETRIES.inc()
             tried.add(replica.url)
             try:
                 result = work(replica)
             except (httpx.TransportError, ReplicaDown) as error:
-                self._release(replica, error, down=True)
+                metrics.REPLICA_CALLS.labels(replica.url, "down").inc()
+                self._release(replica, error, failed=True)
             except ReplicaRefused as error:
-                self._release(replica, error)
+                metrics.REPLICA_CALLS.labels(replica.url, "failed").inc()
+                self._release(replica, error, failed=True)
                 refused = str(error)
             except BlinkError:
+                metrics.REPLICA_CALLS.labels(replica.url, "request").inc()
                 self._release(replica, None)  # the request's fault: the replica answered fine
                 raise
             except BaseException as error:
                 self._release(replica, error if isinstance(error, Exception) else None)
                 raise
             else:
+                metrics.REPLICA_CALLS.labels(replica.url, "ok").inc()
                 self.table.remember(route, replica.url)
                 if hold:
                     return replica, result
@@ -232,7 +257,9 @@ class Replicas:
             request = self.client.build_request(
                 "POST", replica.url + path, json=self.with_model(replica, body), timeout=timeout
             )
+            started = time.monotonic()
             response = self.client.send(request, stream=True)
+            metrics.REPLICA_LATENCY.labels(replica.url).observe(time.monotonic() - started)
             if response.status_code != 200:
                 response.read()
                 response.close()
@@ -243,7 +270,7 @@ class Replicas:
 
     def finish(self, replica: Replica, response: httpx.Response, error: Exception | None = None) -> None:
         response.close()
-        self._release(replica, error, down=isinstance(error, (httpx.TransportError, ReplicaDown)))
+        self._release(replica, error, failed=isinstance(error, (httpx.TransportError, ReplicaDown, ReplicaRefused)))
 
     # what each replica serves -----------------------------------------------------------------------------
     def describe(self, replica: Replica) -> None:
@@ -262,37 +289,71 @@ class Replicas:
         started = time.monotonic()
         answer = check(self.client.post(replica.url + path, json=self.with_model(replica, body), timeout=timeout))
         self._measure(replica, tokens, time.monotonic() - started)
+        metrics.REPLICA_LATENCY.labels(replica.url).observe(time.monotonic() - started)
         return answer
 
     # health -----------------------------------------------------------------------------------------------
-    def _probe(self, replica: Replica) -> None:
+    def _watch(self, replica: Replica, interval_s: float) -> None:
+        """The background check of one replica, from now until `close`."""
+        while not self.stopped.is_set():
+            try:
+                self.check(replica)
+            except Exception:  # noqa: BLE001 - a check must never end the watch
+                log.exception("checking vllm replica %s failed", replica.url)
+            self.stopped.wait(interval_s)
+
+    def check(self, replica: Replica) -> None:
+        """One check: `/health` (2 s at most), a failure opens the circuit; an open one due for a trial that answers
+        `/health` is half-opened and sent the trial request, whose outcome closes or opens it again."""
         try:
             answered = self.client.get(replica.url + "/health", timeout=2.0).status_code
             error = None if answered == 200 else ReplicaDown(f"/health answered {answered}")
         except httpx.HTTPError as exc:
             error = exc
         with self.lock:
-            if error is None or replica.is_up(time.monotonic()):  # a down one keeps its back-off
-                self._record(replica, error, down=True)
+            if error is not None:  # refused: gone, at once; slow or not 200: one failure more
+                replica.last_error = f"/health: {type(error).__name__}: {error}"[:300]
+                self._entered(replica, replica.circuit.failed(at_once=isinstance(error, httpx.ConnectError)))
+                return
+            if not replica.circuit.trial_due(time.monotonic()):
+                return
+            self._entered(replica, replica.circuit.half_open())
+        try:
+            timeout = httpx.Timeout(self.timeout_for(len(TRIAL["prompt"])), connect=5.0)
+            check(
+                self.client.post(replica.url + "/v1/completions", json=self.with_model(replica, TRIAL), timeout=timeout)
+            )
+            error = None
+        except Exception as exc:  # noqa: BLE001 - whatever failed, the trial did: it stays open
+            error = exc
+        with self.lock:
+            if error is None:
+                self._entered(replica, replica.circuit.succeeded())
+            else:
+                replica.last_error = f"trial: {type(error).__name__}: {error}"[:300]
+                self._entered(replica, replica.circuit.open())
 
-    def health(self, probe: bool = True) -> dict:
-        """Each replica's state for /healthz. With `probe`, each is asked its /health first (2 s at most); a
-        replica that answers comes back up at once, one that doesn't is marked down."""
+    def health(self, probe: bool = False) -> dict:
+        """Each replica's state for /healthz, as the background checks and the requests left it. With `probe`, each
+        is checked first, side by side (`check`)."""
         if probe:
-            with ThreadPoolExecutor(len(self.replicas)) as pool:  # side by side: one slow replica, 2 s in all
-                list(pool.map(self._probe, self.replicas))
+            with ThreadPoolExecutor(len(self.replicas)) as pool:
+                list(pool.map(self.check, self.replicas))
         with self.lock:
             now = time.monotonic()
             rows = []
             for r in self.replicas:
-                state = "down" if not r.is_up(now) else "saturated" if r.in_flight >= self.max_in_flight else "up"
+                state = "down" if not r.is_up() else "saturated" if r.in_flight >= self.max_in_flight else "up"
                 rows.append(
                     {
                         "url": r.url,
                         "state": state,
+                        "circuit": r.circuit.state,
+                        "retry_in_s": round(r.circuit.retry_in_s(now), 2),
+                        "transitions": dict(r.circuit.transitions),
                         "in_flight": r.in_flight,
                         "served": r.served,
-                        "consecutive_failures": r.failures,
+                        "consecutive_failures": r.circuit.failures,
                         "timeouts": r.timeouts,
                         "ms_per_1k_tokens": None
                         if r.seconds_per_token is None
@@ -305,7 +366,13 @@ class Replicas:
         up = sum(row["state"] != "down" for row in rows)
         return {"engine": "vllm", "ok": up > 0, "replicas_up": up, "replicas": rows}
 
+    def states(self) -> list[dict]:
+        """Each replica's state as /metrics reads it, without asking the replicas anything."""
+        with self.lock:
+            return [{"url": r.url, "circuit": r.circuit.state, "in_flight": r.in_flight} for r in self.replicas]
+
     def close(self) -> None:
+        self.stopped.set()
         self.client.close()
 
     def __enter__(self) -> Replicas:

@@ -42,10 +42,11 @@ from typing import Any
 import orjson
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Match, Route
 
 from blink.errors import BlinkError, EngineFailure, InvalidRequest, NoRoute, Unauthorized
+from blink.web import metrics
 from blink.web.admission import KEYED, units_of
 from blink.web.bodies import parse_body, received
 
@@ -88,6 +89,7 @@ class Wire:
 
     def error_response(self, error: BlinkError, request_id: str, timing: Timing) -> Response:
         status, body = self.render(error)
+        metrics.refused(status, error.kind)
         headers = {**self.headers(request_id, timing), **error.headers}
         if isinstance(error, Unauthorized):
             headers["WWW-Authenticate"] = "Bearer"
@@ -132,6 +134,7 @@ class Call:
     arrival: Any = None  # what the route counts of the request while it is on its way (Endpoint's `arriving`)
     ticket: Any = None  # the admission place held for the whole exchange (blink.web.admission.Ticket)
     units: int = 1  # the places it holds: one per decision it asks for (Endpoint's `units`)
+    wire: Wire | None = None  # the wire this request speaks, where its route serves two (set by `check`)
 
 
 Handler = Callable[[Call], Awaitable["dict | Response"]]
@@ -230,10 +233,10 @@ class Endpoint:
             except ClientDisconnect:
                 return  # nobody to answer
             except BlinkError as error:
-                await wire.error_response(error, call.request_id, call.timing)(scope, receive, send)
+                await (call.wire or wire).error_response(error, call.request_id, call.timing)(scope, receive, send)
                 return
             if not (self.cancel_on_disconnect or self.admit):
-                await answer(wire, self.handler, call, send)
+                await answer(call.wire or wire, self.handler, call, send)
                 return
             # work that holds a place: the client leaving ends it, waiting or running, and the place is free at
             # once (a decision already in a pass finishes there; its answer is dropped)
@@ -241,14 +244,19 @@ class Endpoint:
 
     async def _admitted(self, call: Call, scope, receive, send) -> None:
         """Step 4 (a place, or 529), then the work."""
+        wire = call.wire or self.wire
         if self.admit:  # API callers passed the key (or none is set): keyed
+            waited = time.perf_counter()
             try:
                 admitted = self.ctx.admission.admit(self.admit, KEYED, None, units=call.units)
                 _, call.ticket = await call.held.enter_async_context(admitted)
             except BlinkError as error:
-                await self.wire.error_response(error, call.request_id, call.timing)(scope, receive, send)
+                metrics.ADMISSION_WAIT.labels(self.admit).observe(time.perf_counter() - waited)
+                await wire.error_response(error, call.request_id, call.timing)(scope, receive, send)
                 return
-        await answer(self.wire, self.handler, call, send)
+            metrics.ADMISSION_WAIT.labels(self.admit).observe(time.perf_counter() - waited)
+        await answer(wire, self.handler, call, send)
+        metrics.E2E.labels(self.ctx.served_name).observe(time.perf_counter() - call.timing.start)
 
 
 async def answer(wire: Wire, handler: Handler, call: Call, send) -> None:
@@ -298,12 +306,19 @@ async def cancel_when_gone(receive, task: asyncio.Task) -> None:
     task.cancel()
 
 
-def not_routed(ctx, prefix: str, wire: Wire, routes: list) -> Route:
+def not_routed(ctx, prefix: str, wire: Wire, routes: list, *, redirect_slashes: bool = False) -> Route:
     """The route after the real ones for every path under `prefix`: 405 (with `Allow`) for a known path asked
-    with another method, 404 for the rest, in the wire's own shape with a request id."""
+    with another method, 404 for the rest, in the wire's own shape with a request id. `redirect_slashes`: a path
+    that names a route but for its trailing slash is redirected there (307), as Starlette's router does when no
+    route matches (`/mcp/` -> `/mcp`), which a catch-all would otherwise end."""
 
     async def refuse(call: Call):
         method, path = call.request.method, call.request.url.path
+        if redirect_slashes and path != "/":
+            other = path[:-1] if path.endswith("/") else path + "/"
+            scope = {**call.request.scope, "path": other}
+            if any(isinstance(r, Route) and r.methods and r.matches(scope)[0] is not Match.NONE for r in routes):
+                return RedirectResponse(call.request.url.replace(path=other), status_code=307)
         allowed = sorted(
             {
                 m

@@ -2,13 +2,19 @@
 answered well-formed after a fixed sleep, computing nothing. For the replica simulation (bench/replicas_sim.py)
 and its CI test (ci/tests/test_replicas_sim.py); not a test module.
 
-    python ci/tests/scripted_vllm.py --port P [--delay-ms 100] [--parallel 1] [--abort-after N | --close-after N]
+    python ci/tests/scripted_vllm.py --port P [--delay-ms 100] [--parallel 1]
+                                     [--abort-after N | --close-after N | --hang]
 
 - `GET /health` (200), `GET /v1/models` (one model, its `max_model_len`);
 - `POST /v1/completions` without `stream`: one choice per prompt of `prompt` (a list of token-id lists), each with
   `logprobs.top_logprobs[0]` holding `"token_id:N"` for every N of `logprob_token_ids` (fixed made-up values);
 - `POST /v1/completions` with `stream`: server-sent events of `choices[0].token_ids`, `max_tokens` tokens, the last
   with `finish_reason: "length"`, then `data: [DONE]`.
+
+`--hang` answers `/health` and `/v1/models` but never a completion (the request is read, then nothing): a replica
+stuck in its engine while its HTTP server lives. `--fail-status N` answers every completion with status N (a 500: a
+replica whose engine is broken while `/health` still answers 200); `POST /script {"fail_status": N or null}` changes
+that while it runs, and `GET /script` says what it has served and how many `/health` calls it answered.
 
 Two faults a real replica shows while it shuts down: `--abort-after N` ends every stream after N tokens with
 `finish_reason: "abort"` and `[DONE]`, and answers every read aborted (no log-probabilities), as vLLM does with the
@@ -52,7 +58,17 @@ def scores(body: dict, aborted: bool = False) -> dict:
     }
 
 
-def make_handler(delay_s: float, slots: threading.Semaphore, counts: dict, abort_after=None, close_after=None):
+def make_handler(
+    delay_s: float,
+    slots: threading.Semaphore,
+    counts: dict,
+    abort_after=None,
+    close_after=None,
+    hang=False,
+    script=None,
+):
+    script = {"fail_status": None} if script is None else script
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -69,7 +85,10 @@ def make_handler(delay_s: float, slots: threading.Semaphore, counts: dict, abort
 
         def do_GET(self) -> None:
             if self.path == "/health":
+                counts["health"] = counts.get("health", 0) + 1
                 self._json(200, {})
+            elif self.path == "/script":
+                self._json(200, {**counts, **script})
             elif self.path == "/v1/models":
                 self._json(200, {"object": "list", "data": [{"id": MODEL, "object": "model", "max_model_len": 32768}]})
             else:
@@ -78,8 +97,17 @@ def make_handler(delay_s: float, slots: threading.Semaphore, counts: dict, abort
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
+            if self.path == "/script":
+                script.update(body)
+                self._json(200, script)
+                return
             if self.path != "/v1/completions":
                 self._json(404, {"error": {"message": f"no route {self.path}"}})
+                return
+            if hang:
+                threading.Event().wait()  # never answered: the client's timeout ends it
+            if script["fail_status"]:
+                self._json(script["fail_status"], {"error": {"message": "scripted failure"}})
                 return
             with slots:  # `parallel` at a time, each after the fixed delay
                 time.sleep(delay_s)
@@ -121,12 +149,20 @@ def main() -> None:
     faults = parser.add_mutually_exclusive_group()
     faults.add_argument("--abort-after", type=int, help="end every stream after N tokens, aborted; abort every read")
     faults.add_argument("--close-after", type=int, help="close every stream after N tokens, with no [DONE]")
+    faults.add_argument("--hang", action="store_true", help="answer /health and /v1/models, never a completion")
+    faults.add_argument("--fail-status", type=int, help="answer every completion with this status")
     args = parser.parse_args()
     counts = {"served": 0}
     server = Server(
         ("127.0.0.1", args.port),
         make_handler(
-            args.delay_ms / 1000, threading.Semaphore(args.parallel), counts, args.abort_after, args.close_after
+            args.delay_ms / 1000,
+            threading.Semaphore(args.parallel),
+            counts,
+            args.abort_after,
+            args.close_after,
+            args.hang,
+            {"fail_status": args.fail_status},
         ),
     )
     print(f"scripted vLLM replica on http://127.0.0.1:{args.port} ({args.delay_ms} ms, {args.parallel} at a time)")

@@ -12,7 +12,7 @@ import httpx
 import pytest
 import zstandard
 
-from helpers import UNROUTED, check_unrouted
+from helpers import ROOT_UNROUTED, UNROUTED, check_unrouted
 
 pytestmark = pytest.mark.e2e
 
@@ -161,3 +161,17 @@ def test_unknown_path_is_404_with_request_id(server):
 @pytest.mark.parametrize("method,path,status", UNROUTED)
 def test_unrouted_v1_requests_answer_in_the_wire_shape(server, method, path, status):
     check_unrouted(httpx.request(method, server + path), path, status)
+
+
+@pytest.mark.parametrize("method,path,status", ROOT_UNROUTED)
+def test_unrouted_root_requests_answer_in_openai_shape(server, method, path, status):
+    """Not FastAPI's `{"detail": "Not Found"}`: LlamaIndex's JinaRerank, pointed at a server without the route it
+    calls, crashed with KeyError on it."""
+    check_unrouted(httpx.request(method, server + path), path, status)
+
+
+def test_a_route_asked_with_a_trailing_slash_is_redirected_there(server):
+    """The root's catch-all keeps Starlette's redirect for a path that names a route but for its trailing slash."""
+    r = httpx.post(server + "/mcp/", json={})
+    assert r.status_code == 307 and r.headers["location"] == server + "/mcp"
+    assert httpx.get(server + "/healthz/").status_code == 307

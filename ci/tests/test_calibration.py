@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from blink.decide.calibrate import examples_of
+from blink.decide.calibrate_command import examples_of
 from blink.decide.calibration import (
     CalibrationError,
     Example,

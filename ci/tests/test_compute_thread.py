@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from blink.executor.compute_thread import COMPUTE
-from blink.executor.core import decoder_of
+from blink.executor.decoder import decoder_of
 from blink.plan import GenerationParams
 
 REQUEST = {

@@ -91,4 +91,13 @@ def test_build_rewrites_the_docs_tables_under_both_names(monkeypatch, capsys, fl
     monkeypatch.setattr(build, "write_docs", lambda: calls.append(flag) or False)
     assert build.main([flag]) == 0
     assert calls == [flag]
-    assert "docs/configuration.md: tables already up to date" in capsys.readouterr().out
+    assert "docs/configuration.md, docs/api-systemone.md: tables already up to date" in capsys.readouterr().out
+
+
+def test_the_error_table_is_what_the_code_raises():
+    """docs/api-systemone.md's error types are generated from the code that raises them (fleet/errors_doc.py)."""
+    from fleet.errors_doc import PAGE, with_error_table
+
+    page = (ROOT / PAGE).read_text(encoding="utf-8")
+    assert with_error_table(page) == page, f"{PAGE}'s error table drifted: run `python build.py --docs`"
+    assert "| 415 | `api_usage_error` | 415 | `invalid_request_error` | `unsupported_encoding` |" in page

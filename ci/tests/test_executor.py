@@ -282,3 +282,63 @@ def test_the_trim_bound_says_exactly_whether_the_plans_ran_n_tokens(plans, n):
 
     prompts = [[Prompt(ids, []) for ids in plan] for plan in plans]
     assert tokens_at_least(prompts, n) == (sum(processed_tokens(p) for p in prompts) >= n)
+
+
+@pytest.mark.parametrize("pass_cost", [0.0, 1e9])
+def test_prompt_logprobs_share_a_start_exactly(engine, pass_cost):
+    """Every token's logprob (echo, loglikelihood): a question and its answers in one call, their common start run
+    once, equal a plain forward of each prompt (the model's own logits, log-softmaxed) within fp32 1e-5; so do the
+    most likely tokens after each prompt, and each token's rank."""
+    import torch
+
+    from blink.executor.prompt_logprobs import prompt_logprobs, share_groups
+
+    rng = random.Random(3)
+    context = [rng.randrange(200, 5000) for _ in range(120)]
+    answers = [[rng.randrange(200, 5000) for _ in range(rng.randint(1, 6))] for _ in range(4)]
+    other = [rng.randrange(200, 5000) for _ in range(30)]
+    prompts = [context + a for a in answers] + [other, other[:1], context[:50]]
+    assert sorted(map(sorted, share_groups(prompts))) == [[0, 1, 2, 3, 6], [4, 5]]
+    saved = engine.executor.pass_cost_tokens
+    engine.executor.pass_cost_tokens = pass_cost
+    try:
+        together = prompt_logprobs(engine.executor, prompts, 3)
+    finally:
+        engine.executor.pass_cost_tokens = saved
+    worst = 0.0
+    for ids, got in zip(prompts, together):
+        with torch.inference_mode():
+            rows = torch.log_softmax(engine.executor.model(input_ids=torch.tensor([ids])).logits[0].float(), -1)
+        assert len(got.token_logprobs) == len(ids) - 1 and len(got.top) == len(ids)
+        for i, token in enumerate(ids[1:]):
+            worst = max(worst, abs(got.token_logprobs[i] - rows[i, token].item()))
+            own = rows[i, token]  # a rank within the tolerance: many tokens of a random model score nearly alike
+            assert int((rows[i] > own + 1e-5).sum()) + 1 <= got.ranks[i] <= int((rows[i] > own - 1e-5).sum()) + 1
+        assert [t for t, _ in got.top[-1]] == rows[-1].topk(3).indices.tolist()
+        worst = max(worst, max_diff([lp for _, lp in got.top[-1]], rows[-1].topk(3).values.tolist()))
+    assert worst < 1e-5, worst
+
+
+def test_an_end_of_sequence_token_keeps_its_entry_when_asked(engine):
+    """Echo reads one logprob entry per token drawn (lm-eval drops the last as the generated one): a generation that
+    ends on an end-of-sequence token reports it with `eos_entry`, and leaves it out otherwise (chat's shape). The
+    demo model's greedy first token is made its end-of-sequence token here, so the generation ends there."""
+    import torch
+
+    from blink.generate.chat_engine import ChatEnd, ChatEngine
+    from blink.plan import GenerationParams
+
+    chat = ChatEngine(engine.loaded)
+    ids = chat.tokenizer("Once upon a time", add_special_tokens=False)["input_ids"]
+    with torch.inference_mode():
+        rows = torch.log_softmax(engine.executor.model(input_ids=torch.tensor([ids])).logits[0, -1].float(), -1)
+    chat.eos_ids = [int(rows.argmax())]
+    for asked in (True, False):
+        params = GenerationParams(max_tokens=3, temperature=0, logprobs=True, top_logprobs=1, eos_entry=asked)
+        items = list(chat.generate(ids, params))
+        end = items[-1]
+        assert isinstance(end, ChatEnd) and end.finish_reason == "stop" and end.completion_tokens == 0
+        entries = [e for item in items[:-1] for e in item.logprobs]
+        assert len(entries) == int(asked)
+        if asked:
+            assert abs(entries[0]["logprob"] - rows.max().item()) < 1e-5 and entries[0]["bytes"] == []

@@ -10,7 +10,21 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # lowest first: a module may import its own layer and the layers below it
 LAYERS = [
-    ("vocabulary", ["errors", "limits", "plan", "tokens", "memory", "knob_parsers", "backend", "settings"]),
+    (
+        "vocabulary",
+        [
+            "errors",
+            "limits",
+            "plan",
+            "tokens",
+            "memory",
+            "knob_parsers",
+            "moderation_policy",
+            "backend",
+            "settings",
+            "logs",
+        ],
+    ),
     ("web", ["web"]),
     ("images", ["images"]),
     ("executor", ["executor"]),

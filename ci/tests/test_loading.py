@@ -104,3 +104,64 @@ def test_without_weights_the_model_is_structure_only(demo_dir, tmp_path):
     assert [p.ids for p in remote.prepare(body).prompts] == [p.ids for p in local.prepare(body).prompts]
     messages = [{"role": "user", "content": "Hello."}]
     assert ChatEngine(bare).render(messages).ids == ChatEngine(local.loaded).render(messages).ids
+
+
+def startup(argv: list[str], demo_root, **env) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        argv,
+        env=server_env(demo_root, {"HF_HUB_OFFLINE": "1", **env}),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+@pytest.mark.parametrize(
+    "model,says",
+    [
+        ("thegovind/blink-4bx", ["Hub repo", "HF_HUB_OFFLINE=1", "hf download thegovind/blink-4bx"]),
+        ("./no-such-model", ["no folder", "no-such-model", "check the path"]),
+        ("{empty}", ["holds no config.json"]),
+    ],
+)
+def test_a_model_that_cannot_be_found_is_one_line(model, says, demo_root, tmp_path):
+    """A misspelled repo, a missing or empty folder: one line that says what was tried and what to do, exit 1,
+    on `serve` and on the Space alike (not the Hub library's 100-line traceback)."""
+    model = model.replace("{empty}", str(tmp_path))
+    serve = startup([sys.executable, "-m", "blink", "serve", "--model", model, "--port", "1"], demo_root)
+    space = startup([sys.executable, str(ROOT / "app.py")], demo_root, BLINK_MODEL=model, GRADIO_SERVER_PORT="1")
+    for proc in (serve, space):
+        assert proc.returncode == 1, proc.stderr[-2000:]
+        assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+        line = proc.stderr.strip().splitlines()[-1]
+        assert model in line and all(s in line for s in says), line
+
+
+def test_make_demo_model_writes_outside_the_checkout_unless_told(tmp_path):
+    """Without DIR the model goes to the cache folder ($BLINK_DEMO_DIR here), named after its options, and its path
+    is the only line on stdout (scripts capture it); an explicit DIR is still written where it says."""
+    cache, work = tmp_path / "cache", tmp_path / "work"
+    work.mkdir()
+    env = {**server_env(tmp_path), "BLINK_DEMO_DIR": str(cache)}
+    made = subprocess.run(
+        [sys.executable, "-m", "blink", "make-demo-model", "--seed", "3"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert made.returncode == 0, made.stderr[-2000:]
+    out = made.stdout.strip()
+    assert out == str(cache / "made-demo-qwen3_5-seed3") and (cache / out / "config.json").is_file()
+    assert not list(work.iterdir())
+    explicit = subprocess.run(
+        [sys.executable, "-m", "blink", "make-demo-model", "here", "--seed", "3"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert explicit.returncode == 0 and (work / "here" / "config.json").is_file(), explicit.stderr[-2000:]

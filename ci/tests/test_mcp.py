@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from helpers import bearer, mcp_call, uncached
+from helpers import ServerProcess, bearer, blink_serve, mcp_call, running, uncached
 
 pytestmark = pytest.mark.e2e
 
@@ -73,3 +73,18 @@ def test_the_key_guards_mcp(keyed_server):
         keyed_server, lambda s: s.call_tool("decide", {"state": STATE, "questions": QUESTIONS}), key="sekret-key-123"
     )
     assert not result.isError and result.structuredContent["answers"].keys() == QUESTIONS.keys()
+
+
+NOISE = ["Terminating session: None", "StreamableHTTP session manager started", "flash-linear-attention"]
+
+
+def test_the_log_says_nothing_that_means_nothing(demo_root):
+    """With transformers' warnings on (the tests turn them off elsewhere) and MCP called twice: no MCP session line
+    for a server without sessions, and no advice to install GPU kernels on a CPU; the rest of the log still flows."""
+    env = {"TRANSFORMERS_VERBOSITY": "warning"}
+    with running(blink_serve("--log-level", "info"), demo_root, env=env, name="serve-quiet") as url:
+        for _ in range(2):
+            call(url, lambda s: s.call_tool("decide", {"state": STATE, "questions": QUESTIONS}))
+        log = ServerProcess(url).log_text()
+    assert "blink serving" in log and "POST /mcp HTTP/1.1" in log
+    assert [n for n in NOISE if n in log] == [], log[-3000:]

@@ -128,3 +128,47 @@ def test_a_cut_off_answer_never_passes_for_a_whole_one(demo_root, fault):
                 assert decision.status_code == 200, decision.text
     finally:
         stop_group(replica)
+
+
+def test_a_replica_hung_from_the_start_costs_seconds_not_the_default_timeout(demo_root):
+    """Default settings (no --engine-timeout-s: its cap stays 300 s), four scripted replicas of 100 ms, one of them
+    hung from the start (it answers /health and /v1/models, never a completion), 16 clients from the moment the
+    server is up: before anything is measured a call's timeout comes from the assumed speed, so the requests first
+    sent to the hung replica move on within seconds. Nothing is lost and no request waits more than 15 s."""
+    replicas = [start_scripted(f"first-{i}", "--delay-ms", "100") for i in range(3)]
+    replicas.append(start_scripted("first-hung", "--delay-ms", "100", "--hang"))
+    try:
+        urls = ",".join(url for url, _ in replicas)
+        with running(blink_serve("--engine", "vllm", "--engine-url", urls), demo_root, name="serve-first-call") as url:
+            waits: list[float] = []
+            failed: list[str] = []
+            stop_at = time.perf_counter() + 20.0
+
+            def client(c: int) -> None:
+                with httpx.Client(base_url=url, timeout=120) as http:
+                    for k in range(1000):  # bounded: the clock ends it long before
+                        if time.perf_counter() > stop_at:
+                            return
+                        started = time.perf_counter()
+                        try:
+                            r = http.post("/v1/systemone", json=body(c * 10_000 + k))
+                            (
+                                waits.append(time.perf_counter() - started)
+                                if r.status_code == 200
+                                else failed.append(r.text)
+                            )
+                        except httpx.HTTPError as exc:
+                            failed.append(type(exc).__name__)
+
+            threads = [threading.Thread(target=client, args=(c,)) for c in range(16)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=180)
+            hung = httpx.get(url + "/healthz", timeout=30).json()["vllm"]["replicas"][3]
+    finally:
+        for _, proc in replicas:
+            stop_group(proc)
+    assert not failed, failed[:5]
+    assert len(waits) >= 100 and max(waits) < 15.0, (len(waits), max(waits))
+    assert hung["timeouts"] >= 1 and hung["served"] == 0, hung  # it was sent requests, and they moved on

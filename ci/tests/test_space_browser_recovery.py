@@ -58,7 +58,10 @@ def test_decide_leaves_no_stale_answers(space, browser):
 
     wait = WebDriverWait(browser, 90)
     browser.get(space + "/")
+    # the page opens with an empty state, and says so beside the box; an example's state takes the note away
+    wait.until(lambda d: "The state is empty" in d.find_element(By.ID, "blink-state-note").text)
     decide_an_example(browser, wait)
+    wait.until(lambda d: not any("The state is empty" in e.text for e in d.find_elements(By.ID, "blink-state-note")))
     summary = browser.find_element(By.ID, "blink-results").text
     assert "confidence" in summary and "Charges, refunds and invoices" in summary  # descriptions beside the bars
     caveat = browser.find_element(By.ID, "blink-caveat").text
@@ -75,6 +78,18 @@ def test_decide_leaves_no_stale_answers(space, browser):
     assert "probabilities" not in browser.find_element(By.ID, "blink-raw").text
     shot(browser, "refused-no-stale-answers")
 
+    # empty instructions after a decision: refused next to their box, and no old answer left
+    options.send_keys(Keys.CONTROL, "a")
+    options.send_keys("billing\nshipping")
+    decide_an_example(browser, wait)
+    instructions = browser.find_element(By.CSS_SELECTOR, "#q0-instructions textarea, #q0-instructions input")
+    instructions.send_keys(Keys.CONTROL, "a")
+    instructions.send_keys(Keys.DELETE)
+    browser.find_element(By.ID, "blink-decide").click()
+    wait.until(lambda d: "Write the question" in d.find_element(By.ID, "q0-instructions").text)
+    wait.until(lambda d: not bars(d))
+    shot(browser, "refused-empty-instructions")
+
     # an example loaded after a decision: the new form, and no old answer left
     decide_an_example(browser, wait, "example-ticket")
     wait.until(lambda d: d.find_element(By.ID, "example-sentiment")).click()
@@ -84,12 +99,25 @@ def test_decide_leaves_no_stale_answers(space, browser):
     wait.until(lambda d: not bars(d))
     shot(browser, "example-loaded-no-stale-answers")
 
-    # the score summary counts levels from 1, as people do
+    # the score summary counts levels from 0, as the raw response beside it does; the caption gives the formula
     browser.find_element(By.ID, "blink-decide").click()
     wait.until(lambda d: len(bars(d)) == 5)
     summary = browser.find_element(By.ID, "blink-results").text
-    assert "of 1 (Very negative) to 5 (Very positive)" in summary and "on 0" not in summary
-    shot(browser, "score-one-based")
+    assert "on a scale of 0 (Very negative) to 4 (Very positive)" in summary and "of 1" not in summary
+    assert "Confidence (score) = 1 − Σ" in summary and "entropy" not in summary
+    shot(browser, "score-zero-based")
+
+    # at a phone's width the question's Type menu fits the screen (it wraps under the id rather than being cut off)
+    browser.set_window_size(390, 844)
+    try:
+        wait.until(lambda d: d.execute_script("return window.innerWidth") <= 400)
+        right = browser.execute_script(
+            "return document.querySelector('#q0-type').getBoundingClientRect().right <= window.innerWidth"
+        )
+        shot(browser, "phone-width")
+        assert right, "the Type menu runs past a phone-width screen"
+    finally:
+        browser.set_window_size(1400, 1800)  # the size headless_chromium opens with
 
 
 def test_chat_recovers_from_an_error_and_sends_no_empty_message(space, browser):

@@ -119,19 +119,19 @@ def test_a_direct_rest_call_may_leave_the_optional_arguments_out():
 
 
 def test_a_ui_chat_takes_a_shared_chat_slot(ctx_and_callers):
-    from space import ui
+    from space import ui_chat
 
     ctx, _ = ctx_and_callers
     with ctx.admission.enter_sync("chat"):  # the API's chat holds the only slot
         # refused, and said so as the turn's reply (the Chat tab then takes the next message as usual)
-        (reply,) = list(ui.chat_reply(ctx, 4, "Hello", [], None))
-        assert reply.startswith(ui.NOT_ANSWERED) and "busy" in reply, reply
-    turn = ui.chat_reply(ctx, 4, "Hello", [], None)
+        (reply,) = list(ui_chat.chat_reply(ctx, 4, "Hello", [], None))
+        assert reply.startswith(ui_chat.NOT_ANSWERED) and "busy" in reply, reply
+    turn = ui_chat.chat_reply(ctx, 4, "Hello", [], None)
     next(turn)
     assert ctx.chat_slots()["running"] == 1  # generating: the UI chat holds the slot
     turn.close()  # the user left
     assert ctx.chat_slots()["running"] == 0
-    assert list(ui.chat_reply(ctx, 4, "Hello", [], None)) and ctx.chat_slots()["running"] == 0
+    assert list(ui_chat.chat_reply(ctx, 4, "Hello", [], None)) and ctx.chat_slots()["running"] == 0
 
 
 @pytest.mark.parametrize(

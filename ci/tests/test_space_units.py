@@ -158,7 +158,7 @@ def test_callers_keep_arrival_order_without_a_window():
 def test_the_key_is_scrubbed_from_every_log_record(capsys):
     from blink.settings import Settings
     from blink.web.auth import ApiKey
-    from space import ui
+    from space import ui_api
 
     secret = "sk-unit-Wq93-never-logged"
     settings = Settings.from_values({"api_key": secret}, env={})
@@ -175,7 +175,7 @@ def test_the_key_is_scrubbed_from_every_log_record(capsys):
         logger.removeHandler(handler)
     err = capsys.readouterr().err
     assert secret not in err and err.count(auth.REDACTED) == 2
-    assert secret not in ui.key_note_md(key)
+    assert secret not in ui_api.key_note_md(key)
 
 
 def test_scheduler_urls_are_scrubbed_from_logs(capsys):
@@ -355,9 +355,9 @@ def test_app_reads_top_to_bottom_and_builds_its_context_complete():
 
 def test_the_api_tab_openai_snippet_sets_max_tokens():
     from blink.web.auth import ApiKey
-    from space import ui
+    from space import ui_api
 
-    snippet = ui.snippets_md("http://127.0.0.1:7860", "blink-4b", ApiKey())
+    snippet = ui_api.snippets_md("http://127.0.0.1:7860", "blink-4b", ApiKey())
     assert "client.chat.completions.create(" in snippet and "max_tokens=256" in snippet
 
 
@@ -374,9 +374,15 @@ def test_the_decide_form_is_checked_box_by_box_within_the_limits():
     slots = ["team", "choice", "Which?", "a\nb", "team", "noul", "", "", "q3", "noul", "", "", "q4", "noul", "", ""]
     # only the questions asked (count) are checked; positions are the Decide event's inputs
     assert ui_form.form_problems("x", 1, slots, limits) == {}
-    # question 2 repeats an id; its empty instructions are not a problem (the wire accepts them)
-    assert set(ui_form.form_problems("x", 2, slots, limits)) == {6}
+    # question 2 repeats an id and has empty instructions: both refused, each next to its box (the wire would
+    # accept empty instructions; in the form they are a question not yet written)
+    problems = ui_form.form_problems("x", 2, slots, limits)
+    assert set(problems) == {6, 8} and "Write the question" in problems[8]
+    assert ui_form.form_problems("x", 2, [*slots[:6], "  \n ", *slots[7:]], limits).keys() == {6, 8}
     assert ui_form.box_name(6) == "Question 2 id" and ui_form.box_name(8) == "Question 2 instructions"
+    # an empty state is told beside its box, not refused
+    assert ui_form.form_problems("", 1, slots, limits) == {}
+    assert "state is empty" in ui_form.state_note("  \n") and ui_form.state_note("x") is None
     refused = InvalidRequest(
         "question 'team': a choice question's `criteria` maps option names to descriptions",
         loc=["body", "questions", "team"],
@@ -403,17 +409,18 @@ def test_the_decide_form_is_checked_box_by_box_within_the_limits():
 def test_the_decide_caveat_is_true_to_the_calibration_chosen(mode, loaded, says, never):
     """What the caveat beside answers says for each `x_calibration` (the server's default resolved), with and
     without a calibration file: temperature scaling only where one is loaded, the prior whenever it divides."""
-    from space import ui
+    from space import ui_calibration
 
-    caveat = ui.decide_caveat("Small model: calibrated estimates.", mode, loaded)
+    caveat = ui_calibration.decide_caveat("Small model: calibrated estimates.", mode, loaded)
     applied = (loaded and mode in ("fitted", "fitted+prior")) or "prior" in mode  # every answer's `applied`
     assert caveat.startswith("Small model: calibrated estimates." if applied else "Small model: estimates.")
     note = caveat.split("estimates. ", 1)[1]
     assert all(words in note for words in says) and not any(words in note for words in never), note
-    choices = ui.calibration_choices(mode, loaded)
-    assert [value for _, value in choices] == [ui.SPACE_DEFAULT, "fitted", "prior", "fitted+prior", "raw"]
+    choices = ui_calibration.calibration_choices(mode, loaded)
+    assert [value for _, value in choices] == [ui_calibration.SPACE_DEFAULT, "fitted", "prior", "fitted+prior", "raw"]
     assert ("none fitted for this model" in choices[1][0]) is not loaded
-    assert ui.chosen_calibration(mode) == mode and ui.chosen_calibration(ui.SPACE_DEFAULT) is None
+    assert ui_calibration.chosen_calibration(mode) == mode
+    assert ui_calibration.chosen_calibration(ui_calibration.SPACE_DEFAULT) is None
 
 
 def test_a_gradio_caller_has_shown_the_key_by_bearer_header_or_by_the_ui_login():
@@ -473,3 +480,70 @@ def test_generation_params_are_plain_frozen_data_that_pickle_to_the_gpu_worker()
     assert (budgeted.max_tokens, budgeted.stop, params.max_tokens) == (12, ("</a>",), None)
     with pytest.raises(FrozenInstanceError):
         params.max_tokens = 3
+
+
+def test_the_answers_name_the_wires_confidence_formulas_and_count_levels_from_0():
+    """The caption under the answers gives each answered type's formula, and the value it explains is the wire's
+    (computed here by that formula from the probabilities); score levels are counted from 0 in the summary, as in
+    the raw response's `score` beside it."""
+    from transformers.decision import Question
+
+    from blink.decide.answers import answer_from_probabilities
+    from space import ui_answers
+
+    choice_q = Question("team", "choice", "Which team?", ["a", "b", "c"], ["a", "b", "c"], [None] * 3)
+    levels = ["Low", "Mid", "High", "Top"]
+    score_q = Question("level", "score", "How high?", ["0", "1", "2", "3"], ["0", "1", "2", "3"], levels)
+    choice = answer_from_probabilities(choice_q, [0.7, 0.2, 0.1])
+    score = answer_from_probabilities(score_q, [0.1, 0.2, 0.6, 0.1])
+    # the formulas as the caption states them
+    assert choice["confidence"] == pytest.approx((0.7 - 1 / 3) / (1 - 1 / 3))
+    d = sum(abs(i - 1.5) for i in range(4)) / 4
+    assert score["confidence"] == pytest.approx(1 - (0.1 * 2 + 0.2 * 1 + 0.6 * 0 + 0.1 * 1) / d)
+    questions = {"team": {"instructions": "Which team?"}, "level": {"instructions": "How high?"}}
+    page = ui_answers.bars_html({"team": choice, "level": score}, questions)
+    assert "(p_max − 1/n) / (1 − 1/n)" in page and "1 − Σ pᵢ·|i − top| / D" in page and "entropy" not in page
+    assert f"score {score['score']:.2f} (the expected level)" in page and score["score"] == pytest.approx(1.7)
+    assert "level 2 on a scale of 0 (Low) to 3 (Top)" in page and "of 1" not in page
+    # only the formulas of the types answered
+    alone = ui_answers.bars_html({"team": choice}, questions)
+    assert "Confidence (choice)" in alone and "Confidence (score)" not in alone
+    noul = ui_answers.bars_html({"u": {"type": "noul", "noul": 0.8}}, {})
+    assert "Confidence" not in noul
+
+
+def test_the_api_tab_gives_zerogpu_header_advice_only_on_zerogpu():
+    from blink.web.auth import ApiKey
+    from space import ui_api
+
+    on = ui_api.snippets_md("http://127.0.0.1:7860", "blink-4b", ApiKey(), {"zero_gpu": True})
+    off = ui_api.snippets_md("http://127.0.0.1:7860", "blink-4b", ApiKey(), {"zero_gpu": False})
+    assert "X-HF-Authorization" in on and "ZeroGPU quota" in on
+    assert "X-HF-Authorization" not in off and "ZeroGPU" not in off
+
+
+def test_a_chat_reply_on_the_cpu_says_how_slow_before_and_while_it_streams():
+    """The note above the chat: before the first token, that a reply can take a minute or more; while it streams,
+    the rate measured and the most it may still take; after it, the last reply's rate for the next one. A refused
+    turn leaves the rate as it was."""
+    import time
+
+    from space import ui_chat
+
+    def replies(n: int, gap: float):
+        text = ""
+        for i in range(n):
+            time.sleep(gap)
+            text += f"w{i} "
+            yield text
+
+    speed = ui_chat.SpeedNote(512)
+    turn = list(speed.turn(replies(6, 0.02)))
+    assert turn[0][0] == "" and "can take a minute or more" in turn[0][1]  # before anything comes
+    assert [text for text, _ in turn[1:-1]] == list(replies(6, 0))
+    assert "~6 tokens at" in turn[-2][1] and "up to 512 in all" in turn[-2][1]
+    assert speed.rate is not None and 10 < speed.rate < 60, speed.rate  # 5 gaps of ~20 ms
+    assert f"about {speed.rate:.1f} tokens/s (the last reply)" in turn[-1][1] == speed.before()
+    rate = speed.rate
+    refused = list(speed.turn(iter([ui_chat.NOT_ANSWERED + "busy"])))
+    assert refused[-1][0].startswith(ui_chat.NOT_ANSWERED) and speed.rate == rate

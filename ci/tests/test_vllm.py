@@ -535,7 +535,7 @@ def test_a_restarted_replica_is_back_and_a_stream_on_a_dying_one_ends_cleanly(vl
         up_at = time.perf_counter()
         with Replicas(urls) as replicas:
             by_url = {r.url: r for r in replicas.replicas}
-            replicas.health()  # probes: the restarted one answers, so it is up at once
+            replicas.health(probe=True)  # checks each now: the restarted one answers, so it is up at once
             while time.perf_counter() - up_at < 60 and by_url[url].served == 0:
                 prompt = [int(x) for x in str(time.perf_counter_ns())[-8:]]
                 if replicas.order(route_for([prompt]))[0].url == url:

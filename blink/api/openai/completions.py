@@ -1,11 +1,14 @@
 """`POST /v1/completions`: the legacy text-completion wire (llama-index's OpenAILike, litellm's `text_completion`).
 
-One `prompt` (a string, or a list of token ids) is continued as it is, with no chat template, by the same
-generator, slots and admission as chat (blink.api.openai.generation). One choice per request: a list of prompts,
-`n` > 1, `best_of` > 1 and `echo: true` are 400s that say so, never a silent first-prompt-only answer.
+`prompt` (a string, a list of token ids, or a list of either: at most `max_prompts`) is continued as it is, with
+no chat template, by the same generator, slots and admission as chat (blink.api.openai.generation): one choice
+per prompt, in order (`index`). `n` > 1, `best_of` > 1 and `suffix` are 400s that say so.
 `logprobs: N` (0-5) gives the legacy shape: `tokens`, `token_logprobs`, `top_logprobs` (N alternatives each) and
-`text_offset`.
-Streamed: `text_completion` chunks, a usage chunk when `stream_options.include_usage`, `data: [DONE]`.
+`text_offset`. `echo: true` puts the prompt before the completion, its tokens' logprobs too, and allows
+`max_tokens: 0`; vLLM's `prompt_logprobs: N` adds its per-token shape (blink.api.openai.echo: loglikelihood
+evaluation).
+Streamed (one prompt, no echo): `text_completion` chunks, a usage chunk when `stream_options.include_usage`,
+`data: [DONE]`.
 """
 
 from __future__ import annotations
@@ -21,11 +24,19 @@ from starlette.routing import Route
 
 from blink.api.openai.chat import usage
 from blink.api.openai.constraints import legacy_entries, legacy_logprobs
+from blink.api.openai.echo import (
+    echoed_entries,
+    greedy_step,
+    legacy,
+    prompt_logprobs_of,
+    prompts_of,
+    vllm_prompt_logprobs,
+)
 from blink.api.openai.generation import Content, Reply, as_blink_error, sse, sse_response, whole
 from blink.api.openai.protocol import WIRE, bad, integer, render, require_model, sampling, streaming
 from blink.context import Context
 from blink.errors import EngineFailure
-from blink.generate.chat_engine import ChatEnd
+from blink.generate.chat_engine import ChatEnd, Rendered
 from blink.plan import GenerationParams
 from blink.web.endpoint import Body, Call, Endpoint
 from blink.web.streams import KEEPALIVE
@@ -35,35 +46,30 @@ log = logging.getLogger("blink")
 
 @dataclass
 class CompletionRequest:
-    prompt: str | list[int]  # as sent: a string is tokenized once the request is admitted (capped count)
-    max_tokens: int  # OpenAI's default: 16
+    prompts: list[str | list[int]]  # as sent: strings are tokenized once the request is admitted (capped count)
+    listed: bool  # `prompt` came as a list of prompts: errors name the prompt's index
+    max_tokens: int  # OpenAI's default: 16; 0 only with `echo`
     stream: bool
     include_usage: bool
     params: GenerationParams
+    echo: bool = False
+    prompt_logprobs: int | None = None  # vLLM's: alternatives per prompt token
+
+    @property
+    def scores_prompt(self) -> bool:
+        return (self.echo and self.params.logprobs) or self.prompt_logprobs is not None
+
+    def greedy_one(self, rendered: Rendered) -> bool:
+        """The one token to generate is the most likely after the prompt: read from the prompt's own pass."""
+        p = self.params
+        return self.scores_prompt and rendered.max_tokens == 1 and p.temperature == 0 and not p.stop
 
 
-def prompt_of(ctx: Context, prompt: Any) -> str | list[int]:
-    """The prompt as it will be continued (no chat template): a non-empty string, or token ids checked against
-    the vocabulary."""
-    if isinstance(prompt, str):
-        if not prompt:
-            raise bad("`prompt` must not be empty", "prompt")
-        return prompt
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        ctx.chats.check_ids(prompt)
-        return list(prompt)
-    if isinstance(prompt, list) and prompt:
-        raise bad(
-            "`prompt` must be one prompt (a string or a list of token ids): this server answers one prompt "
-            "per request; send the others as their own requests",
-            "prompt",
-            kind="unsupported_value",
-        )
-    raise bad(
-        "`prompt` must be a string or a non-empty list of token ids",
-        "prompt",
-        kind="missing" if prompt is None else "invalid_value",
-    )
+def flag(body: dict, name: str) -> bool:
+    value = body.get(name, False)
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    raise bad(f"`{name}` must be a boolean", name)
 
 
 def parse(ctx: Context, body: Any) -> CompletionRequest:
@@ -77,52 +83,102 @@ def parse(ctx: Context, body: Any) -> CompletionRequest:
         value = integer(body, name, 1)
         if value is not None and value != 1:
             raise bad(
-                f"`{name}` must be 1: this server returns one choice per request, got {value}",
+                f"`{name}` must be 1: this server returns one choice per prompt, got {value}",
                 name,
                 kind="unsupported_value",
             )
-    if body.get("echo"):
-        raise bad(
-            "`echo: true` is not supported: the reply holds the completion only", "echo", kind="unsupported_value"
-        )
     if body.get("suffix") is not None:
         raise bad(
             "`suffix` is not supported: this server does not fill in the middle", "suffix", kind="unsupported_value"
         )
+    echo = flag(body, "echo")
     stream, include_usage = streaming(body)
-    max_tokens = integer(body, "max_tokens", 1)
-    params = replace(sampling(body), **legacy_logprobs(body))
-    prompt = prompt_of(ctx, body.get("prompt"))
-    return CompletionRequest(prompt, 16 if max_tokens is None else max_tokens, stream, include_usage, params)
+    max_tokens = integer(body, "max_tokens", 0)
+    if max_tokens == 0 and not echo:
+        raise bad("`max_tokens` must be at least 1 (0 only with `echo: true`, to score the prompt)", "max_tokens")
+    params = replace(sampling(body), **legacy_logprobs(body), eos_entry=echo)
+    prompts, listed = prompts_of(body.get("prompt"), ctx.chats.check_ids, ctx.limits.max_prompts)
+    prompt_logprobs = prompt_logprobs_of(body)
+    if stream and (len(prompts) > 1 or echo or prompt_logprobs is not None):
+        raise bad(
+            "`stream: true` takes one prompt without `echo` or `prompt_logprobs`: send the others unstreamed",
+            "stream",
+            kind="unsupported_value",
+        )
+    max_tokens = 16 if max_tokens is None else max_tokens
+    return CompletionRequest(prompts, listed, max_tokens, stream, include_usage, params, echo, prompt_logprobs)
+
+
+def check_request_tokens(rendered: list[Rendered], limit: int) -> None:
+    total = sum(len(r.ids) for r in rendered)
+    if total > limit:
+        raise bad(
+            f"the prompts are {total} tokens together; this server's limit is {limit} per request. Send them in "
+            "several requests.",
+            "prompt",
+            kind="context_length_exceeded",
+        )
 
 
 def routes(ctx: Context) -> list[Route]:
+    tokenizer = ctx.chats.tokenizer
+    engine = ctx.chats.engine
+
+    async def choice_of(call: Call, req: CompletionRequest, index: int, rendered: Rendered, scored) -> tuple:
+        """One prompt's choice and the tokens generated for it."""
+        text, entries, finish, produced, top = "", [], "length", 0, req.params.top_logprobs
+        if req.greedy_one(rendered):
+            text, entry, finish = greedy_step(scored, tokenizer, engine.hidden_ids, set(engine.eos_ids), top)
+            entries, produced = [entry], int(finish == "length")
+        elif rendered.max_tokens:
+            got = await whole(Reply(ctx.chats.start(call.held, rendered, req.params, call.caller, False)))
+            text, entries, finish = got.content, got.logprobs or [], got.final.finish_reason
+            produced = got.final.completion_tokens
+        choice = {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
+        if req.echo:
+            prompt = req.prompts[index]
+            echoed = prompt if isinstance(prompt, str) else tokenizer.decode(prompt, skip_special_tokens=False)
+            choice["text"] = echoed + text
+            if req.params.logprobs:
+                choice["logprobs"] = legacy(echoed_entries(tokenizer, rendered.ids, scored, top) + entries)
+        elif req.params.logprobs:
+            choice["logprobs"] = legacy_entries(entries)
+        if req.prompt_logprobs is not None:
+            choice["prompt_logprobs"] = vllm_prompt_logprobs(tokenizer, rendered.ids, scored, req.prompt_logprobs)
+        return choice, produced
+
     async def completions(call: Call):
         req: CompletionRequest = call.checked
-        rendered = await ctx.chats.tokenize(call.ticket, req.prompt, req.max_tokens)
-        reply = Reply(ctx.chats.start(call.held, rendered, req.params, call.caller, req.stream))
+        rendered = await ctx.chats.tokenize_all(call.ticket, req.prompts, req.max_tokens, req.listed)
+        check_request_tokens(rendered, ctx.limits.max_request_tokens)
         head = {
             "id": "cmpl-" + uuid.uuid4().hex[:24],
             "object": "text_completion",
             "created": int(time.time()),
             "model": ctx.served_name,
         }
-        logprobs = req.params.logprobs
-        if not req.stream:
-            got = await whole(reply)
-            return {
-                **head,
-                "choices": [
-                    {
-                        "index": 0,
-                        "text": got.content,
-                        "logprobs": legacy_entries(got.logprobs) if logprobs else None,
-                        "finish_reason": got.final.finish_reason,
-                    }
-                ],
-                "usage": usage(got.final),
-            }
-        return sse_response(call, events(head, reply, req.include_usage, logprobs))
+        if req.stream:
+            reply = Reply(ctx.chats.start(call.held, rendered[0], req.params, call.caller, True))
+            return sse_response(call, events(head, reply, req.include_usage, req.params.logprobs))
+        scored = [None] * len(rendered)
+        if req.scores_prompt:
+            top = max(req.params.top_logprobs, req.prompt_logprobs or 0)
+            try:
+                scored = await ctx.chats.prompt_logprobs([r.ids for r in rendered], top, call.caller)
+            except Exception as exc:  # noqa: BLE001 - the backend's failure, in the wire's shape
+                raise as_blink_error(exc) from None
+        choices, produced = [], 0
+        for index, (r, s) in enumerate(zip(rendered, scored)):
+            choice, n = await choice_of(call, req, index, r, s)
+            choices.append(choice)
+            produced += n
+        prompt_tokens = sum(len(r.ids) for r in rendered)
+        total = prompt_tokens + produced
+        return {
+            **head,
+            "choices": choices,
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": produced, "total_tokens": total},
+        }
 
     endpoint = Endpoint(
         ctx,

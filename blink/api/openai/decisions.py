@@ -2,6 +2,10 @@
 `/v1/systemone` uses (predicate -> noul, choice -> criteria, score -> levels), so both wires give the same
 probabilities for the same question. System One's validation errors come back with OpenAI's field names.
 `prompt_cache_key`, `prompt_cache_options` and `safety_identifier` are accepted and passed on as `x_` hints.
+
+The route also takes System One's body (`state` and a `questions` object; JSON or TypeSafe's multipart) and answers
+it exactly as `/v1/systemone` does, errors in System One's shape: LiveKit Agents' `inference.DecisionModel` posts
+that to `{base_url}/decisions`. The shapes never collide: an OpenAI body always carries `input` and a list.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from typing import Any
 
 from starlette.routing import Route
 
+from blink.api import systemone
 from blink.api.openai.protocol import IMAGE_PARTS, WIRE, bad, data_url, input_items, require_model
 from blink.context import Context
 from blink.errors import InvalidRequest
@@ -318,8 +323,23 @@ def decisions_calibration(fact: dict) -> dict:
     return out
 
 
+def systemone_shaped(body: Any, parts: dict) -> bool:
+    """System One's body: no `input`, and a `state`, a `questions` object or multipart assets. Every OpenAI body
+    carries `input` and a list of questions, so a body is never both."""
+    if not isinstance(body, dict) or "input" in body:
+        return False
+    return bool(parts) or "state" in body or isinstance(body.get("questions"), dict)
+
+
+JSON_ONLY = Body("OpenAI decision requests")
+
+
 def routes(ctx: Context) -> list[Route]:
-    def check(call: Call) -> tuple[Mapped, Any]:
+    def check(call: Call) -> tuple[Mapped | None, Any]:
+        if systemone_shaped(call.body, call.parts):
+            call.wire = systemone.WIRE  # answered, errors too, as /v1/systemone answers
+            return None, ctx.service.check(call.body, call.parts, call.arrival)
+        JSON_ONLY.refuse_parts(call.parts)
         mapped = to_systemone(call.body, ctx.model_names())
         try:
             return mapped, ctx.service.check(mapped.body, None, call.arrival)
@@ -328,6 +348,8 @@ def routes(ctx: Context) -> list[Route]:
 
     async def decisions(call: Call) -> dict:
         mapped, checked = call.checked
+        if mapped is None:
+            return systemone.response_body(ctx, await ctx.service.run(checked, call.ticket, call.caller, call.timing))
         try:
             decided = await ctx.service.run(checked, call.ticket, call.caller, call.timing)
         except InvalidRequest as error:
@@ -351,7 +373,7 @@ def routes(ctx: Context) -> list[Route]:
         ctx,
         WIRE,
         decisions,
-        body=Body("decision requests"),
+        body=Body(multipart=True),  # TypeSafe's multipart for System One's body; OpenAI's refuses it in `check`
         check=check,
         admit="decide",
         inline_below=CHEAP_CHECK_BYTES,

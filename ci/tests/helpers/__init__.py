@@ -5,7 +5,7 @@
   in-process uvicorn); `rss`, `Watch` and `watching` (a server's memory and /healthz while a request runs;
   bench/hostile.py builds on Watch), `ServerProcess` (a `blink serve` by its URL: pid, log);
 - request and answer helpers: `random_request`, `probabilities`, `worst`, `uncached`, `png`, `text_of`, `MB`;
-- wire contracts: `UNROUTED` and `check_unrouted` (unknown /v1/ paths and methods), `run_jevcompat` and
+- wire contracts: `UNROUTED`, `ROOT_UNROUTED` and `check_unrouted` (unknown paths and methods), `run_jevcompat` and
   `assert_all_pass` (the conformance suite);
 - clients: `mcp_call` (one MCP session), `bearer`, `form_args` and `example_form` (the UI's Decide event, as the
   page sends it), `npm_installed` and `node_script` (the JS clients of ci/js, installed from its lock when they are
@@ -351,10 +351,19 @@ UNROUTED = [
     ("GET", "/v1/systemone", 405),
     ("POST", "/v1/systemone/batch", 404),
 ]
+# outside /v1/ on the standalone server (the root is Gradio's on the Space)
+ROOT_UNROUTED = [
+    ("GET", "/", 404),
+    ("POST", "/nothing-here", 404),
+    ("GET", "/v2/nothing-here", 404),
+    ("POST", "/healthz", 405),
+    ("PUT", "/mcp", 405),
+]
 
 
 def check_unrouted(r: httpx.Response, path: str, status: int) -> None:
-    """An unknown path or method under /v1/: the wire's own error shape, with a request id."""
+    """An unknown path or method (under /v1/, or anywhere on the standalone server): the wire's own error shape,
+    with a request id."""
     assert r.status_code == status and r.headers["x-typesafe-request-id"].startswith("req_")
     body = r.json()
     if path.startswith("/v1/systemone"):

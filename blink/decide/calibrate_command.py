@@ -1,4 +1,5 @@
-"""`python -m blink calibrate --model M DATA.jsonl --out calibration.json`: fit a temperature per question type.
+"""`python -m blink calibrate --model M DATA.jsonl --out calibration.json`: fit a temperature per question type
+(the file and the fit themselves: blink.decide.calibration).
 
 Each line of DATA.jsonl is a System One request plus `labels`, the true answer of every question:
 `{question id: option name (choice) | true/false (noul) | level index (score)}`. Every line is checked first (a bad

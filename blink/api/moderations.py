@@ -1,0 +1,185 @@
+"""`POST /v1/moderations`: OpenAI's moderation wire (`client.moderations.create`, LiteLLM's moderation call,
+LibreChat, NeMo Guardrails) answered by decisions.
+
+Each input is one decision: the input is the state, and each category of the server's policy
+(blink.moderation_policy) a `noul` question over it, so the categories share one pass over the input's prefix.
+Its probabilities are reported as every decision's are (calibration and the prior as the server applies them);
+a category is true at or above its threshold, and `flagged` when any is. `input` is a string (one result), a list
+of strings (one result each, in order) or a list of `text` / `image_url` parts (one result for them all; images
+where the model reads them). Every category reads the whole input, so `category_applied_input_types` names the
+input's types (text, image) for each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.routing import Route
+
+from blink.api.openai.protocol import WIRE, bad, data_url
+from blink.context import Context
+from blink.errors import InvalidRequest
+from blink.moderation_policy import Policy
+from blink.web.endpoint import CHEAP_CHECK_BYTES, Body, Call, Endpoint
+
+FIELDS = ("model", "input")
+
+
+@dataclass
+class Input:
+    """One input as a System One body (the state, the policy's questions, its images), and where it was sent."""
+
+    body: dict
+    types: list[str]  # the input types it holds, as OpenAI names them: "text", "image"
+    loc: tuple  # ("input",) or ("input", i)
+
+    def relocate(self, error: InvalidRequest) -> InvalidRequest:
+        """A decision's error, located at this input in this wire's words: the policy's questions were checked at
+        start-up, so what a request can get wrong is its input (its length, its images)."""
+        loc = list(error.loc)
+        if loc[:2] in (["body", "state"], ["body", "assets"], ["body", "questions"]):
+            loc = ["body", *self.loc]
+        message = re.sub(r"^question ('[^']*') with the state", r"the input with category \1", error.message)
+        message = message.replace("Split the questions over several requests.", "Shorten the input.")
+        message = message.replace("(state + question)", "(the input and a category's question)")
+        message = message.replace("`state`", "`input`").replace("the state", "the input")
+        return InvalidRequest(message, loc=loc, kind=error.kind)
+
+
+def _text(value: Any, *loc) -> str:
+    if not isinstance(value, str):
+        raise bad("a text input must be a string", *loc)
+    if not value.strip():
+        raise bad("an input must not be empty", *loc, kind="empty_input")
+    return value
+
+
+def _parts(parts: list, questions: dict) -> Input:
+    """A list of `text` / `image_url` parts: one input, images standing at their places in the text."""
+    texts, assets, types = [], {}, []
+    for i, part in enumerate(parts):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text":
+            texts.append(_text(part.get("text"), "input", i, "text"))
+            kind_seen = "text"
+        elif kind == "image_url":
+            image_url = part.get("image_url")
+            if not isinstance(image_url, dict) or set(image_url) != {"url"}:
+                raise bad('an image_url part is {"type": "image_url", "image_url": {"url": ...}}', "input", i)
+            fmt, data = data_url(part, "input", i)
+            placeholder = f"<image:input-{len(assets)}>"
+            assets[placeholder] = {"type": "image", "format": fmt, "data_base64": data}
+            texts.append(placeholder)
+            kind_seen = "image"
+        else:
+            raise bad(
+                f"input part type {kind!r} is not supported: a part is text or image_url",
+                "input",
+                i,
+                "type",
+                kind="unsupported_content",
+            )
+        if set(part) - {"type", kind}:
+            extra = sorted(set(part) - {"type", kind})[0]
+            raise bad(f"unknown field {extra!r} in a {kind} part", "input", i, extra, kind="unknown_parameter")
+        if kind_seen not in types:
+            types.append(kind_seen)
+    body = {"state": "\n".join(texts), "questions": questions}
+    if assets:
+        body["assets"] = assets
+    return Input(body, sorted(types, key=("text", "image").index), ("input",))
+
+
+def inputs_of(body: Any, policy: Policy, most: int) -> list[Input]:
+    """The request's inputs, each a decision's body; everything refusable by its shape refused here."""
+    if not isinstance(body, dict):
+        raise bad("the body must be a JSON object with `input` (and `model`)")
+    unknown = [key for key in body if key not in FIELDS]
+    if unknown:
+        raise bad(
+            f"unknown field {unknown[0]!r}: /v1/moderations takes `model` and `input`",
+            unknown[0],
+            kind="unknown_parameter",
+        )
+    if body.get("model") is not None and not isinstance(body["model"], str):
+        raise bad("`model` must be a string", "model")
+    value = body.get("input")
+    if value is None:
+        raise bad("`input` is required: a string, a list of strings or a list of parts", "input", kind="missing")
+    questions = policy.questions()
+    if isinstance(value, str):
+        return [Input({"state": _text(value, "input"), "questions": questions}, ["text"], ("input",))]
+    if not isinstance(value, list) or not value:
+        raise bad("`input` must be a string, or a non-empty list of strings or of parts", "input")
+    if all(isinstance(item, dict) for item in value):
+        return [_parts(value, questions)]
+    if not all(isinstance(item, str) for item in value):
+        raise bad("`input` is a list of strings or a list of parts, not both", "input")
+    if len(value) > most:
+        raise bad(
+            f"{len(value)} inputs; this server moderates at most {most} per request",
+            "input",
+            kind="too_many_inputs",
+        )
+    return [
+        Input({"state": _text(text, "input", i), "questions": questions}, ["text"], ("input", i))
+        for i, text in enumerate(value)
+    ]
+
+
+def result(policy: Policy, answers: dict, types: list[str]) -> dict:
+    """One input's result in OpenAI's shape, the categories in the policy's order."""
+    scores = {c.name: answers[c.name]["noul"] for c in policy.categories}
+    categories = {c.name: scores[c.name] >= c.threshold for c in policy.categories}
+    return {
+        "flagged": any(categories.values()),
+        "categories": categories,
+        "category_scores": scores,
+        "category_applied_input_types": {c.name: list(types) for c in policy.categories},
+    }
+
+
+def routes(ctx: Context) -> list[Route]:
+    policy = ctx.moderation
+
+    def check(call: Call) -> list[tuple[Input, Any]]:
+        inputs = inputs_of(call.body, policy, ctx.limits.max_moderation_inputs)
+        checked = []
+        for i, item in enumerate(inputs):
+            try:  # the request's count on its way to the batcher goes with its first decision
+                checked.append((item, ctx.service.check(item.body, None, call.arrival if i == 0 else None)))
+            except InvalidRequest as error:
+                raise item.relocate(error) from None
+        return checked
+
+    async def decide(call: Call, item: Input, checked) -> dict:
+        try:
+            decided = await ctx.service.run(checked, call.ticket, call.caller, call.timing)
+        except InvalidRequest as error:
+            raise item.relocate(error) from None
+        return result(policy, decided.answers, item.types)
+
+    async def moderations(call: Call) -> dict:
+        outcomes = await asyncio.gather(
+            *(decide(call, item, checked) for item, checked in call.checked), return_exceptions=True
+        )
+        for outcome in outcomes:  # the first input's error, in the request's order
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return {"id": "modr-" + uuid.uuid4().hex, "model": ctx.served_name, "results": outcomes}
+
+    endpoint = Endpoint(
+        ctx,
+        WIRE,
+        moderations,
+        body=Body("moderation requests"),
+        check=check,
+        admit="decide",
+        inline_below=CHEAP_CHECK_BYTES,
+        arriving=ctx.service.on_its_way,
+    )
+    return [Route("/v1/moderations", endpoint, methods=["POST"])]

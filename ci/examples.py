@@ -1,0 +1,223 @@
+"""The README's and docs' examples, run against the demo Space, their shown outputs produced from the run.
+
+An example is a fenced code block right after a marker line `<!-- example <runner> -->`:
+- `curl` (a ```bash block of curl commands): run by bash; the ```json block after it shows what it printed, one
+  line on the wire, laid out by `wire_layout` (one answer a line);
+- `python` / `python-mcp` (a ```python block, run by `.venv` / `.venv-mcp`, built by ci/mcp-venv.sh: Gradio pins
+  the server's `mcp` below 2): what it printed is shown in comments, either one `# <output>` at the end of each
+  `print(...)` line (a note may follow two spaces later: `# 0.52  (why)`), or, for code that prints from inside a
+  function, every line at once in a `# ` comment block closing the code, wrapped at `, ` to the page's width.
+  `<!-- example python with-previous -->` runs the file's previous python example first (its `client`, ...),
+  showing only this one's output.
+ruff formats the Markdown's Python blocks too (`ruff format --check .`): a print line with its output must stay
+within the line length, so print a few short values, not a whole body.
+
+Every example talks to `http://127.0.0.1:7860` as written (the Space's first command, `BLINK_MODEL=demo`, which
+answers as `blink-4b`); here that address is replaced by a fresh Space's on a free port, and the examples run one
+after another in file order (README first), so the prefix-state cache's counts come out the same on every run.
+
+    python ci/examples.py            # run them; exit 1 with a diff if a shown output is not what the run printed
+    python ci/examples.py --write    # rewrite the shown outputs from the run
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "ci" / "tests"))
+
+from helpers import ARTIFACTS, free_port, launch, server_env, stop_group, wait_healthy  # noqa: E402
+
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+SHOWN_URL = "http://127.0.0.1:7860"
+WIDTH = 116  # a comment line's width, `# ` included
+MARKER = re.compile(r"^<!-- example (?P<runner>[\w-]+)(?P<previous> with-previous)? -->$")
+PYTHONS = {"python": ROOT / ".venv" / "bin" / "python", "python-mcp": ROOT / ".venv-mcp" / "bin" / "python"}
+NOTE = "  ("  # an output's note starts here, in a print line's comment
+
+
+@dataclass
+class Example:
+    page: Path
+    runner: str
+    previous: bool
+    start: int  # the first code line's index in the page
+    end: int  # the closing fence's index
+
+
+def examples(lines: list[str], page: Path) -> list[Example]:
+    found = []
+    for i, line in enumerate(lines):
+        m = MARKER.match(line)
+        if not m:
+            continue
+        assert lines[i + 1].startswith("```"), f"{page.name}:{i + 1}: an example marker must precede a code block"
+        end = next(j for j in range(i + 2, len(lines)) if lines[j].startswith("```"))
+        found.append(Example(page, m["runner"], bool(m["previous"]), i + 2, end))
+    return found
+
+
+def run(code: str, runner: str, url: str) -> str:
+    code = code.replace(SHOWN_URL, url)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if runner == "curl":
+        argv = ["bash", "-c", code]
+    else:
+        with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as fh:
+            fh.write(code)
+        argv = [str(PYTHONS[runner]), fh.name]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    if proc.returncode:
+        raise RuntimeError(f"the example failed ({proc.returncode}):\n{code}\n{proc.stdout}\n{proc.stderr[-4000:]}")
+    return proc.stdout
+
+
+# --- how outputs are shown ---------------------------------------------------------------------------------
+def wire_layout(text: str) -> list[str]:
+    """A System One answer as the README shows it: the same bytes, a line break before each answer and before
+    `usage`, and an answer broken before its `probabilities` when it runs past the width."""
+    body = json.loads(text)
+    compact = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    assert compact == text.strip(), "the answer is not compact JSON"
+    head = compact[: compact.index('"answers":{') + len('"answers":{')]
+    lines = [head]
+    answers = list(body["answers"].items())
+    for n, (name, answer) in enumerate(answers):
+        item = f"  {json.dumps(name)}:{json.dumps(answer, separators=(',', ':'), ensure_ascii=False)}"
+        item += "}," if n == len(answers) - 1 else ","
+        cut = item.find(',"probabilities":')
+        if len(item) > WIDTH and cut > 0:
+            indent = " " * (item.index(":{") + 2)
+            lines += [item[: cut + 1], indent + item[cut + 1 :]]
+        else:
+            lines.append(item)
+    rest = {k: v for k, v in body.items() if k not in ("model", "answers")}
+    tail = json.dumps(rest, separators=(",", ":"), ensure_ascii=False)[1:]
+    lines.append(" " + tail)
+    assert json.loads("".join(line.strip() for line in lines)) == body
+    return lines
+
+
+def wrapped(line: str) -> list[str]:
+    """One printed line as a `# ` comment block, broken after `, ` to the width (continuations indented)."""
+    out, current = [], "# "
+    for piece in re.split(r"(?<=, )", line):
+        if len(current) + len(piece) > WIDTH and current.strip("# "):
+            out.append(current.rstrip())
+            current = "#  "
+        current += piece
+    out.append(current.rstrip())
+    return out
+
+
+def code_lines(block: list[str]) -> list[str]:
+    """The block without its closing comment block (the shown output of code that prints inside a function)."""
+    end = len(block)
+    while end and block[end - 1].startswith("#"):
+        end -= 1
+    return block[:end] if end < len(block) and _prints_inside(block[:end]) else block
+
+
+def _prints_inside(code: list[str]) -> bool:
+    return not any(_print_line(line) for line in code)
+
+
+def _print_line(line: str) -> bool:
+    return line.startswith("print(") and "  # " in line
+
+
+def shown_python(block: list[str], printed: list[str]) -> list[str]:
+    code = code_lines(block)
+    if len(code) < len(block) or (_prints_inside(code) and printed):
+        return code + [c for line in printed for c in wrapped(line)]
+    out, outputs = [], iter(printed)
+    for line in code:
+        if _print_line(line):
+            statement, comment = line.split("  # ", 1)
+            note = comment[comment.index(NOTE) :] if NOTE in comment else ""
+            line = f"{statement}  # {next(outputs)}{note}"
+        out.append(line)
+    return out
+
+
+# --- the pages ---------------------------------------------------------------------------------------------
+SEPARATOR = "=== example output starts here ==="
+
+
+def refreshed(page: Path, url: str) -> str:
+    lines = page.read_text().split("\n")
+    previous: list[str] = []  # the code a `with-previous` example runs first
+    for k in range(len(examples(lines, page))):
+        ex = examples(lines, page)[k]  # found again: a block grows or shrinks with its outputs
+        block = lines[ex.start : ex.end]
+        if ex.runner == "curl":
+            printed = run("\n".join(block), "curl", url)
+            assert lines[ex.end + 1] == "" and lines[ex.end + 2] == "```json", f"{page.name}: no ```json after curl"
+            close = next(j for j in range(ex.end + 3, len(lines)) if lines[j].startswith("```"))
+            lines[ex.end + 3 : close] = wire_layout(printed)
+            continue
+        code = code_lines(block)
+        prefix = [*previous, f"print('\\n' + {SEPARATOR!r})"] if ex.previous else []
+        printed = run("\n".join(prefix + code), ex.runner, url).split("\n")
+        if ex.previous:
+            printed = printed[printed.index(SEPARATOR) + 1 :]
+        if printed and printed[-1] == "":
+            printed.pop()
+        lines[ex.start : ex.end] = shown_python(block, printed)
+        previous = [*(previous if ex.previous else []), *code]
+    return "\n".join(lines)
+
+
+def space(demo_root: Path):
+    port = free_port()
+    env = server_env(demo_root, {"BLINK_MODEL": "demo", "GRADIO_SERVER_PORT": str(port)})
+    log = ARTIFACTS / f"examples-space-{port}.log"
+    proc = launch([str(PYTHONS["python"]), str(ROOT / "app.py")], port, env, log)
+    url = f"http://127.0.0.1:{port}"
+    wait_healthy(url, proc, log)
+    return proc, url
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--write", action="store_true", help="rewrite the shown outputs from the run")
+    parser.add_argument("--url", help="a running demo Space to use instead of starting one")
+    a = parser.parse_args()
+    if not (PYTHONS["python-mcp"].parent / ".." / ".ready").exists():
+        subprocess.run(["bash", str(ROOT / "ci" / "mcp-venv.sh")], check=True)
+    demo_root = Path(os.environ.get("BLINK_TEST_DEMO_ROOT") or Path.home() / ".cache" / "blink")
+    proc, url = (None, a.url) if a.url else space(demo_root)
+    stale = 0
+    try:
+        for page in PAGES:
+            text = page.read_text()
+            if not examples(text.split("\n"), page):
+                continue
+            new = refreshed(page, url)
+            if new == text:
+                continue
+            if a.write:
+                page.write_text(new)
+                print(f"{page.relative_to(ROOT)}: outputs rewritten")
+            else:
+                stale += 1
+                diff = difflib.unified_diff(text.split("\n"), new.split("\n"), str(page), "as run", lineterm="")
+                print("\n".join(diff))
+    finally:
+        if proc is not None:
+            stop_group(proc)
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""The README's and docs' examples are true: `ci/examples.py` runs each marked example (`<!-- example ... -->`)
+against a fresh demo Space with its real client (curl; openai and gradio_client from .venv; mcp 2.x from
+.venv-mcp, built by ci/mcp-venv.sh) and fails when a shown output is not what the run printed, to the last digit.
+`python ci/examples.py --write` rewrites them."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from helpers import ROOT
+
+README = ROOT / "README.md"
+MARKER = re.compile(r"^<!-- example [\w-]+( with-previous)? -->$")
+
+
+def blocks(text: str) -> list[tuple[str, str, str]]:
+    """(the line before the fence, the fence's language, the code) for each fenced block."""
+    found = re.finditer(r"^(?P<before>.*)\n```(?P<lang>\w*)\n(?P<code>.*?)^```$", text, re.S | re.M)
+    return [(m["before"], m["lang"], m["code"]) for m in found]
+
+
+def test_every_readme_example_that_calls_the_server_is_run():
+    """A README code block that talks to the demo Space (Python, or curl) is an example ci/examples.py runs."""
+    unmarked = [
+        code.split("\n")[0]
+        for before, lang, code in blocks(README.read_text())
+        if "127.0.0.1:7860/" in code and (lang == "python" or code.startswith("curl")) and not MARKER.match(before)
+    ]
+    assert not unmarked, f"README examples no test runs: {unmarked}"
+
+
+@pytest.mark.e2e
+def test_the_examples_print_what_they_show(demo_root):
+    env = {**os.environ, "BLINK_TEST_DEMO_ROOT": str(demo_root)}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "ci" / "examples.py")], capture_output=True, text=True, env=env, timeout=1200
+    )
+    assert proc.returncode == 0, f"stale or failing examples (python ci/examples.py --write):\n{proc.stdout[-6000:]}"
+    assert not proc.stdout.strip(), proc.stdout[-3000:]
+    assert proc.stderr.count("Traceback") == 0, proc.stderr[-3000:]

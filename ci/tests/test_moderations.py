@@ -1,0 +1,339 @@
+"""`POST /v1/moderations` (blink.api.moderations): the openai SDK's `moderations.create` against the real server, the
+list and parts forms, a custom policy served with the knob, the start-up check of a broken policy, and bad input.
+
+A category's score is its `noul` question's probability over the input, so it equals the same decision asked through
+`/v1/systemone`; the demo model's weights are random, so which categories it flags says nothing, but each flag must
+follow from its score and threshold.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import time
+
+import httpx
+import openai
+import pytest
+import zstandard
+
+from blink.moderation_policy import DEFAULT_FILE, load_policy
+from helpers import ROOT, blink_serve, png, running, server_env
+
+OPENAI_KEYS = [
+    "harassment",
+    "harassment/threatening",
+    "hate",
+    "hate/threatening",
+    "illicit",
+    "illicit/violent",
+    "self-harm",
+    "self-harm/intent",
+    "self-harm/instructions",
+    "sexual",
+    "sexual/minors",
+    "violence",
+    "violence/graphic",
+]
+POLICY = load_policy(None)
+THRESHOLDS = {c.name: c.threshold for c in POLICY.categories}
+CUSTOM = {
+    "format": "blink-moderation-policy",
+    "version": 1,
+    "categories": {
+        "spam": {"definition": "Unsolicited advertising or repeated promotional messages.", "threshold": 0.0},
+        "personal-data": {"definition": "A phone number, home address or ID number of a person.", "threshold": 1.0},
+        "hate": {"definition": "Attacks on people for who they are.", "threshold": 0.5},
+    },
+}
+
+
+def post(url: str, body, headers: dict | None = None, timeout: float = 120) -> httpx.Response:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return httpx.post(
+        url + "/v1/moderations",
+        content=content,
+        headers={"content-type": "application/json", **(headers or {})},
+        timeout=timeout,
+    )
+
+
+def assert_consistent(result: dict, thresholds: dict, types: list[str]) -> None:
+    """Every category scored in [0, 1], flagged exactly at or above its threshold, in the policy's order."""
+    assert set(result["category_scores"]) == set(thresholds) == set(result["categories"])
+    for name, score in result["category_scores"].items():
+        assert 0.0 <= score <= 1.0
+        assert result["categories"][name] is (score >= thresholds[name])
+    assert result["flagged"] is any(result["categories"].values())
+    assert result["category_applied_input_types"] == {name: types for name in thresholds}
+
+
+# the policy file -------------------------------------------------------------------------------------------------
+def test_the_default_policy_has_openais_thirteen_keys_with_our_definitions():
+    assert [c.name for c in POLICY.categories] == OPENAI_KEYS
+    from openai.types.moderation import Categories
+
+    aliases = [f.alias or name for name, f in Categories.model_fields.items()]
+    assert sorted(aliases) == sorted(OPENAI_KEYS)
+    for category in POLICY.categories:
+        assert 0 < category.threshold < 1 and category.definition
+        assert category.definition not in (
+            Categories.model_fields[n].description or "" for n in Categories.model_fields
+        )
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("format = 'blink-moderation-policy'\nversion = 1\n[categories.spam]\ndefinition = 'x'\nthreshold = 1.5\n",
+         "category 'spam': `threshold` must be from 0 to 1, got 1.5"),
+        ("format = 'blink-moderation-policy'\nversion = 1\n[categories.spam]\nthreshold = 0.5\n",
+         "category 'spam': `definition` must be a non-empty string"),
+        ("format = 'blink-moderation-policy'\nversion = 1\n[categories.spam]\ndefinition = 'x'\nthreshold = 0.5\n"
+         "color = 'red'\n", "category 'spam': unknown field 'color'"),
+        ("format = 'blink-moderation-policy'\nversion = 1\ncategories = {}\n", "at least one category"),
+        ("version = 1\n[categories.spam]\ndefinition = 'x'\nthreshold = 0.5\n", 'format = "blink-moderation-policy"'),
+        ("format = 'blink-moderation-policy'\nversion = 1\nmode = 'strict'\n", "unknown key 'mode'"),
+        ("[categories.spam\n", "not valid TOML"),
+    ],
+)  # fmt: skip
+def test_a_broken_policy_file_is_refused_naming_the_file_and_the_fault(tmp_path, text, says):
+    path = tmp_path / "policy.toml"
+    path.write_text(text)
+    with pytest.raises(ValueError) as info:
+        load_policy(path)
+    message = str(info.value)
+    assert message.startswith(f"moderation policy {path}: ") and says in message and "\n" not in message
+
+
+def test_a_json_policy_reads_like_toml(tmp_path):
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps(CUSTOM))
+    policy = load_policy(path)
+    assert [(c.name, c.threshold) for c in policy.categories] == [("spam", 0.0), ("personal-data", 1.0), ("hate", 0.5)]
+    assert load_policy(DEFAULT_FILE) == POLICY
+
+
+def test_build_checks_a_spaces_policy_and_ships_it(tmp_path):
+    """spaces.toml names a policy under blink/policies/ (shipped with every Space); build.py checks it whole."""
+    from fleet import ConfigError
+    from fleet.schema import load
+
+    base = (ROOT / "spaces.toml").read_text()
+    for value, says in (
+        ("blink/policies/openai.toml", None),
+        ("/tmp/policy.toml", "put the policy under blink/policies/"),
+        ("blink/policies/missing.toml", "no such file"),
+    ):
+        config = tmp_path / "spaces.toml"
+        config.write_text(base + f'\n[spaces.blink-4b.moderation]\npolicy = "{value}"\n')
+        if says is None:
+            assert load(config).spaces[0].settings.moderation_policy == value
+        else:
+            with pytest.raises(ConfigError, match=says):
+                load(config)
+
+
+# the start-up check ---------------------------------------------------------------------------------------------
+def test_a_server_with_a_broken_policy_refuses_to_start_in_one_line(demo_root, tmp_path):
+    path = tmp_path / "policy.toml"
+    path.write_text(
+        "format = 'blink-moderation-policy'\nversion = 1\n[categories.spam]\ndefinition = 'x'\nthreshold = 2\n"
+    )
+    argv = blink_serve()
+    argv[argv.index("{port}")] = "0"
+    env = server_env(demo_root, {"BLINK_MODERATION_POLICY": str(path)})
+    started = time.monotonic()
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert done.returncode == 1
+    said = f"moderation policy {path}: category 'spam': `threshold` must be from 0 to 1, got 2"
+    assert done.stderr.strip().splitlines()[-1] == said
+    assert time.monotonic() - started < 60  # refused before the model loads
+
+
+# the wire, with the openai SDK ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.mark.e2e
+def test_the_sdk_answers_all_thirteen_categories_consistently_with_the_thresholds(client):
+    out = client.moderations.create(model="omni-moderation-latest", input="I will find you after school.")
+    assert out.id.startswith("modr-") and out.model == "demo"
+    [result] = out.results
+    assert_consistent(result.model_dump(by_alias=True), THRESHOLDS, ["text"])
+    assert isinstance(result.categories.harassment_threatening, bool)
+    assert 0 <= result.category_scores.self_harm_intent <= 1
+
+
+@pytest.mark.e2e
+def test_a_categorys_score_is_the_same_decision_through_systemone(server):
+    text = "The parcel arrived crushed and I want my money back."
+    scores = post(server, {"input": text}).json()["results"][0]["category_scores"]
+    assert list(scores) == OPENAI_KEYS  # the policy's order
+    answers = httpx.post(
+        server + "/v1/systemone", json={"state": text, "questions": POLICY.questions()}, timeout=120
+    ).json()["answers"]
+    assert scores == {name: answers[name]["noul"] for name in OPENAI_KEYS}
+
+
+@pytest.mark.e2e
+def test_a_list_of_strings_answers_one_result_each_in_order(client):
+    texts = ["Have a lovely day.", "Buy cheap watches now!!!", "Where is my order?"]
+    listed = client.moderations.create(input=texts).results
+    assert len(listed) == 3
+    for text, result in zip(texts, listed):
+        alone = client.moderations.create(input=text).results[0].model_dump(by_alias=True)
+        together = result.model_dump(by_alias=True)
+        assert_consistent(together, THRESHOLDS, ["text"])
+        for name in OPENAI_KEYS:  # batched or alone: the same pass within float tolerance
+            assert abs(together["category_scores"][name] - alone["category_scores"][name]) < 1e-6
+
+
+@pytest.mark.e2e
+def test_text_parts_are_one_input(client):
+    parts = [{"type": "text", "text": "First line."}, {"type": "text", "text": "Second line."}]
+    [result] = client.moderations.create(input=parts).results
+    [joined] = client.moderations.create(input="First line.\nSecond line.").results
+    assert result.category_scores == joined.category_scores
+    assert_consistent(result.model_dump(by_alias=True), THRESHOLDS, ["text"])
+
+
+@pytest.mark.e2e
+def test_an_image_on_a_text_only_model_is_a_clear_400(client):
+    image = "data:image/png;base64," + base64.b64encode(png()).decode()
+    with pytest.raises(openai.BadRequestError) as info:
+        client.moderations.create(input=[{"type": "image_url", "image_url": {"url": image}}])
+    assert info.value.status_code == 400
+    assert info.value.body["code"] == "images_unsupported" and info.value.body["param"] == "input"
+    assert "reads text only" in info.value.body["message"]
+
+
+# bad input ------------------------------------------------------------------------------------------------------
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    "body, param, code",
+    [
+        ({"model": "m"}, "input", "missing"),
+        ({"input": None}, "input", "missing"),
+        ({"input": ""}, "input", "empty_input"),
+        ({"input": "   "}, "input", "empty_input"),
+        ({"input": []}, "input", "invalid_value"),
+        ({"input": ["fine", ""]}, "input[1]", "empty_input"),
+        ({"input": ["fine", 3]}, "input", "invalid_value"),
+        ({"input": 42}, "input", "invalid_value"),
+        ({"input": ["x"] * 33}, "input", "too_many_inputs"),
+        ({"input": [{"type": "audio", "audio": "x"}]}, "input[0].type", "unsupported_content"),
+        ({"input": [{"type": "text"}]}, "input[0].text", "invalid_value"),
+        ({"input": [{"type": "text", "text": ""}]}, "input[0].text", "empty_input"),
+        ({"input": [{"type": "text", "text": "a", "extra": 1}]}, "input[0].extra", "unknown_parameter"),
+        ({"input": [{"type": "image_url", "image_url": {"url": "https://x.example/a.png"}}]}, "input[0].image_url",
+         "invalid_image_url"),
+        ({"input": "hi", "stream": True}, "stream", "unknown_parameter"),
+        ({"input": "hi", "model": 7}, "model", "invalid_value"),
+        ({"input": "hi", "model": ["a"]}, "model", "invalid_value"),
+        ([{"input": "hi"}], None, "invalid_value"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_a_400_in_openais_error_shape(server, body, param, code):
+    r = post(server, body)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["code"] == code and error["param"] == param
+    assert error["message"]
+
+
+@pytest.mark.e2e
+def test_a_small_body_that_decodes_huge_is_refused_at_once(server):
+    """2 KB of zstd: past the decoded-bytes cap a 413; under it, one input of 8 million characters, refused as past
+    the context after a capped count (never tokenized whole)."""
+    bomb = zstandard.ZstdCompressor().compress(b'{"input": "' + b"a" * (80 * 1024 * 1024) + b'"}')
+    assert len(bomb) < 4096
+    r = post(server, bomb, {"content-encoding": "zstd"})
+    assert r.status_code == 413 and r.json()["error"]["type"] == "invalid_request_error"
+    big = zstandard.ZstdCompressor().compress(b'{"input": "' + b"word " * (1600 * 1024) + b'"}')
+    assert len(big) < 4096
+    started = time.monotonic()
+    r = post(server, big, {"content-encoding": "zstd"})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "input" and "context limit of 32768 tokens" in error["message"]
+    assert time.monotonic() - started < 20
+    assert post(server, {"input": "still serving"}).status_code == 200
+
+
+# a custom policy -------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def custom(demo_root, tmp_path_factory):
+    path = tmp_path_factory.mktemp("policy") / "house.json"
+    path.write_text(json.dumps(CUSTOM))
+    env = {"BLINK_MODERATION_POLICY": str(path)}
+    with running(blink_serve("--max-context-tokens", "256"), demo_root, env=env, name="serve-policy") as url:
+        yield url
+
+
+@pytest.mark.e2e
+def test_a_custom_policy_adds_drops_and_renames_categories(custom):
+    r = post(custom, {"model": "demo", "input": ["Call 555-0100 for a free cruise!", "See you tomorrow."]})
+    assert r.status_code == 200, r.text
+    thresholds = {name: entry["threshold"] for name, entry in CUSTOM["categories"].items()}
+    for result in r.json()["results"]:
+        assert_consistent(result, thresholds, ["text"])
+        assert result["categories"]["spam"] is True  # threshold 0: always
+        assert result["categories"]["personal-data"] is (result["category_scores"]["personal-data"] >= 1.0)
+        assert result["flagged"] is True
+    assert [list(result["category_scores"]) for result in r.json()["results"]] == [list(CUSTOM["categories"])] * 2
+    health = httpx.get(custom + "/healthz", timeout=30).json()
+    assert health["moderation"] == {"policy": "house.json", "categories": list(CUSTOM["categories"])}
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("words, says", [(300, "the input alone is over"), (110, "the input with category 'spam'")])
+def test_an_input_past_the_context_is_a_400_that_states_the_limit(custom, words, says):
+    r = post(custom, {"input": ["short", "many words " * words]})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "input[1]" and error["code"] == "context_length_exceeded"
+    assert error["message"].startswith(says) and "256 tokens per prompt" in error["message"]
+    assert "state" not in error["message"] and "Nothing was truncated" in error["message"]
+
+
+# images, where the model reads them ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def vision_server(demo_root):
+    from blink.model.demo import demo_model_dir
+
+    demo_model_dir(vision=True)  # built once, before the server starts
+    argv = blink_serve("--vision", "1")
+    argv[argv.index("demo")] = "demo-vision"
+    with running(argv, demo_root, name="serve-moderation-vision") as url:
+        yield url
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_text_and_image_parts_are_one_decision_on_a_vision_model(vision_server):
+    data = base64.b64encode(png()).decode()
+    parts = [
+        {"type": "text", "text": "My new tattoo:"},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}},
+    ]
+    r = post(vision_server, {"model": "demo-vision", "input": parts})
+    assert r.status_code == 200, r.text
+    [result] = r.json()["results"]
+    assert_consistent(result, THRESHOLDS, ["text", "image"])
+    same = httpx.post(  # the same decision through /v1/systemone: the image at its place in the state
+        vision_server + "/v1/systemone",
+        json={
+            "state": "My new tattoo:\n<image:input-0>",
+            "questions": POLICY.questions(),
+            "assets": {"<image:input-0>": {"type": "image", "format": "png", "data_base64": data}},
+        },
+        timeout=120,
+    ).json()["answers"]
+    for name in OPENAI_KEYS:
+        assert abs(result["category_scores"][name] - same[name]["noul"]) < 1e-6
+    [alone] = post(vision_server, {"input": [parts[1]]}).json()["results"]
+    assert alone["category_applied_input_types"] == {name: ["image"] for name in OPENAI_KEYS}

@@ -1,0 +1,26 @@
+"""What the Space UI's tabs share: events kept private to the page, the caller class of a UI event, and the small
+HTML pieces every tab shows (an error, a caveat)."""
+
+import html
+
+import gradio as gr
+
+import auth
+from blink.context import Context
+from blink.web.admission import ANONYMOUS, KEYED
+
+PRIVATE = "private"  # the page's own events: hidden from the API docs, gradio_client, @gradio/client and MCP
+
+
+def error_html(message: str) -> str:
+    return f'<div class="blink-error">{html.escape(message)}</div>'
+
+
+def caveat_html(caveat: str) -> str:
+    return f'<div class="blink-caveat">{html.escape(caveat)}</div>' if caveat else ""
+
+
+def ui_class(ctx: Context, request: gr.Request | None) -> str:
+    """With a key set, a UI caller is keyed only after logging in with it (`gradio_ui_needs_key`); otherwise
+    anonymous, and never takes the places kept for keyed API traffic (blink.web.admission)."""
+    return KEYED if auth.presented_key(ctx.auth, request) else ANONYMOUS
