@@ -245,6 +245,29 @@ def test_ui_answers_name_the_level_and_warn_about_broken_json(space):
     assert raw["answers"]["urgent"]["type"] == "noul"
 
 
+def test_the_rank_view_answers_as_its_route_does(space):
+    """The Rank view's event goes through the route's own steps (the batcher counts it) and gives the route's
+    answer: the documents in /v1/rerank's order with its scores; a refusal is shown by box, no bars."""
+    before = httpx.get(space + "/healthz").json()["batching"]["requests"]
+    query, documents = values_only(page_call(space, "rank_example_late"))[:2]
+    bars, raw = page_call(space, "rank_form", query, documents)
+    api = httpx.post(
+        space + "/v1/rerank", json={"query": query, "documents": documents.splitlines()}, timeout=60
+    ).json()
+    assert [(r["index"], r["relevance_score"]) for r in raw["results"]] == [
+        (r["index"], r["relevance_score"]) for r in api["results"]
+    ]
+    first, second = api["results"][:2]
+    assert bars.index(f'document {first["index"] + 1}"') < bars.index(f'document {second["index"] + 1}"')
+    assert f'data-p="{first["relevance_score"]:.6f}"' in bars
+    # one queued request each: a rerank's documents are queued together
+    assert httpx.get(space + "/healthz").json()["batching"]["requests"] == before + 2
+    bars, raw = page_call(space, "rank_form", "  ", "a document")
+    assert bars.startswith('<div class="blink-error">Query:') and raw is None
+    bars, raw = page_call(space, "rank_form", "q", "\n".join(["doc"] * 1000))
+    assert "Documents: 1000 lines; this Space ranks at most" in bars and raw is None
+
+
 def test_the_calibration_menu_sends_x_calibration_and_the_caveat_follows_it(space):
     """The Decide form's Calibration menu: the Space's default sends no `x_calibration` (the answers are the API's
     without it), any other choice sends it (the API's answers with it); the caveat beside the answers says what the

@@ -547,3 +547,33 @@ def test_a_chat_reply_on_the_cpu_says_how_slow_before_and_while_it_streams():
     rate = speed.rate
     refused = list(speed.turn(iter([ui_chat.NOT_ANSWERED + "busy"])))
     assert refused[-1][0].startswith(ui_chat.NOT_ANSWERED) and speed.rate == rate
+
+
+def test_the_rank_view_reads_one_document_a_line_and_shows_them_in_the_answers_order():
+    """The Rank view's form (no model): one document per non-empty line, the form's gaps named by box, the wire's
+    refusals told by box and line, and the documents drawn in the answer's order, each with its bar."""
+    from blink.errors import InvalidRequest
+    from space import ui_rank
+
+    assert ui_rank.documents_of("first\n\n  \nsecond \n") == ["first", "second"]
+    assert ui_rank.form_problem(" ", ["a"], 4).startswith("Query:")
+    assert ui_rank.form_problem("q", [], 4).startswith("Documents:")
+    assert "5 lines; this Space ranks at most 4" in ui_rank.form_problem("q", list("abcde"), 4)
+    assert ui_rank.form_problem("q", ["a"], 4) is None
+    refused = InvalidRequest(
+        "documents[2] with the query makes a prompt past this server's context limit of 512 tokens",
+        loc=["body", "documents", 2],
+        kind="context_length_exceeded",
+    )
+    assert ui_rank.error_message(refused).startswith("Document 3: this document with the query makes a prompt")
+    response = {
+        "results": [
+            {"index": 2, "relevance_score": 0.9, "document": {"text": "third"}},
+            {"index": 0, "relevance_score": 0.4, "document": {"text": "x" * 1000}},
+        ]
+    }
+    page = ui_rank.ranking_html(response, "Is it relevant to: q?")
+    assert page.index('data-option="#1 · document 3"') < page.index('data-option="#2 · document 1"')
+    assert 'class="blink-bar blink-top" data-option="#1 · document 3" data-p="0.900000"' in page
+    assert "x" * ui_rank.SHOWN_CHARS + "…" in page and "x" * (ui_rank.SHOWN_CHARS + 1) not in page
+    assert "2 documents, most relevant first" in page and "Is it relevant to: q?" in page
