@@ -24,6 +24,7 @@ from blink.api.openai.protocol import WIRE, bad, data_url
 from blink.context import Context
 from blink.errors import InvalidRequest
 from blink.moderation_policy import Policy
+from blink.web.admission import KEYED
 from blink.web.endpoint import CHEAP_CHECK_BYTES, Body, Call, Endpoint
 
 FIELDS = ("model", "input")
@@ -143,41 +144,58 @@ def result(policy: Policy, answers: dict, types: list[str]) -> dict:
     }
 
 
-def routes(ctx: Context) -> list[Route]:
-    policy = ctx.moderation
-
-    def check(call: Call) -> list[tuple[Input, Any]]:
-        inputs = inputs_of(call.body, policy, ctx.limits.max_moderation_inputs)
-        checked = []
-        for i, item in enumerate(inputs):
-            try:  # the request's count on its way to the batcher goes with its first decision
-                checked.append((item, ctx.service.check(item.body, None, call.arrival if i == 0 else None)))
-            except InvalidRequest as error:
-                raise item.relocate(error) from None
-        return checked
-
-    async def decide(call: Call, item: Input, checked) -> dict:
+def check_inputs(ctx: Context, body, arrival=None) -> list[tuple[Input, Any]]:
+    """A moderation body (already read) checked: each input a checked decision; `arrival` (the request's count on
+    its way to the batcher) goes with the first."""
+    inputs = inputs_of(body, ctx.moderation, ctx.limits.max_moderation_inputs)
+    checked = []
+    for i, item in enumerate(inputs):
         try:
-            decided = await ctx.service.run(checked, call.ticket, call.caller, call.timing)
+            checked.append((item, ctx.service.check(item.body, None, arrival if i == 0 else None)))
         except InvalidRequest as error:
             raise item.relocate(error) from None
-        return result(policy, decided.answers, item.types)
+    return checked
 
+
+async def moderated(ctx: Context, checked: list[tuple[Input, Any]], ticket, caller=None, timing=None) -> dict:
+    """An admitted moderation's answer: a result per input, in order (the first input's error, if any fails)."""
+
+    async def decide(item: Input, one) -> dict:
+        try:
+            decided = await ctx.service.run(one, ticket, caller, timing)
+        except InvalidRequest as error:
+            raise item.relocate(error) from None
+        return result(ctx.moderation, decided.answers, item.types)
+
+    outcomes = await asyncio.gather(*(decide(item, one) for item, one in checked), return_exceptions=True)
+    for outcome in outcomes:  # the first input's error, in the request's order
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return {"id": "modr-" + uuid.uuid4().hex, "model": ctx.served_name, "results": outcomes}
+
+
+async def moderation_body(ctx: Context, body, *, caller=None, caller_class: str = KEYED) -> dict:
+    """A moderation body (already read) answered exactly as `/v1/moderations` answers it, through the same steps:
+    check, admit, plan, batch, answer (the Space's Moderate view). No entry point bypasses them."""
+    on_its_way = ctx.service.on_its_way()  # counted from here, its check's thread hop included
+    try:
+        async with ctx.admission.admit("decide", caller_class, check_inputs, ctx, body, on_its_way) as admitted:
+            checked, ticket = admitted
+            return await moderated(ctx, checked, ticket, caller)
+    finally:
+        on_its_way.release()  # if it never reached the queue (refused, failed, its client gone)
+
+
+def routes(ctx: Context) -> list[Route]:
     async def moderations(call: Call) -> dict:
-        outcomes = await asyncio.gather(
-            *(decide(call, item, checked) for item, checked in call.checked), return_exceptions=True
-        )
-        for outcome in outcomes:  # the first input's error, in the request's order
-            if isinstance(outcome, BaseException):
-                raise outcome
-        return {"id": "modr-" + uuid.uuid4().hex, "model": ctx.served_name, "results": outcomes}
+        return await moderated(ctx, call.checked, call.ticket, call.caller, call.timing)
 
     endpoint = Endpoint(
         ctx,
         WIRE,
         moderations,
         body=Body("moderation requests"),
-        check=check,
+        check=lambda call: check_inputs(ctx, call.body, call.arrival),
         admit="decide",
         inline_below=CHEAP_CHECK_BYTES,
         arriving=ctx.service.on_its_way,
