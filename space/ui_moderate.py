@@ -73,7 +73,7 @@ def categories_html(policy: Policy, result: dict) -> str:
     for c in policy.categories:
         p = result["category_scores"][c.name]
         cls = "blink-flagged" if result["categories"][c.name] else ""
-        parts.append(bar_html(c.name, p, mark=c.threshold, cls=cls))
+        parts.append(bar_html(c.name, p, desc=f"threshold {c.threshold:.2f}", mark=c.threshold, cls=cls))
     parts.append("</div>")
     return "".join(parts)
 

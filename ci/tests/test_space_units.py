@@ -606,6 +606,7 @@ def test_the_moderate_view_draws_each_threshold_and_marks_what_it_flags():
     assert '<div class="blink-bar" data-option="spam"' in page
     assert '<div class="blink-bar blink-flagged" data-option="hate"' in page
     assert 'class="blink-mark" style="left:50.0%"' in page and 'style="left:25.0%"' in page
+    assert '<small class="blink-desc">threshold 0.25</small>' in page
     assert "<b>flagged</b>: hate" in page
     calm = ui_moderate.categories_html(policy, {**result, "categories": {"spam": False, "hate": False}})
     assert "<b>not flagged</b>" in calm and "blink-flagged" not in calm
