@@ -48,5 +48,10 @@ CSS = (
 .blink-bar .blink-desc { display: block; font-size: .75rem; opacity: .7; }
 .blink-legend { font-size: .78rem; opacity: .75; }
 .blink-confidence { text-decoration: underline dotted; cursor: help; }
+.blink-rank .blink-bar { grid-template-columns: minmax(8rem, 1fr) minmax(6rem, 12rem) 4.2rem; }
+.blink-bar .blink-track { position: relative; }
+.blink-bar .blink-mark { position: absolute; top: 0; bottom: 0; width: 2px; margin-left: -1px; background: #111827; }
+.blink-bar.blink-flagged .blink-fill { background: #dc2626; }
+.blink-bar.blink-flagged .blink-option { font-weight: 600; color: #b91c1c; }
 """
 )

@@ -2,8 +2,8 @@
 
 `build(ctx, ...)` makes the Blocks from the context the API routes serve (the same decision service, batcher and
 GPU functions, and the same chat function) and the text users read; it reads nothing else. Each tab is a module of
-its own (space/ui_decide.py, space/ui_chat.py, space/ui_api.py), whose events pass their caller
-(`ctx.caller_of(request)`: on ZeroGPU the user's own quota) explicitly, as the routes do.
+its own (space/ui_decide.py, space/ui_rank.py, space/ui_moderate.py, space/ui_chat.py, space/ui_api.py), whose
+events pass their caller (`ctx.caller_of(request)`: on ZeroGPU the user's own quota) explicitly, as the routes do.
 The API is one documented endpoint, `decide(state, questions, x_calibration=None)` (space/tool.py), also the Space's
 MCP tool; every event here is private (the page calls it, Gradio's clients and MCP don't see it).
 """
@@ -17,6 +17,8 @@ from space import tool as space_tool
 from space.ui_api import api_tab
 from space.ui_chat import chat_tab
 from space.ui_decide import decide_tab
+from space.ui_moderate import moderate_tab
+from space.ui_rank import rank_tab
 from space.ui_shared import PRIVATE
 
 DEMO_BANNER = (
@@ -46,6 +48,10 @@ def build(
         with gr.Tabs():
             with gr.Tab("Decide", id="decide"):
                 decide_tab(ctx, caveat)
+            with gr.Tab("Rank", id="rank"):
+                rank_tab(ctx, caveat)
+            with gr.Tab("Moderate", id="moderate"):
+                moderate_tab(ctx, caveat)
             with gr.Tab("Chat", id="chat"):
                 chat_tab(ctx, chat_max_tokens)
             with gr.Tab("API", id="api"):

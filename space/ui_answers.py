@@ -28,6 +28,26 @@ def descriptions_of(question: dict) -> dict:
     return {str(k): v for k, v in criteria.items() if v} if isinstance(criteria, dict) else {}
 
 
+def bar_html(
+    option: str, p: float, *, top: bool = False, desc: str | None = None, mark: float | None = None, cls: str = ""
+) -> str:
+    """One option's bar: its name (and description), the probability as a filled track, the value; `top` highlights
+    it; `mark` draws a line across the track at that value (a threshold); `cls` adds classes (e.g. flagged)."""
+    pct = max(0.0, min(100.0, 100.0 * float(p)))
+    classes = " ".join(c for c in ("blink-bar", "blink-top" if top else "", cls) if c)
+    label = html.escape(option) + (f'<small class="blink-desc">{html.escape(desc)}</small>' if desc else "")
+    line = ""
+    if mark is not None:
+        at = max(0.0, min(100.0, 100.0 * float(mark)))
+        line = f'<span class="blink-mark" style="left:{at:.1f}%" title="threshold {mark:g}"></span>'
+    return (
+        f'<div class="{classes}" data-option="{html.escape(option)}" data-p="{p:.6f}">'
+        f'<span class="blink-option">{label}</span>'
+        f'<span class="blink-track"><span class="blink-fill" style="width:{pct:.1f}%;display:block">'
+        f'</span>{line}</span><span class="blink-p">{p:.3f}</span></div>'
+    )
+
+
 def bars_html(answers: dict, questions: dict) -> str:
     """One block per question: a bar per option with its probability (the top option highlighted) and its
     description when the question gave one; the confidence explained under the answers."""
@@ -59,16 +79,7 @@ def bars_html(answers: dict, questions: dict) -> str:
         )
         described = descriptions_of(questions.get(qid, {}))
         for option, p in probs.items():
-            pct = max(0.0, min(100.0, 100.0 * float(p)))
-            cls = "blink-bar blink-top" if option == top else "blink-bar"
-            desc = described.get(option)
-            label = html.escape(option) + (f'<small class="blink-desc">{html.escape(desc)}</small>' if desc else "")
-            parts.append(
-                f'<div class="{cls}" data-option="{html.escape(option)}" data-p="{p:.6f}">'
-                f'<span class="blink-option">{label}</span>'
-                f'<span class="blink-track"><span class="blink-fill" style="width:{pct:.1f}%;display:block">'
-                f'</span></span><span class="blink-p">{p:.3f}</span></div>'
-            )
+            parts.append(bar_html(option, p, top=option == top, desc=described.get(option)))
         parts.append("</div>")
     for kind in CONFIDENCE_NOTES:  # the formula of each type answered, under the answers
         if any(ans.get("type") == kind for ans in answers.values()):

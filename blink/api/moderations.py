@@ -23,6 +23,7 @@ from blink.api.openai.protocol import WIRE, bad, data_url
 from blink.context import Context
 from blink.errors import BlinkError, InvalidRequest
 from blink.moderation_policy import Policy
+from blink.web.admission import KEYED
 from blink.web.endpoint import CHEAP_CHECK_BYTES, Body, Call, Endpoint
 
 FIELDS = ("model", "input")
@@ -142,42 +143,62 @@ def result(policy: Policy, answers: dict, types: list[str]) -> dict:
     }
 
 
+def check_inputs(ctx: Context, body, arrival=None) -> list[tuple[Input, Any]]:
+    """A moderation body (already read) checked: each input a checked decision; `arrival` (the request's count on
+    its way to the batcher) goes with the first."""
+    inputs = inputs_of(body, ctx.moderation, ctx.limits.max_moderation_inputs)
+    checked = []
+    for i, item in enumerate(inputs):
+        try:
+            checked.append((item, ctx.service.check(item.body, None, arrival if i == 0 else None)))
+        except InvalidRequest as error:
+            raise item.relocate(error) from None
+    return checked
+
+
+async def moderated(ctx: Context, checked: list[tuple[Input, Any]], ticket, caller=None, timing=None) -> dict:
+    """An admitted moderation's answer: a result per input, in order (the first input's error, if any fails)."""
+    inputs = [item for item, _ in checked]
+    decisions = [one for _, one in checked]
+    if len(decisions) == 1:  # one decision: planned on the event loop when it is small, as /v1/decisions is
+        try:
+            decided = [await ctx.service.run(decisions[0], ticket, caller, timing)]
+        except InvalidRequest as error:
+            raise inputs[0].relocate(error) from None
+    else:  # a place each (the gate's `units`), queued together, each answered as it would be alone
+
+        def located(i: int, error: BlinkError) -> BlinkError:
+            return inputs[i].relocate(error) if isinstance(error, InvalidRequest) else error
+
+        decided = await ctx.service.run_many(decisions, ticket, caller, timing, at=located)
+    results = [result(ctx.moderation, d.answers, item.types) for item, d in zip(inputs, decided, strict=True)]
+    return {"id": "modr-" + uuid.uuid4().hex, "model": ctx.served_name, "results": results}
+
+
+async def moderation_body(ctx: Context, body, *, caller=None, caller_class: str = KEYED) -> dict:
+    """A moderation body (already read) answered exactly as `/v1/moderations` answers it, through the same steps:
+    check, admit (a place per input), plan, batch, answer (the Space's Moderate view). No entry point bypasses
+    them."""
+    on_its_way = ctx.service.on_its_way()  # counted from here, its check's thread hop included
+    try:
+        admit = ctx.admission.admit("decide", caller_class, check_inputs, ctx, body, on_its_way, units=len)
+        async with admit as admitted:
+            checked, ticket = admitted
+            return await moderated(ctx, checked, ticket, caller)
+    finally:
+        on_its_way.release()  # if it never reached the queue (refused, failed, its client gone)
+
+
 def routes(ctx: Context) -> list[Route]:
-    policy = ctx.moderation
-
-    def check(call: Call) -> list[tuple[Input, Any]]:
-        inputs = inputs_of(call.body, policy, ctx.limits.max_moderation_inputs)
-        checked = []
-        for i, item in enumerate(inputs):
-            try:  # the request's count on its way to the batcher goes with its first decision
-                checked.append((item, ctx.service.check(item.body, None, call.arrival if i == 0 else None)))
-            except InvalidRequest as error:
-                raise item.relocate(error) from None
-        return checked
-
     async def moderations(call: Call) -> dict:
-        inputs = [item for item, _ in call.checked]
-        checked = [one for _, one in call.checked]
-        if len(checked) == 1:  # one decision: planned on the event loop when it is small, as /v1/decisions is
-            try:
-                decided = [await ctx.service.run(checked[0], call.ticket, call.caller, call.timing)]
-            except InvalidRequest as error:
-                raise inputs[0].relocate(error) from None
-        else:  # a place each (Endpoint's `units`), queued together, each answered as it would be alone
-
-            def located(i: int, error: BlinkError) -> BlinkError:
-                return inputs[i].relocate(error) if isinstance(error, InvalidRequest) else error
-
-            decided = await ctx.service.run_many(checked, call.ticket, call.caller, call.timing, at=located)
-        results = [result(policy, d.answers, item.types) for item, d in zip(inputs, decided, strict=True)]
-        return {"id": "modr-" + uuid.uuid4().hex, "model": ctx.served_name, "results": results}
+        return await moderated(ctx, call.checked, call.ticket, call.caller, call.timing)
 
     endpoint = Endpoint(
         ctx,
         WIRE,
         moderations,
         body=Body("moderation requests"),
-        check=check,
+        check=lambda call: check_inputs(ctx, call.body, call.arrival),
         admit="decide",
         units=len,  # one place per input: each is a decision
         inline_below=CHEAP_CHECK_BYTES,

@@ -26,6 +26,7 @@ from starlette.routing import Route
 from blink.api.openai import protocol
 from blink.context import Context
 from blink.errors import BlinkError, InvalidRequest
+from blink.web.admission import KEYED
 from blink.web.endpoint import Body, Call, Endpoint, Wire
 
 QUESTION = "relevant"  # the one question's id in each decision
@@ -169,7 +170,13 @@ def query_of(body: dict, name: str = "query") -> str:
 
 
 def check_rerank(ctx: Context, call: Call) -> Ranking:
-    body = fields_of(call.body, RERANK_FIELDS)
+    return check_rerank_body(ctx, call.body, call.arrival)
+
+
+def check_rerank_body(ctx: Context, body, arrival=None) -> Ranking:
+    """A rerank body (already read) checked: one checked decision per document; `arrival` (the request's count on
+    its way to the batcher) goes with the first."""
+    body = fields_of(body, RERANK_FIELDS)
     query = query_of(body)
     texts = document_texts(body.get("documents"), ctx.limits)
     top_n = whole(body, "top_n", 0, 0)
@@ -181,7 +188,7 @@ def check_rerank(ctx: Context, call: Call) -> Ranking:
         raise bad('`rank_fields` may only be ["text"]: blink ranks a document\'s text', "rank_fields")
     pairs = Rephrase(ctx, body, cut_to(body))
     bodies = [pairs.body(query, text) for text in texts]
-    checked = ctx.service.check_many(bodies, call.arrival)
+    checked = ctx.service.check_many(bodies, arrival)
     return Ranking(texts, checked, "documents", top_n, returned is not False)
 
 
@@ -238,10 +245,9 @@ def told_at(ranking: Ranking, limit: int):
     return at
 
 
-async def decide(ctx: Context, call: Call) -> tuple[list[float], list, dict]:
-    ranking: Ranking = call.checked
+async def decide(ctx: Context, ranking: Ranking, ticket, caller=None, timing=None) -> tuple[list[float], list, dict]:
     at = told_at(ranking, ctx.limits.max_context_tokens)
-    decided = await ctx.service.run_many(ranking.checked, call.ticket, call.caller, call.timing, at)
+    decided = await ctx.service.run_many(ranking.checked, ticket, caller, timing, at)
     scores = [one.answers[QUESTION]["noul"] for one in decided]
     tokens = sum(one.input_tokens for one in decided)
     usage = {"prompt_tokens": tokens, "total_tokens": tokens}
@@ -251,27 +257,49 @@ async def decide(ctx: Context, call: Call) -> tuple[list[float], list, dict]:
     return scores, decided, usage
 
 
+async def reranked(ctx: Context, ranking: Ranking, ticket, caller=None, timing=None) -> dict:
+    """An admitted rerank's answer: the documents sorted by relevance (the first `top_n`)."""
+    scores, decided, usage = await decide(ctx, ranking, ticket, caller, timing)
+    order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+    results = []
+    for i in order[: ranking.top_n or None]:
+        result = {"index": i, "relevance_score": scores[i]}
+        if ranking.return_documents:
+            result["document"] = {"text": ranking.texts[i]}
+        results.append(result)
+    return {
+        "id": "rerank-" + uuid.uuid4().hex,
+        "model": ctx.served_name,
+        "results": results,
+        "usage": usage,
+        "x_calibration": decided[0].calibration,
+    }
+
+
+def documents_of(ranking: Ranking) -> int:
+    return len(ranking.checked)  # a place per document: each is a decision
+
+
+async def rerank_body(ctx: Context, body, *, caller=None, caller_class: str = KEYED) -> dict:
+    """A rerank body (already read) answered exactly as `/v1/rerank` answers it, through the same steps: check,
+    admit (a place per document), plan, batch, answer (the Space's Rank view). No entry point bypasses them."""
+    on_its_way = ctx.service.on_its_way()  # counted from here, its check's thread hop included
+    try:
+        admitted = ctx.admission.admit(
+            "decide", caller_class, check_rerank_body, ctx, body, on_its_way, units=documents_of
+        )
+        async with admitted as (ranking, ticket):
+            return await reranked(ctx, ranking, ticket, caller)
+    finally:
+        on_its_way.release()  # if it never reached the queue (refused, failed, its client gone)
+
+
 def routes(ctx: Context) -> list[Route]:
     async def rerank(call: Call) -> dict:
-        ranking: Ranking = call.checked
-        scores, decided, usage = await decide(ctx, call)
-        order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
-        results = []
-        for i in order[: ranking.top_n or None]:
-            result = {"index": i, "relevance_score": scores[i]}
-            if ranking.return_documents:
-                result["document"] = {"text": ranking.texts[i]}
-            results.append(result)
-        return {
-            "id": "rerank-" + uuid.uuid4().hex,
-            "model": ctx.served_name,
-            "results": results,
-            "usage": usage,
-            "x_calibration": decided[0].calibration,
-        }
+        return await reranked(ctx, call.checked, call.ticket, call.caller, call.timing)
 
     async def score(call: Call) -> dict:
-        scores, decided, usage = await decide(ctx, call)
+        scores, decided, usage = await decide(ctx, call.checked, call.ticket, call.caller, call.timing)
         return {
             "id": "score-" + uuid.uuid4().hex,
             "object": "list",
@@ -291,7 +319,7 @@ def routes(ctx: Context) -> list[Route]:
             check=lambda call: check(ctx, call),
             admit="decide",
             arriving=ctx.service.on_its_way,
-            units=lambda ranking: len(ranking.checked),  # a place per document: each is a decision
+            units=documents_of,
         )
 
     ranked, scored = endpoint(rerank, check_rerank), endpoint(score, check_score)

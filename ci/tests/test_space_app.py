@@ -245,6 +245,40 @@ def test_ui_answers_name_the_level_and_warn_about_broken_json(space):
     assert raw["answers"]["urgent"]["type"] == "noul"
 
 
+def test_the_rank_and_moderate_views_answer_as_their_routes_do(space):
+    """The Rank and Moderate views' events go through the routes' own steps (the batcher counts them) and give
+    the routes' answers: the documents in /v1/rerank's order with its scores, each category's /v1/moderations
+    score with its threshold drawn; a refusal is shown by box with the wire's body beside it, no bars."""
+    before = httpx.get(space + "/healthz").json()["batching"]["requests"]
+    query, documents = values_only(page_call(space, "rank_example_late"))[:2]
+    bars, raw = page_call(space, "rank_form", query, documents)
+    api = httpx.post(
+        space + "/v1/rerank", json={"query": query, "documents": documents.splitlines()}, timeout=60
+    ).json()
+    assert [(r["index"], r["relevance_score"]) for r in raw["results"]] == [
+        (r["index"], r["relevance_score"]) for r in api["results"]
+    ]
+    first, second = api["results"][:2]
+    assert bars.index(f'document {first["index"] + 1}"') < bars.index(f'document {second["index"] + 1}"')
+    assert f'data-p="{first["relevance_score"]:.6f}"' in bars
+    (text,) = values_only(page_call(space, "moderate_example_threat"))[:1]
+    bars, raw = page_call(space, "moderate_form", text)
+    api = httpx.post(space + "/v1/moderations", json={"input": text}, timeout=60).json()
+    assert raw["results"][0]["category_scores"] == api["results"][0]["category_scores"]
+    assert bars.count('class="blink-mark"') == len(api["results"][0]["categories"]) == 13
+    flagged = [name for name, on in api["results"][0]["categories"].items() if on]
+    assert bars.count("blink-flagged") == len(flagged)
+    # one queued request each: a rerank's documents are queued together, a moderation's input is one decision
+    assert httpx.get(space + "/healthz").json()["batching"]["requests"] == before + 4
+    bars, raw = page_call(space, "rank_form", "  ", "a document")
+    assert bars.startswith('<div class="blink-error">Query:') and raw is None
+    bars, raw = page_call(space, "rank_form", "q", "\n".join(["doc"] * 1000))
+    assert "Documents: 1000 lines; this Space ranks at most" in bars and raw is None
+    bars, raw = page_call(space, "moderate_form", "word " * 40_000)  # past the context: refused, nothing cut
+    assert bars.startswith('<div class="blink-error">Text: ') and "blink-bar" not in bars
+    assert raw is not None and raw["error"]["message"], raw
+
+
 def test_the_calibration_menu_sends_x_calibration_and_the_caveat_follows_it(space):
     """The Decide form's Calibration menu: the Space's default sends no `x_calibration` (the answers are the API's
     without it), any other choice sends it (the API's answers with it); the caveat beside the answers says what the

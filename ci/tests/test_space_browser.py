@@ -100,3 +100,39 @@ def test_decide_in_a_real_browser(space, browser):
     shot = ARTIFACTS / "space-ui-refused.png"
     browser.save_screenshot(str(shot))
     assert shot.stat().st_size > 10_000
+
+
+def test_rank_and_moderate_in_a_real_browser(space, browser):
+    """The Rank and Moderate tabs: one click loads an example, the button draws the bars (a document per bar in
+    the answer's order; a category per bar, its threshold a line across it). Screenshots: space-ui-rank.png,
+    space-ui-moderate.png."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, 60)
+    browser.get(space + "/")
+    wait.until(lambda d: d.find_element(By.XPATH, "//button[@role='tab' and contains(., 'Rank')]")).click()
+    wait.until(EC.element_to_be_clickable((By.ID, "rank-example-late"))).click()
+    wait.until(lambda d: "late" in d.find_element(By.CSS_SELECTOR, "#rank-query textarea").get_attribute("value"))
+    browser.find_element(By.ID, "rank-button").click()
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#rank-results .blink-bar")) == 4)
+    scores = [
+        float(b.get_attribute("data-p")) for b in browser.find_elements(By.CSS_SELECTOR, "#rank-results .blink-bar")
+    ]
+    assert scores == sorted(scores, reverse=True)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "space-ui-rank.png"
+    browser.save_screenshot(str(shot))
+    assert shot.stat().st_size > 10_000
+
+    browser.find_element(By.XPATH, "//button[@role='tab' and contains(., 'Moderate')]").click()
+    wait.until(EC.element_to_be_clickable((By.ID, "moderate-example-forum"))).click()
+    wait.until(lambda d: "idiot" in d.find_element(By.CSS_SELECTOR, "#moderate-text textarea").get_attribute("value"))
+    browser.find_element(By.ID, "moderate-button").click()
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#moderate-results .blink-bar")) == 13)
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#moderate-results .blink-mark")) == 13
+    assert "flagged" in browser.find_element(By.ID, "moderate-verdict").text
+    shot = ARTIFACTS / "space-ui-moderate.png"
+    browser.save_screenshot(str(shot))
+    assert shot.stat().st_size > 10_000

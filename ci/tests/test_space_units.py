@@ -547,3 +547,70 @@ def test_a_chat_reply_on_the_cpu_says_how_slow_before_and_while_it_streams():
     rate = speed.rate
     refused = list(speed.turn(iter([ui_chat.NOT_ANSWERED + "busy"])))
     assert refused[-1][0].startswith(ui_chat.NOT_ANSWERED) and speed.rate == rate
+
+
+def test_the_rank_view_reads_one_document_a_line_and_shows_them_in_the_answers_order():
+    """The Rank view's form (no model): one document per non-empty line, the form's gaps named by box, the wire's
+    refusals told by box and line, and the documents drawn in the answer's order, each with its bar."""
+    from blink.errors import InvalidRequest
+    from space import ui_rank
+
+    assert ui_rank.documents_of("first\n\n  \nsecond \n") == ["first", "second"]
+    assert ui_rank.form_problem(" ", ["a"], 4).startswith("Query:")
+    assert ui_rank.form_problem("q", [], 4).startswith("Documents:")
+    assert "5 lines; this Space ranks at most 4" in ui_rank.form_problem("q", list("abcde"), 4)
+    assert ui_rank.form_problem("q", ["a"], 4) is None
+    refused = InvalidRequest(
+        "documents[2] with the query makes a prompt past this server's context limit of 512 tokens",
+        loc=["body", "documents", 2],
+        kind="context_length_exceeded",
+    )
+    assert ui_rank.error_message(refused).startswith("Document 3: this document with the query makes a prompt")
+    response = {
+        "results": [
+            {"index": 2, "relevance_score": 0.9, "document": {"text": "third"}},
+            {"index": 0, "relevance_score": 0.4, "document": {"text": "x" * 1000}},
+        ]
+    }
+    page = ui_rank.ranking_html(response, "Is it relevant to: q?")
+    assert page.index('data-option="#1 · document 3"') < page.index('data-option="#2 · document 1"')
+    assert 'class="blink-bar blink-top" data-option="#1 · document 3" data-p="0.900000"' in page
+    assert "x" * ui_rank.SHOWN_CHARS + "…" in page and "x" * (ui_rank.SHOWN_CHARS + 1) not in page
+    assert "2 documents, most relevant first" in page and "Is it relevant to: q?" in page
+
+
+def test_the_moderate_view_draws_each_threshold_and_marks_what_it_flags():
+    """The Moderate view (no model): text alone is sent as a string, with an image as parts (a PNG data URL the
+    wire reads); a bar per category of the policy in its order, its threshold drawn at its place, the flagged
+    ones marked and named; the wire's refusals told by box."""
+    from PIL import Image
+
+    from blink.api.moderations import inputs_of
+    from blink.errors import InvalidRequest
+    from blink.moderation_policy import Category, Policy
+    from space import ui_moderate
+
+    policy = Policy((Category("spam", "ads", 0.5), Category("hate", "hate", 0.25)), "custom.toml")
+    assert ui_moderate.input_of("hello") == "hello"
+    parts = ui_moderate.input_of("hello", Image.new("RGB", (4, 4)))
+    assert [p["type"] for p in parts] == ["text", "image_url"]
+    assert parts[1]["image_url"]["url"].startswith("data:image/png;base64,")
+    assert [p["type"] for p in ui_moderate.input_of("  ", Image.new("RGB", (4, 4)))] == ["image_url"]
+    (item,) = inputs_of({"input": parts}, policy, 8)  # the wire reads what the view sends
+    assert item.types == ["text", "image"] and set(item.body["questions"]) == {"spam", "hate"}
+    assert ui_moderate.form_problem(" ") == "Text: write the text to moderate."
+    assert ui_moderate.form_problem(" ", Image.new("RGB", (4, 4))) is None
+    result = {"categories": {"spam": False, "hate": True}, "category_scores": {"spam": 0.49, "hate": 0.3}}
+    page = ui_moderate.categories_html(policy, result)
+    assert page.index('data-option="spam"') < page.index('data-option="hate"')
+    assert '<div class="blink-bar" data-option="spam"' in page
+    assert '<div class="blink-bar blink-flagged" data-option="hate"' in page
+    assert 'class="blink-mark" style="left:50.0%"' in page and 'style="left:25.0%"' in page
+    assert '<small class="blink-desc">threshold 0.25</small>' in page
+    assert "<b>flagged</b>: hate" in page
+    calm = ui_moderate.categories_html(policy, {**result, "categories": {"spam": False, "hate": False}})
+    assert "<b>not flagged</b>" in calm and "blink-flagged" not in calm
+    refused = InvalidRequest("this server's model reads text only: images are not accepted", loc=["body", "input"])
+    assert ui_moderate.error_message(refused).startswith("Image: this server's model reads text only")
+    too_long = InvalidRequest("the input is too long", loc=["body", "input"])
+    assert ui_moderate.error_message(too_long) == "Text: the input is too long"
