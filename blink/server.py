@@ -3,8 +3,8 @@
 `load_served` loads the model with its decision planner and chat engine; `build_context` puts them over one
 backend (blink.backend: in this process, the Space's ZeroGPU worker, or vLLM replicas) and runs the warm-up;
 `api_routes` is the list of routes both the standalone app and the Space (grafted ahead of Gradio's) serve,
-ending with the routes that answer unknown paths and methods under /v1/ in each wire's shape; `create_app` wraps
-them in a plain FastAPI app for uvicorn and tests.
+ending with the routes that answer unknown paths and methods under /v1/ and /v2/ in each wire's shape;
+`create_app` wraps them in a plain FastAPI app for uvicorn and tests, and answers the rest of its root.
 """
 
 from __future__ import annotations
@@ -268,11 +268,13 @@ def api_routes(ctx: Context, metrics: bool = True) -> list:
     if metrics:
         routes.append(catalog.metrics_route(ctx))
     # the more specific prefix first: /v1/systemone* answers in System One's shape, rerank and score in theirs
-    # (root paths too), the rest of /v1/ in OpenAI's
+    # (root paths too), the rest of /v1/ in OpenAI's; /v2/ (Cohere's and vLLM's versioned paths) is no Gradio
+    # path, so the Space answers it in OpenAI's shape too
     return routes + [
         not_routed(ctx, "/v1/systemone", systemone.WIRE, routes),
         *rerank.not_routed_here(ctx, routes),
         not_routed(ctx, "/v1/", protocol.WIRE, routes),
+        not_routed(ctx, "/v2/", protocol.WIRE, routes),
     ]
 
 

@@ -4,9 +4,11 @@ An example is a fenced code block right after a marker line `<!-- example <runne
 - `curl` (a ```bash block of curl commands): run by bash; the ```json block after it shows what it printed, one
   line on the wire, laid out by `wire_layout` (one answer a line);
 - `python` / `python-mcp` (a ```python block, run by `.venv` / `.venv-mcp`, built by ci/mcp-venv.sh: Gradio pins
-  the server's `mcp` below 2): what it printed is shown in comments, either one `# <output>` at the end of each
-  `print(...)` line (a note may follow two spaces later: `# 0.52  (why)`), or, for code that prints from inside a
-  function, every line at once in a `# ` comment block closing the code, wrapped at `, ` to the page's width.
+  the server's `mcp` below 2) and `node` (a ```js block, run in ci/js with the JS clients its lock pins): what it
+  printed is shown in comments, either one `# <output>` (`// <output>`) at the end of each top-level `print(...)`
+  (`console.log(...)`) line (a note may follow two spaces later: `# 0.52  (why)`), or, for code that prints from
+  inside a function or a block, every line at once in a comment block closing the code, wrapped at `, ` to the
+  page's width.
   `<!-- example python with-previous -->` runs the file's previous python example first (its `client`, ...),
   showing only this one's output.
 ruff formats the Markdown's Python blocks too (`ruff format --check .`): a print line with its output must stay
@@ -36,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "ci" / "tests"))
 
-from helpers import ARTIFACTS, free_port, launch, server_env, stop_group, wait_healthy  # noqa: E402
+from helpers import ARTIFACTS, JS, free_port, launch, npm_installed, server_env, stop_group, wait_healthy  # noqa: E402
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHOWN_URL = "http://127.0.0.1:7860"
@@ -72,11 +74,22 @@ def run(code: str, runner: str, url: str) -> str:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if runner == "curl":
         argv = ["bash", "-c", code]
+    elif runner == "node":  # in ci/js, whose node_modules hold the pinned JS clients (package.json)
+        script = JS / f".example-{os.getpid()}.mjs"
+        script.write_text(code + "\nprocess.exit(0);\n")  # @gradio/client's open stream would keep node running
+        try:
+            proc = subprocess.run(["node", script.name], capture_output=True, text=True, timeout=300, cwd=JS)
+        finally:
+            script.unlink()
+        return checked(proc, code)
     else:
         with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as fh:
             fh.write(code)
         argv = [str(PYTHONS[runner]), fh.name]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    return checked(subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT), code)
+
+
+def checked(proc: subprocess.CompletedProcess, code: str) -> str:
     if proc.returncode:
         raise RuntimeError(f"the example failed ({proc.returncode}):\n{code}\n{proc.stdout}\n{proc.stderr[-4000:]}")
     return proc.stdout
@@ -108,46 +121,52 @@ def wire_layout(text: str) -> list[str]:
     return lines
 
 
-def wrapped(line: str) -> list[str]:
-    """One printed line as a `# ` comment block, broken after `, ` to the width (continuations indented)."""
-    out, current = [], "# "
-    for piece in re.split(r"(?<=, )", line):
-        if len(current) + len(piece) > WIDTH and current.strip("# "):
-            out.append(current.rstrip())
-            current = "#  "
-        current += piece
-    out.append(current.rstrip())
-    return out
+@dataclass(frozen=True)
+class Syntax:
+    """How a language comments and prints, for the outputs shown in its comments."""
+
+    comment: str  # "#" or "//"
+    prints: str  # a top-level printing line starts with this
+
+    def wrapped(self, line: str) -> list[str]:
+        """One printed line as a comment block, broken after `, ` to the width (continuations indented)."""
+        out, current = [], f"{self.comment} "
+        for piece in re.split(r'(?<=, )|(?<=,)(?=")', line):  # after `, `, or between compact JSON's keys
+            if len(current) + len(piece) > WIDTH and current.strip(f"{self.comment} "):
+                out.append(current.rstrip())
+                current = f"{self.comment}  "
+            current += piece
+        out.append(current.rstrip())
+        return out
+
+    def code_lines(self, block: list[str]) -> list[str]:
+        """The block without its closing comment block (the output of code that prints inside a function)."""
+        end = len(block)
+        while end and block[end - 1].startswith(self.comment):
+            end -= 1
+        return block[:end] if end < len(block) and self.prints_inside(block[:end]) else block
+
+    def prints_inside(self, code: list[str]) -> bool:
+        return not any(self.print_line(line) for line in code)
+
+    def print_line(self, line: str) -> bool:
+        return line.startswith(self.prints) and f"  {self.comment} " in line
+
+    def shown(self, block: list[str], printed: list[str]) -> list[str]:
+        code = self.code_lines(block)
+        if len(code) < len(block) or (self.prints_inside(code) and printed):
+            return code + [c for line in printed for c in self.wrapped(line)]
+        out, outputs, mark = [], iter(printed), f"  {self.comment} "
+        for line in code:
+            if self.print_line(line):
+                statement, comment = line.split(mark, 1)
+                note = comment[comment.index(NOTE) :] if NOTE in comment else ""
+                line = f"{statement}{mark}{next(outputs)}{note}"
+            out.append(line)
+        return out
 
 
-def code_lines(block: list[str]) -> list[str]:
-    """The block without its closing comment block (the shown output of code that prints inside a function)."""
-    end = len(block)
-    while end and block[end - 1].startswith("#"):
-        end -= 1
-    return block[:end] if end < len(block) and _prints_inside(block[:end]) else block
-
-
-def _prints_inside(code: list[str]) -> bool:
-    return not any(_print_line(line) for line in code)
-
-
-def _print_line(line: str) -> bool:
-    return line.startswith("print(") and "  # " in line
-
-
-def shown_python(block: list[str], printed: list[str]) -> list[str]:
-    code = code_lines(block)
-    if len(code) < len(block) or (_prints_inside(code) and printed):
-        return code + [c for line in printed for c in wrapped(line)]
-    out, outputs = [], iter(printed)
-    for line in code:
-        if _print_line(line):
-            statement, comment = line.split("  # ", 1)
-            note = comment[comment.index(NOTE) :] if NOTE in comment else ""
-            line = f"{statement}  # {next(outputs)}{note}"
-        out.append(line)
-    return out
+PYTHON, NODE = Syntax("#", "print("), Syntax("//", "console.log(")
 
 
 # --- the pages ---------------------------------------------------------------------------------------------
@@ -166,14 +185,15 @@ def refreshed(page: Path, url: str) -> str:
             close = next(j for j in range(ex.end + 3, len(lines)) if lines[j].startswith("```"))
             lines[ex.end + 3 : close] = wire_layout(printed)
             continue
-        code = code_lines(block)
+        syntax = NODE if ex.runner == "node" else PYTHON
+        code = syntax.code_lines(block)
         prefix = [*previous, f"print('\\n' + {SEPARATOR!r})"] if ex.previous else []
         printed = run("\n".join(prefix + code), ex.runner, url).split("\n")
         if ex.previous:
             printed = printed[printed.index(SEPARATOR) + 1 :]
         if printed and printed[-1] == "":
             printed.pop()
-        lines[ex.start : ex.end] = shown_python(block, printed)
+        lines[ex.start : ex.end] = syntax.shown(block, printed)
         previous = [*(previous if ex.previous else []), *code]
     return "\n".join(lines)
 
@@ -195,6 +215,7 @@ def main() -> int:
     a = parser.parse_args()
     if not (PYTHONS["python-mcp"].parent / ".." / ".ready").exists():
         subprocess.run(["bash", str(ROOT / "ci" / "mcp-venv.sh")], check=True)
+    npm_installed()  # ci/js's node_modules, from its lock
     demo_root = Path(os.environ.get("BLINK_TEST_DEMO_ROOT") or Path.home() / ".cache" / "blink")
     proc, url = (None, a.url) if a.url else space(demo_root)
     stale = 0

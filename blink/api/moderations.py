@@ -12,7 +12,6 @@ input's types (text, image) for each.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import uuid
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from starlette.routing import Route
 
 from blink.api.openai.protocol import WIRE, bad, data_url
 from blink.context import Context
-from blink.errors import InvalidRequest
+from blink.errors import BlinkError, InvalidRequest
 from blink.moderation_policy import Policy
 from blink.web.admission import KEYED
 from blink.web.endpoint import CHEAP_CHECK_BYTES, Body, Call, Endpoint
@@ -159,28 +158,30 @@ def check_inputs(ctx: Context, body, arrival=None) -> list[tuple[Input, Any]]:
 
 async def moderated(ctx: Context, checked: list[tuple[Input, Any]], ticket, caller=None, timing=None) -> dict:
     """An admitted moderation's answer: a result per input, in order (the first input's error, if any fails)."""
-
-    async def decide(item: Input, one) -> dict:
+    inputs = [item for item, _ in checked]
+    decisions = [one for _, one in checked]
+    if len(decisions) == 1:  # one decision: planned on the event loop when it is small, as /v1/decisions is
         try:
-            decided = await ctx.service.run(one, ticket, caller, timing)
+            decided = [await ctx.service.run(decisions[0], ticket, caller, timing)]
         except InvalidRequest as error:
-            raise item.relocate(error) from None
-        return result(ctx.moderation, decided.answers, item.types)
+            raise inputs[0].relocate(error) from None
+    else:  # a place each (`units`), queued together, each answered as it would be alone
 
-    outcomes = await asyncio.gather(*(decide(item, one) for item, one in checked), return_exceptions=True)
-    for outcome in outcomes:  # the first input's error, in the request's order
-        if isinstance(outcome, BaseException):
-            raise outcome
-    return {"id": "modr-" + uuid.uuid4().hex, "model": ctx.served_name, "results": outcomes}
+        def located(i: int, error: BlinkError) -> BlinkError:
+            return inputs[i].relocate(error) if isinstance(error, InvalidRequest) else error
+
+        decided = await ctx.service.run_many(decisions, ticket, caller, timing, at=located)
+    results = [result(ctx.moderation, d.answers, item.types) for item, d in zip(inputs, decided, strict=True)]
+    return {"id": "modr-" + uuid.uuid4().hex, "model": ctx.served_name, "results": results}
 
 
 async def moderation_body(ctx: Context, body, *, caller=None, caller_class: str = KEYED) -> dict:
     """A moderation body (already read) answered exactly as `/v1/moderations` answers it, through the same steps:
-    check, admit, plan, batch, answer (the Space's Moderate view). No entry point bypasses them."""
+    check, admit (a place per input), plan, batch, answer (the Space's Moderate view). No entry point bypasses them."""
     on_its_way = ctx.service.on_its_way()  # counted from here, its check's thread hop included
     try:
-        async with ctx.admission.admit("decide", caller_class, check_inputs, ctx, body, on_its_way) as admitted:
-            checked, ticket = admitted
+        admitted = ctx.admission.admit("decide", caller_class, check_inputs, ctx, body, on_its_way, units=len)
+        async with admitted as (checked, ticket):
             return await moderated(ctx, checked, ticket, caller)
     finally:
         on_its_way.release()  # if it never reached the queue (refused, failed, its client gone)
@@ -197,6 +198,7 @@ def routes(ctx: Context) -> list[Route]:
         body=Body("moderation requests"),
         check=lambda call: check_inputs(ctx, call.body, call.arrival),
         admit="decide",
+        units=len,  # one place per input: each is a decision
         inline_below=CHEAP_CHECK_BYTES,
         arriving=ctx.service.on_its_way,
     )

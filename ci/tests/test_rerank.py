@@ -6,6 +6,8 @@ LiteLLM's rerank) run in their own venv (`ci/labels-venv.sh` builds `.venv-label
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -251,3 +253,99 @@ def test_a_request_of_more_documents_than_the_server_has_places_is_refused_namin
         state = ctx.admission.state()["decide"]
         assert state["held"]["keyed"] == 0 and state["admitted"] == 1
         assert ctx.service.batcher.requests == 1 and ctx.service.batcher.incoming == 0  # 6 documents, one request
+
+
+# the real clients, in .venv-labels -------------------------------------------------------------------------------
+LABELS = ROOT / ".venv-labels"
+
+
+@pytest.fixture(scope="module")
+def labels_venv(tmp_path_factory) -> dict:
+    """The clients' venv (built on first use: ~3 min, ~1 GB) and the environment they run in."""
+    proc = subprocess.run(["bash", "ci/labels-venv.sh"], cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, f"ci/labels-venv.sh could not build .venv-labels:\n{proc.stdout}\n{proc.stderr}"
+    data = tmp_path_factory.mktemp("open-webui")
+    (data / "build" / "static").mkdir(parents=True)
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(data),
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no cost map fetched at import
+        # what importing Open WebUI's modules needs: a data folder, a secret, static folders, no chroma
+        "DATA_DIR": str(data),
+        "WEBUI_SECRET_KEY": "a-test-secret-for-the-reranker-only",
+        "FRONTEND_BUILD_DIR": str(data / "build"),
+        "STATIC_DIR": str(data / "static"),
+        "VECTOR_DB": "qdrant",
+    }
+
+
+def run_client(env: dict, script: str, url: str):
+    """`script` in .venv-labels with URL, QUERY and DOCS defined; its last line of output, as JSON."""
+    preamble = f"import json\nURL = {url!r}\nQUERY = {QUERY!r}\nDOCS = {DOCS!r}\n"
+    proc = subprocess.run(
+        [str(LABELS / "bin" / "python"), "-c", preamble + script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=env["HOME"],
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+OPEN_WEBUI = """
+from open_webui.retrieval.models.external import ExternalReranker
+
+reranker = ExternalReranker(api_key="unused", url=URL + "/v1/rerank", model="blink")
+print(json.dumps(reranker.predict([(QUERY, doc) for doc in DOCS])))
+"""
+
+
+def test_open_webuis_external_reranker_gets_blinks_scores(server, own, labels_venv):
+    scores = run_client(labels_venv, OPEN_WEBUI, server)
+    assert scores is not None and len(scores) == len(DOCS)
+    assert all(abs(a - b) <= 1e-6 for a, b in zip(scores, own, strict=True))
+
+
+LLAMA_INDEX = """
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from llama_index.postprocessor.jinaai_rerank import JinaRerank
+
+reranker = JinaRerank(top_n=3, base_url=URL + "/v1", api_key="unused", model="blink")
+nodes = [NodeWithScore(node=TextNode(text=doc), score=0.0) for doc in DOCS]
+ranked = reranker.postprocess_nodes(nodes, query_bundle=QueryBundle(QUERY))
+refused = None
+try:  # more documents than the server ranks at once: JinaRerank raises the error's `detail`
+    reranker.postprocess_nodes(nodes * 17, query_bundle=QueryBundle(QUERY))
+except RuntimeError as error:
+    refused = str(error)
+print(json.dumps({"ranked": [[n.node.get_content(), n.score] for n in ranked], "refused": refused}))
+"""
+
+
+def test_llama_index_jina_rerank_reorders_by_blinks_scores(server, own, labels_venv):
+    out = run_client(labels_venv, LLAMA_INDEX, server)
+    best = sorted(range(len(DOCS)), key=lambda i: -own[i])[:3]
+    assert [text for text, _ in out["ranked"]] == [DOCS[i] for i in best]
+    assert all(abs(score - own[i]) <= 1e-6 for (_, score), i in zip(out["ranked"], best, strict=True))
+    assert "at most 64" in out["refused"]
+
+
+LITELLM = """
+import litellm
+
+out = {}
+for base in (URL, URL + "/v1/rerank"):  # the root: Cohere's v2 client (/v2/rerank); a /v1/rerank URL: its v1 client
+    response = litellm.rerank(model="cohere/blink", query=QUERY, documents=DOCS, top_n=3, api_base=base, api_key="k")
+    out[base] = [[r["index"], r["relevance_score"]] for r in response.results]
+print(json.dumps(out))
+"""
+
+
+def test_litellm_rerank_reorders_by_blinks_scores(server, own, labels_venv):
+    out = run_client(labels_venv, LITELLM, server)
+    best = sorted(range(len(DOCS)), key=lambda i: -own[i])[:3]
+    for model, results in out.items():
+        assert [index for index, _ in results] == best, model
+        assert all(abs(score - own[index]) <= 1e-6 for index, score in results), model

@@ -350,6 +350,7 @@ UNROUTED = [
     ("DELETE", "/v1/models", 405),
     ("GET", "/v1/systemone", 405),
     ("POST", "/v1/systemone/batch", 404),
+    ("POST", "/v2/nothing-here", 404),  # not /v1/, but no Gradio path either: the Space answers it too
 ]
 # outside /v1/ on the standalone server (the root is Gradio's on the Space)
 ROOT_UNROUTED = [
