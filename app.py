@@ -113,9 +113,9 @@ def gpu_generate(ids, params: GenerationParams, seconds: int):
 
 
 @spaces.GPU(duration=GpuCall.duration, size=decorator_size(GPU_SIZE))
-def gpu_prompt_logprobs(prompts, top: int, seconds: int):
+def gpu_prompt_logprobs(prompts, top: int, ranks: bool, seconds: int):
     """Every token of each prompt scored (echo, loglikelihood) in the GPU worker: plain PromptLogprobs back."""
-    return ENGINE.prompt_logprobs(prompts, top)
+    return ENGINE.prompt_logprobs(prompts, top, ranks)
 
 
 # --- the backend and the context every route and the UI serve from ---------------------------------------

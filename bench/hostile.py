@@ -167,6 +167,14 @@ def past_the_context(route: str) -> dict:
         "/v1/chat/completions": {"model": "demo", "max_tokens": 2, "messages": [{"role": "user", "content": text}]},
         "/v1/responses": {"model": "demo", "max_output_tokens": 2, "input": text},
         "/v1/completions": {"model": "demo", "max_tokens": 2, "prompt": text},
+        "/v1/completions (echo, a list)": {
+            "model": "demo",
+            "echo": True,
+            "logprobs": 1,
+            "max_tokens": 0,
+            "prompt": ["a", text],
+        },
+        "/tokenize": {"model": "demo", "prompt": text},
         "/v1/moderations": {"model": "demo", "input": text},
         # 32 inputs (the most a request takes), each its own decision past the context: 32 capped counts at most
         "/v1/moderations 32 inputs": {"model": "demo", "input": [text[: len(text) // 32]] * 32},
@@ -618,6 +626,8 @@ CASES = {
             "/v1/chat/completions",
             "/v1/responses",
             "/v1/completions",
+            "/v1/completions (echo, a list)",
+            "/tokenize",
             "/v1/moderations",
             "/v1/moderations 32 inputs",
         )

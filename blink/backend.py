@@ -14,9 +14,9 @@ instead of on a thread of its own.
 `score(plans, caller)` takes a batch of decisions (one list of `plan.Prompt` per request) and returns one
 `plan.Scored` per request, never raising; `generate(ids, params, caller)` (`params`: a `plan.GenerationParams`) is a
 plain generator of text deltas (`str`, or `Delta` with logprobs) and exactly one final `ChatEnd`;
-`prompt_logprobs(prompts, top, caller)` scores every token of each prompt (token ids) and returns one
-`plan.PromptLogprobs` per prompt (prompts that share a start share its computation); `health()` is the backend's
-part of /healthz.
+`prompt_logprobs(prompts, top, caller, ranks)` scores every token of each prompt (token ids) and returns one
+`plan.PromptLogprobs` per prompt (each token's rank too with `ranks`; prompts that share a start share its
+computation); `health()` is the backend's part of /healthz.
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ class Backend(Protocol):
 
     def generate(self, ids: list[int], params: GenerationParams, caller: Any) -> Iterator[Any]: ...
 
-    def prompt_logprobs(self, prompts: list[list[int]], top: int, caller: Any) -> list[PromptLogprobs]: ...
+    def prompt_logprobs(
+        self, prompts: list[list[int]], top: int, caller: Any, ranks: bool = False
+    ) -> list[PromptLogprobs]: ...
 
     def health(self) -> dict: ...
 
@@ -54,8 +56,10 @@ class LocalBackend:
     def generate(self, ids: list[int], params: GenerationParams, caller: Any = None) -> Iterator[Any]:
         return self.chat_engine.generate(ids, params)
 
-    def prompt_logprobs(self, prompts: list[list[int]], top: int, caller: Any = None) -> list[PromptLogprobs]:
-        return self.engine.prompt_logprobs(prompts, top)
+    def prompt_logprobs(
+        self, prompts: list[list[int]], top: int, caller: Any = None, ranks: bool = False
+    ) -> list[PromptLogprobs]:
+        return self.engine.prompt_logprobs(prompts, top, ranks)
 
     def health(self) -> dict:
         executor = self.engine.executor

@@ -87,9 +87,9 @@ class PromptLogprobs:
     """One prompt's tokens scored by the model (echo, loglikelihood): plain data, so it crosses a ZeroGPU call.
 
     For a prompt of L tokens: `token_logprobs[i]`, `ranks[i]` are token i+1's logprob given the tokens before it and
-    its rank in that distribution (1: the most likely); `top[i]` that distribution's most likely `(token id,
-    logprob)`, most likely first. `top` has one more entry than the others, last: the distribution of the token
-    after the prompt (what a greedy first step takes)."""
+    its rank in that distribution (1: the most likely; `ranks` is empty unless asked for); `top[i]` that
+    distribution's most likely `(token id, logprob)`, most likely first. `top` has one more entry than the others,
+    last: the distribution of the token after the prompt (what a greedy first step takes)."""
 
     token_logprobs: list[float]
     ranks: list[int]

@@ -274,7 +274,7 @@ class ZeroGpuBackend:
         """`runs`: the in-process backend the GPU functions run (blink.backend.LocalBackend over the same engines),
         whose figures (passes, prefix-state cache) /healthz shows."""
         self.gpu_score, self.gpu_generate, self.estimator = gpu_score, gpu_generate, estimator
-        self.gpu_prompt_logprobs = gpu_prompt_logprobs  # (prompts, top, seconds=) -> PromptLogprobs per prompt
+        self.gpu_prompt_logprobs = gpu_prompt_logprobs  # (prompts, top, ranks, seconds=) -> PromptLogprobs each
         self.runs = runs
         self.zero_gpu, self.gpu_size = zero_gpu, gpu_size
         self.score_max_s, self.generate_max_s = score_max_s, generate_max_s
@@ -312,7 +312,7 @@ class ZeroGpuBackend:
         ) as call:
             yield from call.stream(self.gpu_generate(list(ids), params, seconds=call.seconds))
 
-    def prompt_logprobs(self, prompts: list[list[int]], top: int, caller) -> list:
+    def prompt_logprobs(self, prompts: list[list[int]], top: int, caller, ranks: bool = False) -> list:
         """Every token of each prompt scored (echo, loglikelihood): one call, asking for the prompts' tokens as
         prefill (shared starts are computed once, so this overestimates, never under)."""
         with GpuCall(
@@ -323,7 +323,7 @@ class ZeroGpuBackend:
             prefill_tokens=sum(map(len, prompts)),
             max_s=self.score_max_s,
         ) as call:
-            out = call.run(self.gpu_prompt_logprobs, prompts, top)
+            out = call.run(self.gpu_prompt_logprobs, prompts, top, ranks)
             call.used(out[0].compute_s)
         return out
 

@@ -165,7 +165,7 @@ async def moderated(ctx: Context, checked: list[tuple[Input, Any]], ticket, call
             decided = [await ctx.service.run(decisions[0], ticket, caller, timing)]
         except InvalidRequest as error:
             raise inputs[0].relocate(error) from None
-    else:  # a place each (`units`), queued together, each answered as it would be alone
+    else:  # a place each (the gate's `units`), queued together, each answered as it would be alone
 
         def located(i: int, error: BlinkError) -> BlinkError:
             return inputs[i].relocate(error) if isinstance(error, InvalidRequest) else error
@@ -177,11 +177,13 @@ async def moderated(ctx: Context, checked: list[tuple[Input, Any]], ticket, call
 
 async def moderation_body(ctx: Context, body, *, caller=None, caller_class: str = KEYED) -> dict:
     """A moderation body (already read) answered exactly as `/v1/moderations` answers it, through the same steps:
-    check, admit (a place per input), plan, batch, answer (the Space's Moderate view). No entry point bypasses them."""
+    check, admit (a place per input), plan, batch, answer (the Space's Moderate view). No entry point bypasses
+    them."""
     on_its_way = ctx.service.on_its_way()  # counted from here, its check's thread hop included
     try:
-        admitted = ctx.admission.admit("decide", caller_class, check_inputs, ctx, body, on_its_way, units=len)
-        async with admitted as (checked, ticket):
+        admit = ctx.admission.admit("decide", caller_class, check_inputs, ctx, body, on_its_way, units=len)
+        async with admit as admitted:
+            checked, ticket = admitted
             return await moderated(ctx, checked, ticket, caller)
     finally:
         on_its_way.release()  # if it never reached the queue (refused, failed, its client gone)

@@ -281,9 +281,9 @@ class Engine(DecisionPlanner):
         except Exception as exc:  # noqa: BLE001
             return None, failure(exc), 0
 
-    def prompt_logprobs(self, prompts: list[list[int]], top: int) -> list[PromptLogprobs]:
+    def prompt_logprobs(self, prompts: list[list[int]], top: int, ranks: bool = False) -> list[PromptLogprobs]:
         """Every token of each prompt scored (echo, loglikelihood), shared starts computed once."""
-        out = prompt_logprobs(self.executor, prompts, top)
+        out = prompt_logprobs(self.executor, prompts, top, ranks)
         if sum(map(len, prompts)) >= TRIM_AFTER_TOKENS:
             give_back_memory()
         return out

@@ -102,9 +102,9 @@ class ChatService:
         async with ticket.preparing():
             return await run_in_threadpool(every)
 
-    async def prompt_logprobs(self, prompts: list[list[int]], top: int, caller: Any) -> list:
+    async def prompt_logprobs(self, prompts: list[list[int]], top: int, caller: Any, ranks: bool) -> list:
         """Every token of each prompt scored by the backend (blink.plan.PromptLogprobs per prompt)."""
-        return await run_in_threadpool(self.backend.prompt_logprobs, prompts, top, caller)
+        return await run_in_threadpool(self.backend.prompt_logprobs, prompts, top, caller, ranks)
 
     def _tokenize(self, prompt: str | list[int], max_tokens: int, loc: tuple = ("prompt",)) -> Rendered:
         engine = self.engine

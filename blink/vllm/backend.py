@@ -30,8 +30,10 @@ class VllmBackend:
     def generate(self, ids: list[int], params: GenerationParams, caller: Any = None) -> Iterator[Any]:
         return self.chat.generate(ids, params)
 
-    def prompt_logprobs(self, prompts: list[list[int]], top: int, caller: Any = None) -> list[PromptLogprobs]:
-        return prompt_logprobs(self.replicas, prompts, top)
+    def prompt_logprobs(
+        self, prompts: list[list[int]], top: int, caller: Any = None, ranks: bool = False
+    ) -> list[PromptLogprobs]:
+        return prompt_logprobs(self.replicas, prompts, top)  # vLLM ranks every prompt token anyway
 
     def health(self) -> dict:
         return {"vllm": self.replicas.health()}  # the states as they are: /healthz asks no replica

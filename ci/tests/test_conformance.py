@@ -296,7 +296,7 @@ REFUSED = {
         {"model": "demo", "input": [{"role": "user", "content": None}]},
         {"model": "demo", "input": "hi", "previous_response_id": "resp_1"},
     ],
-    "/v1/completions": [{"prompt": "hi"}, {"model": "demo", "prompt": "hi", "echo": True}],
+    "/v1/completions": [{"prompt": "hi"}, {"model": "demo", "prompt": ["hi", ""], "echo": True}],
     "/v1/decisions": [{"model": "demo", "input": "x", "questions": []}],
 }
 

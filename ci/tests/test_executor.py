@@ -302,7 +302,7 @@ def test_prompt_logprobs_share_a_start_exactly(engine, pass_cost):
     saved = engine.executor.pass_cost_tokens
     engine.executor.pass_cost_tokens = pass_cost
     try:
-        together = prompt_logprobs(engine.executor, prompts, 3)
+        together = prompt_logprobs(engine.executor, prompts, 3, ranks=True)
     finally:
         engine.executor.pass_cost_tokens = saved
     worst = 0.0

@@ -1,5 +1,6 @@
-"""`POST /v1/moderations` (blink.api.moderations): the openai SDK's `moderations.create` against the real server, the
-list and parts forms, a custom policy served with the knob, the start-up check of a broken policy, and bad input.
+"""`POST /v1/moderations` (blink.api.moderations): the openai SDK's `moderations.create` and LiteLLM's `moderation()`
+(in .venv-labels) against the real server, the list and parts forms, images on the vision demo and through
+`--engine vllm`, a custom policy served with the knob, the start-up check of a broken policy, and bad input.
 
 A category's score is its `noul` question's probability over the input, so it equals the same decision asked through
 `/v1/systemone`; the demo model's weights are random, so which categories it flags says nothing, but each flag must
@@ -383,3 +384,43 @@ def test_through_vllm_text_is_moderated_and_an_image_is_a_clear_400(vllm_fronted
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert error["code"] == "images_unsupported" and error["param"] == "input" and "text only" in error["message"]
+
+
+# LiteLLM, in .venv-labels (ci/labels-venv.sh) ---------------------------------------------------------------------
+LITELLM = """
+import json, sys
+import litellm
+
+out = litellm.moderation(
+    input=json.loads(sys.argv[2]), model="openai/omni-moderation-latest", api_base=sys.argv[1] + "/v1", api_key="k"
+)
+print(json.dumps({"id": out.id, "results": [r.model_dump() for r in out.results]}))
+"""
+
+
+@pytest.mark.e2e
+def test_litellms_moderation_call_answers_all_thirteen_categories(server, tmp_path):
+    """LiteLLM's `moderation()` (its OpenAI provider, `api_base` at blink) reads blink's answer: the 13 categories
+    under LiteLLM's own field names, the scores blink's."""
+    built = subprocess.run(["bash", "ci/labels-venv.sh"], cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert built.returncode == 0, f"ci/labels-venv.sh could not build .venv-labels:\n{built.stdout}\n{built.stderr}"
+    texts = ["I will find you after school.", "Have a lovely day."]
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp_path),
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    }
+    done = subprocess.run(
+        [str(ROOT / ".venv-labels" / "bin" / "python"), "-c", LITELLM, server, json.dumps(texts)],
+        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["id"].startswith("modr-") and len(out["results"]) == 2
+    direct = post(server, {"input": texts}).json()["results"]
+    for got, want in zip(out["results"], direct, strict=True):
+        for name in OPENAI_KEYS:
+            field = name.replace("/", "_").replace("-", "_")  # LiteLLM's name for the category
+            assert abs(got["category_scores"][field] - want["category_scores"][name]) < 1e-6
+            assert got["categories"][field] is want["categories"][name]
+        assert got["flagged"] is want["flagged"]

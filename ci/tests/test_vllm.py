@@ -211,6 +211,25 @@ def test_scores_equal_a_plain_forward(vllm_replicas, qwen3_engine):
         assert worst < 1e-4, worst
 
 
+def test_prompt_logprobs_equal_the_local_engine(vllm_replicas, qwen3_engine):
+    """Echo's and loglikelihood's prompt logprobs through the replicas (`prompt_logprobs`, one request for a
+    question and its answers) equal blink's own executor on the same weights: each token's logprob, the most likely
+    token after each prompt (vLLM's greedy token) and the ranks."""
+    from blink.vllm import Replicas
+    from blink.vllm.prompt_logprobs import prompt_logprobs
+
+    tokenizer = qwen3_engine.tokenizer
+    context = tokenizer("Question: what do cats say?\nAnswer:", add_special_tokens=False)["input_ids"]
+    prompts = [context + tokenizer(a, add_special_tokens=False)["input_ids"] for a in (" meow", " woof", " moo")]
+    with Replicas([url for url, _ in vllm_replicas]) as replicas:
+        served = prompt_logprobs(replicas, prompts, 2)
+    local = qwen3_engine.prompt_logprobs(prompts, 2, ranks=True)
+    for ours, theirs in zip(local, served):
+        assert max(abs(x - y) for x, y in zip(ours.token_logprobs, theirs.token_logprobs)) < 1e-4
+        assert ours.top[-1][0][0] == theirs.top[-1][0][0]
+        assert max(abs(x - y) for x, y in zip(ours.ranks, theirs.ranks)) <= 1  # near-ties of a random model
+
+
 def test_more_labels_than_one_vllm_request_takes(vllm_replicas, qwen3_engine):
     from blink.vllm import Replicas, VllmScorer
 

@@ -164,7 +164,8 @@ def routes(ctx: Context) -> list[Route]:
         if req.scores_prompt:
             top = max(req.params.top_logprobs, req.prompt_logprobs or 0)
             try:
-                scored = await ctx.chats.prompt_logprobs([r.ids for r in rendered], top, call.caller)
+                ranks = req.prompt_logprobs is not None
+                scored = await ctx.chats.prompt_logprobs([r.ids for r in rendered], top, call.caller, ranks)
             except Exception as exc:  # noqa: BLE001 - the backend's failure, in the wire's shape
                 raise as_blink_error(exc) from None
         choices, produced = [], 0
