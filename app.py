@@ -28,11 +28,10 @@ import spaces  # noqa: I001 - first, before anything imports torch (ZeroGPU patc
 
 import logging
 import os
-import sys
 from pathlib import Path
 
 import space_config
-from blink.errors import StartupError
+from blink.errors import startup_errors_in_one_line
 from blink.model.loading import go_offline_if_local
 from blink.settings import resolve_space
 
@@ -42,16 +41,7 @@ logging.basicConfig(
 )
 
 
-def one_line_startup_errors(kind, error, trace) -> None:
-    """A setting or a model the Space cannot start with (blink.errors.StartupError) is one line, not a traceback."""
-    if issubclass(kind, StartupError):
-        print(f"blink cannot start: {error}", file=sys.stderr, flush=True)
-    else:
-        sys.__excepthook__(kind, error, trace)
-
-
-sys.excepthook = one_line_startup_errors
-
+startup_errors_in_one_line()  # a setting or a model the Space cannot start with: one line, not a traceback
 
 SETTINGS, SPACE = resolve_space(space_config)
 go_offline_if_local(SETTINGS.model)  # before the Hub libraries are imported

@@ -119,3 +119,17 @@ class EngineFailure(BlinkError):
 class StartupError(Exception):
     """The server cannot start as configured (a bad setting, a model blink cannot drive, weights that do not
     match): raised by library code, shown by the entry points (`python -m blink`, app.py) as one line."""
+
+
+def startup_errors_in_one_line() -> None:
+    """From here on, a StartupError that ends the process prints one line (`blink cannot start: ...`) instead of a
+    traceback; any other exception keeps the interpreter's usual report (app.py, which has no main to catch it)."""
+    import sys
+
+    def report(kind, error, trace) -> None:
+        if issubclass(kind, StartupError):
+            print(f"blink cannot start: {error}", file=sys.stderr, flush=True)
+        else:
+            sys.__excepthook__(kind, error, trace)
+
+    sys.excepthook = report
