@@ -403,10 +403,12 @@ def _sample(logits, temperature: float, top_p: float, top_k: int, generator, kee
     softmax. Whatever was masked before (a grammar) is -inf in both."""
     import torch
 
-    if temperature <= 0:
+    scaled = logits / temperature if temperature > 0 else logits
+    if temperature <= 0 or bool((torch.isinf(scaled) & torch.isfinite(logits)).any()):
+        # greedy, or a temperature so small that the scaled logits overflow: its limit, the argmax
         token = int(torch.argmax(logits))
         return token, (torch.log_softmax(logits, dim=-1) if keep_distribution else None)
-    logits = logits / temperature
+    logits = scaled
     if top_k and 0 < top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k).values[-1]
         logits = logits.masked_fill(logits < kth, float("-inf"))

@@ -69,6 +69,14 @@ def test_streamed_equals_non_streamed_and_reports_usage(client, tokenizer, serve
     assert usage.prompt_tokens == prompt_tokens(tokenizer, MESSAGES)
 
 
+def test_a_temperature_too_small_to_scale_by_decodes_greedily(client, served_name):
+    """A temperature so small that the logits divided by it overflow (schemathesis found 1.66e-151) is its limit,
+    greedy decoding: the same tokens as temperature 0, never a 500 from a distribution of inf and nan."""
+    greedy = client.chat.completions.create(model=served_name, messages=MESSAGES, max_tokens=4, temperature=0)
+    cold = client.chat.completions.create(model=served_name, messages=MESSAGES, max_tokens=4, temperature=1.66e-151)
+    assert cold.choices[0].message.content == greedy.choices[0].message.content
+
+
 def test_seed_makes_sampling_repeatable(client, served_name):
     kwargs = dict(model=served_name, messages=MESSAGES, max_tokens=6, temperature=1.0, top_p=0.9)
     a = client.chat.completions.create(**kwargs, seed=1234).choices[0].message.content

@@ -191,7 +191,9 @@ def test_scores_equal_a_plain_forward(vllm_replicas, qwen3_engine):
     from blink.decide.answers import softmax
     from blink.vllm import Replicas, VllmScorer
 
-    with Replicas([url for url, _ in vllm_replicas]) as replicas:
+    # nothing is measured yet: the first calls' timeouts come from the assumed speed, which an operator of CPU
+    # replicas on a shared 2-core machine sets to what they do (the 200-option decision's chunks took ~20 s here)
+    with Replicas([url for url, _ in vllm_replicas], assumed_s_per_token=0.1) as replicas:
         scorer = VllmScorer(replicas)
         prepared = [qwen3_engine.prepare(body) for body in DECISIONS]
         out = scorer.score([p.prompts for p in prepared])
@@ -221,13 +223,30 @@ def test_prompt_logprobs_equal_the_local_engine(vllm_replicas, qwen3_engine):
     tokenizer = qwen3_engine.tokenizer
     context = tokenizer("Question: what do cats say?\nAnswer:", add_special_tokens=False)["input_ids"]
     prompts = [context + tokenizer(a, add_special_tokens=False)["input_ids"] for a in (" meow", " woof", " moo")]
-    with Replicas([url for url, _ in vllm_replicas]) as replicas:
+    with Replicas([url for url, _ in vllm_replicas], assumed_s_per_token=0.1) as replicas:
         served = prompt_logprobs(replicas, prompts, 2)
     local = qwen3_engine.prompt_logprobs(prompts, 2, ranks=True)
-    for ours, theirs in zip(local, served):
+    for prompt, ours, theirs in zip(prompts, local, served):
         assert max(abs(x - y) for x, y in zip(ours.token_logprobs, theirs.token_logprobs)) < 1e-4
         assert ours.top[-1][0][0] == theirs.top[-1][0][0]
-        assert max(abs(x - y) for x, y in zip(ours.ranks, theirs.ranks)) <= 1  # near-ties of a random model
+        # a random model's distributions are full of near-ties: a rank may differ by as many tokens as lie within
+        # twice the engines' agreement (1e-4, either side may move) of the token's logprob, and by no more
+        for i, band in enumerate(tie_bands(qwen3_engine.executor.model, prompt, 2e-4)):
+            assert abs(ours.ranks[i] - theirs.ranks[i]) <= band, (i, ours.ranks[i], theirs.ranks[i], band)
+
+
+def tie_bands(model, prompt: list[int], tolerance: float) -> list[int]:
+    """Per scored token (token i+1 given the tokens before it): how many other tokens' logprobs lie within
+    `tolerance` of its own, in one plain transformers forward of the whole prompt."""
+    import torch
+
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(torch.tensor([prompt])).logits[0].float(), dim=-1)
+    bands = []
+    for i, token in enumerate(prompt[1:]):
+        own = logprobs[i, token]
+        bands.append(int(((logprobs[i] - own).abs() <= tolerance).sum()) - 1)
+    return bands
 
 
 def test_more_labels_than_one_vllm_request_takes(vllm_replicas, qwen3_engine):
