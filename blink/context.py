@@ -4,6 +4,7 @@ server or the Space, handed to the routers."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,6 +50,19 @@ class Context:
     moderation: Policy = field(default_factory=lambda: load_policy(None))
     # the yes/no question rerank and score ask of each document, `{query}` standing for the query (blink.settings)
     rerank_question: str = RERANK_QUESTION
+
+    @contextlib.asynccontextmanager
+    async def admitted_decisions(self, check: Callable, body, caller_class: str, units: Any = 1):
+        """The decide steps of an entry point without an Endpoint (MCP, Gradio's `decide`, the UI's views), as the
+        routes take them: counted on its way to the batcher from here (its check's thread hop included),
+        `check(body, on_its_way)` in a worker thread, then `units` places of the decide gate. Yields (checked,
+        ticket); the count is let go if the request never reaches the queue (refused, failed, its client gone)."""
+        on_its_way = self.service.on_its_way()
+        try:
+            async with self.admission.admit("decide", caller_class, check, body, on_its_way, units=units) as admitted:
+                yield admitted
+        finally:
+            on_its_way.release()
 
     @property
     def planner(self):

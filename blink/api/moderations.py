@@ -179,14 +179,9 @@ async def moderation_body(ctx: Context, body, *, caller=None, caller_class: str 
     """A moderation body (already read) answered exactly as `/v1/moderations` answers it, through the same steps:
     check, admit (a place per input), plan, batch, answer (the Space's Moderate view). No entry point bypasses
     them."""
-    on_its_way = ctx.service.on_its_way()  # counted from here, its check's thread hop included
-    try:
-        admit = ctx.admission.admit("decide", caller_class, check_inputs, ctx, body, on_its_way, units=len)
-        async with admit as admitted:
-            checked, ticket = admitted
-            return await moderated(ctx, checked, ticket, caller)
-    finally:
-        on_its_way.release()  # if it never reached the queue (refused, failed, its client gone)
+    check = lambda body, on_its_way: check_inputs(ctx, body, on_its_way)  # noqa: E731
+    async with ctx.admitted_decisions(check, body, caller_class, units=len) as (checked, ticket):
+        return await moderated(ctx, checked, ticket, caller)
 
 
 def routes(ctx: Context) -> list[Route]:

@@ -283,15 +283,9 @@ def documents_of(ranking: Ranking) -> int:
 async def rerank_body(ctx: Context, body, *, caller=None, caller_class: str = KEYED) -> dict:
     """A rerank body (already read) answered exactly as `/v1/rerank` answers it, through the same steps: check,
     admit (a place per document), plan, batch, answer (the Space's Rank view). No entry point bypasses them."""
-    on_its_way = ctx.service.on_its_way()  # counted from here, its check's thread hop included
-    try:
-        admitted = ctx.admission.admit(
-            "decide", caller_class, check_rerank_body, ctx, body, on_its_way, units=documents_of
-        )
-        async with admitted as (ranking, ticket):
-            return await reranked(ctx, ranking, ticket, caller)
-    finally:
-        on_its_way.release()  # if it never reached the queue (refused, failed, its client gone)
+    check = lambda body, on_its_way: check_rerank_body(ctx, body, on_its_way)  # noqa: E731
+    async with ctx.admitted_decisions(check, body, caller_class, units=documents_of) as (ranking, ticket):
+        return await reranked(ctx, ranking, ticket, caller)
 
 
 def routes(ctx: Context) -> list[Route]:

@@ -39,13 +39,9 @@ async def decide_body(
 ) -> dict:
     """A System One body (already read) decided and answered exactly as `/v1/systemone` answers it, through the
     same steps: check, admit, plan, batch, answer (MCP, Gradio's `decide`, the UI). No entry point bypasses them."""
-    on_its_way = ctx.service.on_its_way()  # counted from here, its check's thread hop included
-    try:
-        async with ctx.admission.admit("decide", caller_class, ctx.service.check, body, None, on_its_way) as admitted:
-            checked, ticket = admitted
-            return response_body(ctx, await ctx.service.run(checked, ticket, caller, timing))
-    finally:
-        on_its_way.release()  # if it never reached the queue (refused, failed, its client gone)
+    check = lambda body, on_its_way: ctx.service.check(body, None, on_its_way)  # noqa: E731
+    async with ctx.admitted_decisions(check, body, caller_class) as (checked, ticket):
+        return response_body(ctx, await ctx.service.run(checked, ticket, caller, timing))
 
 
 def routes(ctx: Context) -> list[Route]:
