@@ -115,6 +115,19 @@ def ratio(ms: dict, side: str, floor: str) -> str:
     return f"{ms[side]:.0f} / {ms[floor]:.0f} ms = {ms[side] / ms[floor]:.2f}x"
 
 
+def bench_engine(name: str, prefix_cache_bytes: int = 2 << 30):
+    """The model a bench names (`demo`, `large`: the ~150M CPU benchmark model, built on first use; or a path),
+    loaded, with blink's engine over it: (its path, the loaded model, the engine, millions of parameters)."""
+    from blink.decide.planner import Engine
+    from blink.model.demo import demo_model_dir
+    from blink.model.loading import load
+
+    model = str(demo_model_dir(name)) if name in ("demo", "large") else name
+    loaded = load(model)
+    params = sum(p.numel() for p in loaded.model.parameters()) / 1e6
+    return model, loaded, Engine(loaded, prefix_cache_bytes=prefix_cache_bytes), params
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="large", help="demo, large (the ~150M CPU benchmark model) or a path")
@@ -125,16 +138,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    from blink.decide.planner import Engine
-    from blink.model.demo import demo_model_dir
-    from blink.model.loading import load
-
-    model = str(demo_model_dir(args.model)) if args.model in ("demo", "large") else args.model
-    loaded = load(model)
-    engine = Engine(loaded, prefix_cache_bytes=2 << 30)
+    model, loaded, engine, params = bench_engine(args.model)
     tokenizer = loaded.tokenizer
     floor = Floor(loaded, tokenizer(workload.text_of_tokens(tokenizer, 256, 0), add_special_tokens=False)["input_ids"])
-    params = sum(p.numel() for p in loaded.model.parameters()) / 1e6
     print(f"model {args.model} ({params:.0f}M params), {args.threads} thread(s), {args.reps} reps")
     print(f"load average before: {load_average()}")
     blink_once(engine, workload.body(tokenizer, args.model, 64, 2, 1))  # warm the code paths

@@ -29,7 +29,7 @@ import offline  # noqa: F401 - first: the repository importable, the Hub off
 import httpx
 import torch
 import workload
-from floor import Floor, blink_once, load_average, ratio, request_tokens
+from floor import Floor, bench_engine, blink_once, load_average, ratio, request_tokens
 from servers import DEMO_ROOT, blink_serve
 
 from blink.moderation_policy import load_policy
@@ -61,16 +61,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    from blink.decide.planner import Engine
-    from blink.model.demo import demo_model_dir
-    from blink.model.loading import load
-
-    model = str(demo_model_dir(args.model)) if args.model in ("demo", "large") else args.model
-    loaded = load(model)
-    engine = Engine(loaded, prefix_cache_bytes=2 << 30)
+    model, loaded, engine, params = bench_engine(args.model)
     tokenizer = loaded.tokenizer
     floor = Floor(loaded, tokenizer(workload.text_of_tokens(tokenizer, 256, 0), add_special_tokens=False)["input_ids"])
-    params = sum(p.numel() for p in loaded.model.parameters()) / 1e6
     print(f"model {args.model} ({params:.0f}M params), {args.threads} thread(s), {args.reps} reps")
     print(f"load average before: {load_average()}")
     blink_once(engine, decision(workload.text_of_tokens(tokenizer, 64, 1)))  # warm the code paths
