@@ -27,7 +27,6 @@ from blink.api.openai.constraints import legacy_entries, legacy_logprobs
 from blink.api.openai.echo import (
     echoed_entries,
     greedy_step,
-    legacy,
     prompt_logprobs_of,
     prompts_of,
     vllm_prompt_logprobs,
@@ -148,7 +147,7 @@ def routes(ctx: Context) -> list[Route]:
             echoed = prompt if isinstance(prompt, str) else tokenizer.decode(prompt, skip_special_tokens=False)
             choice["text"] = echoed + text
             if req.params.logprobs:
-                choice["logprobs"] = legacy(echoed_entries(tokenizer, rendered.ids, scored, top) + entries)
+                choice["logprobs"] = legacy_entries(echoed_entries(tokenizer, rendered.ids, scored, top) + entries)
         elif req.params.logprobs:
             choice["logprobs"] = legacy_entries(entries)
         if req.prompt_logprobs is not None:

@@ -133,7 +133,8 @@ def legacy_logprobs(body: dict) -> dict:
 
 
 def legacy_entries(entries: list[dict], offset: int = 0) -> dict:
-    """Chat's token entries in the legacy shape: parallel lists, one dict of alternatives per token."""
+    """Token entries in the legacy shape: parallel lists, one dict of alternatives per token (`null` where an entry
+    says it has none: echo's first prompt token), offsets counted in characters from `offset`."""
     text_offset, at = [], offset
     for entry in entries:
         text_offset.append(at)
@@ -141,6 +142,11 @@ def legacy_entries(entries: list[dict], offset: int = 0) -> dict:
     return {
         "tokens": [e["token"] for e in entries],
         "token_logprobs": [e["logprob"] for e in entries],
-        "top_logprobs": [{t["token"]: t["logprob"] for t in e.get("top_logprobs") or []} for e in entries],
+        "top_logprobs": [
+            None
+            if "top_logprobs" in e and e["top_logprobs"] is None
+            else {t["token"]: t["logprob"] for t in e.get("top_logprobs") or []}
+            for e in entries
+        ],
         "text_offset": text_offset,
     }

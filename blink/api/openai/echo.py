@@ -96,24 +96,6 @@ def echoed_entries(tokenizer, ids: list[int], scored: PromptLogprobs, top: int) 
     return entries
 
 
-def legacy(entries: list[dict]) -> dict:
-    """Token entries in the legacy shape: parallel lists, one dict of alternatives per token (`null` where the
-    entry has none: the prompt's first token), offsets counted in characters of the echoed text."""
-    text_offset, at = [], 0
-    for entry in entries:
-        text_offset.append(at)
-        at += len(entry["token"])
-    return {
-        "tokens": [e["token"] for e in entries],
-        "token_logprobs": [e["logprob"] for e in entries],
-        "top_logprobs": [
-            None if e["top_logprobs"] is None else {t["token"]: t["logprob"] for t in e["top_logprobs"]}
-            for e in entries
-        ],
-        "text_offset": text_offset,
-    }
-
-
 def vllm_prompt_logprobs(tokenizer, ids: list[int], scored: PromptLogprobs, n: int) -> list:
     """vLLM's `prompt_logprobs`: `null` for the first token, then per token `{id: {logprob, rank,
     decoded_token}}` for the token itself and the `n` most likely (ids as JSON keys)."""
