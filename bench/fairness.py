@@ -1,6 +1,6 @@
 """Fair admission per caller: a greedy caller and a polite one on the same `python -m blink serve`, one table.
 
-    .venv/bin/python bench/fairness.py [--seconds S] [--greedy N] [--flags "--batch-window-ms 5"]
+    .venv/bin/python bench/fairness.py [--seconds S] [--greedy N] [--flags "--batch-window-ms 10"] [--space]
 
 Loopback, callers told apart by their source address (the server's caller on `serve` is the peer address): the
 greedy caller (127.0.0.2) keeps N decisions in flight (default 96: more than the server's 80 places), sending the
@@ -12,6 +12,9 @@ polite one. The targets (issue 44): the polite caller gets no 529, its median la
 caller's, and the greedy caller keeps at least 0.8 of the rate it has alone.
 
 Every request is a one-question decision about a state of its own (no prefix-state cache hit between them).
+`--space` measures the Space instead (`python app.py` with the demo model on CPU, as the Space tests start it; its
+`/v1/systemone`, its callers told apart the same way: no `X-IP-Token` and nobody signed in, the peer address);
+`--flags` are then `BLINK_*` assignments (`"BLINK_MAX_PLACES_PER_CALLER=64"`).
 """
 
 from __future__ import annotations
@@ -117,8 +120,14 @@ def main() -> None:
     parser.add_argument("--greedy", type=int, default=96, help="decisions the greedy caller keeps in flight")
     parser.add_argument("--flags", default="", help="more `serve` flags, e.g. '--batch-window-ms 5'")
     parser.add_argument("--label", default="", help="a name for this run in the table")
+    parser.add_argument("--space", action="store_true", help="measure the Space (python app.py) instead of serve")
     args = parser.parse_args()
-    server = Server("fairness-serve", blink_serve(*shlex.split(args.flags)), ROOT / "bench" / "out").wait_ready()
+    if args.space:  # the Space reads its port and knobs from the environment
+        argv = ["env", "GRADIO_SERVER_PORT={port}", "BLINK_MODEL=demo", *shlex.split(args.flags)]
+        argv += [sys.executable, str(ROOT / "app.py")]
+    else:
+        argv = blink_serve(*shlex.split(args.flags))
+    server = Server("fairness-" + ("space" if args.space else "serve"), argv, ROOT / "bench" / "out").wait_ready()
     try:
         warm = {"state": "warm-up", "questions": {"q": QUESTION}}
         for _ in range(3):
@@ -135,7 +144,11 @@ def main() -> None:
 def print_table(args, alone: dict, greedy: dict, polite: dict) -> None:
     ratio = polite["median_s"] / greedy["median_s"]
     kept = greedy["rate"] / alone["rate"] if alone["rate"] else float("nan")
-    print(f"\nfairness {args.label} (greedy {args.greedy} in flight, {args.seconds:g} s a phase, flags {args.flags!r})")
+    where = "the Space" if args.space else "serve"
+    print(
+        f"\nfairness {args.label} on {where} (greedy {args.greedy} in flight, {args.seconds:g} s a phase, flags "
+        f"{args.flags!r})"
+    )
     print(
         "| polite median | greedy median | polite / greedy median | polite 529 | polite answered "
         "| greedy rate alone | greedy rate with polite | kept | greedy 529 (with polite) | failures |"
