@@ -52,6 +52,7 @@ MAX_OUTPUT_TOKENS, UI_CHAT_MAX_TOKENS = SETTINGS.max_output_tokens, SPACE.ui_cha
 DURATION_MAX_S, CHAT_DURATION_MAX_S = SPACE.duration_max_s, SPACE.chat_duration_max_s
 
 import contextlib  # noqa: E402
+import functools  # noqa: E402
 
 from starlette.middleware import Middleware  # noqa: E402
 from starlette.routing import Route  # noqa: E402
@@ -62,6 +63,7 @@ from blink.backend import LocalBackend  # noqa: E402
 from blink.plan import GenerationParams  # noqa: E402
 from blink.server import api_routes, build_context, load_served, mcp_endpoint  # noqa: E402
 from blink.web import guard  # noqa: E402
+from blink.web.callers import Peers  # noqa: E402
 from space import (
     durations,  # noqa: E402
     ui,  # noqa: E402
@@ -70,9 +72,9 @@ from space import tool as space_tool  # noqa: E402
 from space.zerogpu import (  # noqa: E402
     GpuCall,
     ZeroGpuBackend,
-    caller_from_headers,
     decorator_size,
     platform_charge,
+    space_caller,
 )
 
 auth.keep_secrets_out_of_logs(SETTINGS.api_key)  # the key, and callers' ZeroGPU tokens in the scheduler's URLs
@@ -130,7 +132,7 @@ CTX = build_context(
     SERVED,
     BACKEND,
     warmup=not ZERO_GPU and not REMOTE,
-    caller_of=lambda request: caller_from_headers(request.headers),
+    caller_of=functools.partial(space_caller, peers=Peers(SETTINGS.trusted_proxies)),  # docs/hardening.md
     description=DESCRIPTION or None,
     # in front of vLLM the GPU ledger still shows, with no call in it
     extra_health=[lambda: {"gpu_seconds": ESTIMATOR.health(), "zero_gpu": ZERO_GPU, "gpu_size": None}]

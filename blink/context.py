@@ -18,11 +18,7 @@ from blink.settings import RERANK_QUESTION
 from blink.web.admission import Admission
 from blink.web.auth import ApiKey
 from blink.web.bodies import BodyBudget
-
-
-def anonymous(request) -> None:
-    """The standalone server's callers: one process, nobody's quota to choose."""
-    return None
+from blink.web.callers import Caller, Peers
 
 
 @dataclass
@@ -36,8 +32,10 @@ class Context:
     description: str = "blink: typed decisions (noul, choice, score) with option probabilities from one forward pass."
     release_date: str = "2026-10-01"
     health: dict = field(default_factory=dict)
-    # who a request is from, passed explicitly to the decision service and chat (the Space: ZeroGPU identity)
-    caller_of: Callable[[Any], Any] = anonymous
+    # who a request is from (blink.web.callers.Caller), for every entry point (routes, MCP, Gradio's `decide`, the UI):
+    # its key is the caller's fair share of admission and batches; its quota is passed explicitly to the decision
+    # service and chat (the Space: the ZeroGPU identity). `serve`: the peer address, behind trusted proxies theirs
+    caller_of: Callable[[Any], Caller] = field(default_factory=lambda: Peers().caller_of)
     # one gate per kind of model work (decide, chat), entered by every surface before any work: the API's
     # routes, the Space's UI, MCP; chat's gate holds the generation slots
     admission: Admission = field(default_factory=Admission.standard)
@@ -52,14 +50,16 @@ class Context:
     rerank_question: str = RERANK_QUESTION
 
     @contextlib.asynccontextmanager
-    async def admitted_decisions(self, check: Callable, body, caller_class: str, units: Any = 1):
+    async def admitted_decisions(self, check: Callable, body, caller_class: str, units: Any = 1, caller=None):
         """The decide steps of an entry point without an Endpoint (MCP, Gradio's `decide`, the UI's views), as the
         routes take them: counted on its way to the batcher from here (its check's thread hop included),
-        `check(body, on_its_way)` in a worker thread, then `units` places of the decide gate. Yields (checked,
-        ticket); the count is let go if the request never reaches the queue (refused, failed, its client gone)."""
+        `check(body, on_its_way)` in a worker thread, then `units` places of the decide gate in `caller`'s share.
+        Yields (checked, ticket); the count is let go if the request never reaches the queue (refused, failed, its
+        client gone)."""
         on_its_way = self.service.on_its_way()
+        admit = self.admission.admit
         try:
-            async with self.admission.admit("decide", caller_class, check, body, on_its_way, units=units) as admitted:
+            async with admit("decide", caller_class, check, body, on_its_way, units=units, caller=caller) as admitted:
                 yield admitted
         finally:
             on_its_way.release()

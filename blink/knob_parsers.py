@@ -165,6 +165,19 @@ def urls(value) -> tuple[str, ...]:
     return out
 
 
+def networks(value) -> tuple[str, ...]:
+    """Comma-separated (or listed) IP addresses or CIDR networks (`10.0.0.0/8`, `::1`), each as written."""
+    import ipaddress
+
+    out = names(value)
+    for net in out:
+        try:
+            ipaddress.ip_network(net, strict=False)
+        except ValueError:
+            raise ValueError(f"not an IP address or network: {net!r}") from None
+    return out
+
+
 def api_key(value) -> str | None:
     if value is not None and not isinstance(value, str):
         raise ValueError(f"must be a string, got {type(value).__name__}")

@@ -17,10 +17,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from blink.context import Context, anonymous
+from blink.context import Context
 from blink.settings import Settings
 from blink.web.admission import Admission
 from blink.web.auth import ApiKey
+from blink.web.callers import Peers
 
 log = logging.getLogger("blink")
 
@@ -198,7 +199,7 @@ def build_context(
         aliases=settings.model_aliases,
         health=health,
         admission=admission_of(settings),
-        caller_of=caller_of or anonymous,
+        caller_of=caller_of or Peers(settings.trusted_proxies).caller_of,
         description=description or Context.description,
         live_health=[backend.health, *extra_health],
         moderation=checked_policy(policy, planner),
@@ -245,6 +246,7 @@ def admission_of(settings: Settings) -> Admission:
         chat_wait_s=settings.chat_slot_wait_s,
         preparing=settings.max_preparing,
         decide_wait_s=settings.decide_wait_s,
+        per_caller_decide=settings.max_places_per_caller,
     )
 
 

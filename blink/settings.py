@@ -30,6 +30,7 @@ from blink.knob_parsers import (
     api_key,
     flag,
     names,
+    networks,
     optional_text,
     plain_text,
     urls,
@@ -170,6 +171,13 @@ class Settings:
                                      fleet="limits.max_concurrent_chats")
     decide_wait_s: float = knob(5.0, Number(0, 120), "decisions: seconds a decision waits for a place (queued or "
                                 "running) before 529 + Retry-After; waiting costs no parsing")
+    max_places_per_caller: int = knob(0, Integer(0, 2048), "decisions: places one caller (blink's caller "
+                                      "identity, docs/hardening.md) holds and waits for at once; past it 529 + "
+                                      "Retry-After (0 = no cap of its own: the places are still shared fairly "
+                                      "between the callers waiting)")
+    trusted_proxies: tuple[str, ...] = knob((), networks, "addresses or networks (CIDR) of the reverse proxies in "
+                                            "front of the server: only a request from one of them has its caller "
+                                            "read from `X-Forwarded-For`", shown="none")
     chat_slot_wait_s: float = knob(30.0, Number(0, 300), "chat: seconds a chat waits for a free slot before 529 + "
                                    "Retry-After (the expected wait)")
     max_preparing: int = knob(2, Integer(1, 64), "requests of one kind (decide, chat) parsed and tokenized at once: "

@@ -6,7 +6,19 @@ from __future__ import annotations
 import re
 
 from blink.moderation_policy import PolicyFile
-from blink.settings import Choice, Integer, Knob, Listen, Number, Settings, SpaceSettings, flag, knobs, urls
+from blink.settings import (
+    Choice,
+    Integer,
+    Knob,
+    Listen,
+    Number,
+    Settings,
+    SpaceSettings,
+    flag,
+    knobs,
+    networks,
+    urls,
+)
 
 from .schema import FLEET_ONLY, FLEET_TABLE, KNOBS_AT, LOCATIONS, NAMED_AFTER_SPACE, REQUIRED, REQUIRED_KNOBS
 
@@ -18,6 +30,8 @@ def values_of(k: Knob, toml: bool = False) -> str:
         return "true / false" if toml else "0 / 1"
     if k.parse is urls:
         return "list of http(s) URLs" if toml else "http(s) URLs, comma-separated"
+    if k.parse is networks:
+        return "list of IP addresses or CIDR networks" if toml else "IP addresses or CIDR networks, comma-separated"
     if isinstance(k.default, tuple):
         return "list of strings" if toml else "names, comma-separated"
     return "string" if toml else "text"

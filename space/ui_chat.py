@@ -44,7 +44,10 @@ def chat_reply(ctx: Context, max_tokens: int, message, history, request: gr.Requ
     text = ""
     chats = ctx.chats
     try:
-        with ctx.admission.admit_sync("chat", ui_class(ctx, request), chats.check, messages) as (_, ticket):
+        with ctx.admission.admit_sync("chat", ui_class(ctx, request), chats.check, messages, caller=caller) as (
+            _,
+            ticket,
+        ):
             rendered = chats.render_sync(ticket, messages, max_tokens)
             for item in chats.generate_sync(rendered, caller):
                 if isinstance(item, str):

@@ -6,10 +6,11 @@ spaces (it passes the caller along as an opaque value: `Context.caller_of(reques
 
 Identity. `spaces` charges a GPU call to the caller whose `x-ip-token` header it finds on Gradio's
 `LocalContext.request`. Custom routes (/v1/*) have no Gradio request, and decisions are run by blink's
-batcher thread, so: `caller_from_headers` reads the caller's identity headers from each request (the routes
-pass it to the decision service and to chat; the batcher only batches one caller's jobs together and hands
-that caller to the GPU step), and `as_caller` sets `LocalContext.request` in the thread that makes the GPU
-call. The token is only ever passed on, never logged.
+batcher thread, so: `space_caller` reads the caller from each request (a `Caller` whose quota is its identity
+headers, `caller_from_headers`; the routes pass it to the decision service and to chat; the batcher only batches
+one quota's jobs together and hands that caller to the GPU step), and `as_caller` sets `LocalContext.request` in
+the thread that makes the GPU call. The token is only ever passed on, never logged; fair shares count it by a
+digest.
 
 Errors. `spaces` raises `gr.Error` with a title; `zerogpu_error` turns each into a blink error, which every
 wire renders in its own body shape: quota (and illegal duration, pending credits) 429 with Retry-After and
@@ -28,6 +29,7 @@ after launch.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import time
@@ -41,6 +43,7 @@ from starlette.requests import Request
 from blink.errors import BlinkError, EngineFailure, GPUUnavailable, QuotaExceeded
 from blink.generate.chat_engine import ChatEnd
 from blink.plan import GenerationParams, processed_tokens
+from blink.web.callers import NOBODY, Caller, Peers, quota_of
 from space.durations import Charge
 
 log = logging.getLogger("blink.space")
@@ -57,8 +60,27 @@ def caller_from_headers(headers) -> tuple | None:
     return pairs or None
 
 
-def gradio_request(caller: tuple | None):
+def space_caller(request, peers: Peers) -> Caller:
+    """Who a request to the Space is from, for fair shares and quota alike (blink.web.callers): the ZeroGPU identity
+    behind `X-IP-Token` (the platform's proxy sets it and answers for it; read here only, never on `serve`, where a
+    client could mint a new one per request), else the signed-in user (`gr.Request.username`, the UI's and Gradio
+    API's callers), else the address the Space's proxy reports (the right-most `X-Forwarded-For` entry, then further
+    left only through the operator's `trusted_proxies`). Its quota is the identity headers, as ZeroGPU reads them."""
+    if request is None:
+        return NOBODY
+    quota = caller_from_headers(getattr(request, "headers", None))
+    if quota:
+        digest = hashlib.sha256(repr(quota).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        return Caller("zerogpu:" + digest, quota)  # a digest: the token itself is never kept or shown
+    username = getattr(request, "username", None)
+    if isinstance(username, str) and username:
+        return Caller("user:" + username)
+    return Caller("ip:" + peers.of(request, behind_proxy=True))
+
+
+def gradio_request(caller):
     """A `gr.Request` carrying the caller's identity headers (what `spaces` reads), or None."""
+    caller = quota_of(caller)
     if not caller:
         return None
     scope = {
@@ -72,7 +94,7 @@ def gradio_request(caller: tuple | None):
 
 
 @contextmanager
-def as_caller(caller: tuple | None):
+def as_caller(caller):
     """In this thread, make `spaces` see `caller` as the Gradio request (it reads x-ip-token from there)."""
     token = LocalContext.request.set(gradio_request(caller))
     try:
@@ -172,7 +194,7 @@ class GpuCall:
         estimator,
         *,
         zero_gpu: bool,
-        caller: tuple | None,
+        caller,  # a blink.web.callers.Caller (its quota: the identity headers), or the headers as they are
         prefill_tokens: int,
         decode_tokens: int = 0,
         max_s: int | None = None,

@@ -180,7 +180,7 @@ async def moderation_body(ctx: Context, body, *, caller=None, caller_class: str 
     check, admit (a place per input), plan, batch, answer (the Space's Moderate view). No entry point bypasses
     them."""
     check = lambda body, on_its_way: check_inputs(ctx, body, on_its_way)  # noqa: E731
-    async with ctx.admitted_decisions(check, body, caller_class, units=len) as (checked, ticket):
+    async with ctx.admitted_decisions(check, body, caller_class, units=len, caller=caller) as (checked, ticket):
         return await moderated(ctx, checked, ticket, caller)
 
 

@@ -288,7 +288,10 @@ async def rerank_body(ctx: Context, body, *, caller=None, caller_class: str = KE
     """A rerank body (already read) answered exactly as `/v1/rerank` answers it, through the same steps: check,
     admit (a place per document), plan, batch, answer (the Space's Rank view). No entry point bypasses them."""
     check = lambda body, on_its_way: check_rerank_body(ctx, body, on_its_way)  # noqa: E731
-    async with ctx.admitted_decisions(check, body, caller_class, units=documents_of) as (ranking, ticket):
+    async with ctx.admitted_decisions(check, body, caller_class, units=documents_of, caller=caller) as (
+        ranking,
+        ticket,
+    ):
         return await reranked(ctx, ranking, ticket, caller)
 
 

@@ -40,7 +40,7 @@ async def decide_body(
     """A System One body (already read) decided and answered exactly as `/v1/systemone` answers it, through the
     same steps: check, admit, plan, batch, answer (MCP, Gradio's `decide`, the UI). No entry point bypasses them."""
     check = lambda body, on_its_way: ctx.service.check(body, None, on_its_way)  # noqa: E731
-    async with ctx.admitted_decisions(check, body, caller_class) as (checked, ticket):
+    async with ctx.admitted_decisions(check, body, caller_class, caller=caller) as (checked, ticket):
         return response_body(ctx, await ctx.service.run(checked, ticket, caller, timing))
 
 

@@ -1,11 +1,16 @@
 """Cross-request batching: one thread owns the GPU calls for decisions.
 
 Requests are queued (bounded: a full queue is refused with 529 + Retry-After, never left to time out);
-the thread takes the first waiting request, keeps collecting for `window` seconds or until `max_batch`
-requests of the same caller, and scores them all in ONE call of `score(plans, caller)` (the backend's, blink.backend:
-in this process, the Space's `@spaces.GPU` function as that caller, or vLLM replicas). It returns one result
-per plan, which goes to that request's future as it is: each request still gets its own answers or its own
-error. With a window of 0 it serves one request per call.
+the thread takes the next waiting request, keeps collecting for `window` seconds or until `max_batch`
+requests charged to the same quota, and scores them all in ONE call of `score(plans, caller)` (the backend's,
+blink.backend: in this process, the Space's `@spaces.GPU` function as that caller, or vLLM replicas). It returns
+one result per plan, which goes to that request's future as it is: each request still gets its own answers or its
+own error. With a window of 0 it serves one request per call.
+
+Which request is next is fair between callers (their `Caller.key`, blink.web.callers), by the decisions each asks
+for (blink.web.fair_queue), not first come first served: a caller with one decision waiting goes into the next
+batch, not behind another caller's backlog of admitted requests, which would otherwise cost it the same wait the
+admission gate spared it.
 
 With `concurrency` > 1 (a backend that batches on its own side, as vLLM replicas do continuously) the thread hands
 each request to one of `concurrency` workers and takes the next at once: every replica is kept busy, and a slow
@@ -38,6 +43,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from blink.errors import EngineFailure, Overloaded
+from blink.web.callers import key_of, quota_of
+from blink.web.fair_queue import FairQueue
 
 log = logging.getLogger("blink")
 
@@ -45,7 +52,8 @@ log = logging.getLogger("blink")
 @dataclass
 class Job:
     plan: Any
-    # who asked, as an opaque value (the Space: the caller's ZeroGPU identity headers); a batch holds one caller's jobs
+    # who asked (blink.web.callers.Caller): batches are filled fairly between callers (its key), and a batch holds the
+    # jobs of one quota (the Space: the caller's ZeroGPU identity), which the backend charges
     caller: Any = None
     future: Future = field(default_factory=Future)
     # more plans scored in the same call on this request's behalf (its content-free prompts, blink.decide.prior); their
@@ -109,7 +117,8 @@ class Batcher:
         self._counts = threading.Lock()
         self.max_queued = max_queued
         self.queue: queue.Queue[Job] = queue.Queue(maxsize=max_queued)
-        self.held: deque[Job] = deque()  # taken while collecting another caller's batch; served first, in order
+        # taken from the queue, waiting for a batch in fair order between callers; the collecting thread's own
+        self.held = FairQueue()
         # requests taken in but not queued yet (OnItsWay): the only ones worth waiting for
         self.incoming = 0
         self._incoming_lock = threading.Lock()
@@ -188,46 +197,53 @@ class Batcher:
         with self._counts:
             self.dropped += n
 
-    def _first(self, wait: bool) -> Job | None:
+    def _hold(self, job: Job) -> None:
+        if job.gone():
+            self._drop(1)
+        else:
+            self.held.push(key_of(job.caller), len(job.members()), job)
+
+    def _take_queued(self, block: bool = False, timeout: float | None = None) -> bool:
+        """Everything queued moves to `held` (the first one waited for when `block`); False when none came."""
+        try:
+            self._hold(self.queue.get(block=block, timeout=timeout))
+        except queue.Empty:
+            return False
         while True:
-            if self.held:
-                job = self.held.popleft()
-            else:
-                try:
-                    job = self.queue.get(block=wait)
-                except queue.Empty:
-                    return None
+            try:
+                self._hold(self.queue.get_nowait())
+            except queue.Empty:
+                return True
+
+    def _next(self, quota=None, any_quota: bool = False) -> Job | None:
+        """The next live request in fair order (charged to `quota` unless `any_quota`), taken from `held`."""
+        while (entry := self.held.head(None if any_quota else lambda job: quota_of(job.caller) == quota)) is not None:
+            job = self.held.pop(entry)
             if not job.gone():
                 return job
             self._drop(1)
+        return None
 
     def _collect(self, wait: bool = True) -> list[Job]:
-        first = self._first(wait)
+        self._take_queued()
+        if not self.held and not (wait and self._take_queued(block=True)):
+            return []
+        first = self._next(any_quota=True)
         if first is None:
             return []
-        jobs = [first]
-        caller = jobs[0].caller
-        others: deque[Job] = deque()
-        while self.held:
-            job = self.held.popleft()
-            (jobs if job.caller == caller and len(jobs) < self.max_batch else others).append(job)
-        self.held = others
+        jobs, quota = [first], quota_of(first.caller)
         # The window closes early when nothing more is on its way: a lone request doesn't wait for company
         # that isn't coming, and a burst is decided as soon as its last request is prepared.
         deadline = time.perf_counter() + self.window_s
         while len(jobs) < self.max_batch:
+            job = self._next(quota)
+            if job is not None:
+                jobs.append(job)
+                continue
             remaining = deadline - time.perf_counter()
-            try:
-                if self.queue.qsize() or (remaining > 0 and self.incoming > 0):
-                    job = self.queue.get(timeout=max(0.0, min(remaining, 0.001)))
-                else:
-                    break
-            except queue.Empty:
-                continue
-            if job.gone():
-                self._drop(1)
-                continue
-            (jobs if job.caller == caller else self.held).append(job)
+            if not (self.queue.qsize() or (remaining > 0 and self.incoming > 0)):
+                break
+            self._take_queued(block=True, timeout=max(0.0, min(remaining, 0.001)))
         return jobs
 
     def _turn(self) -> None:
@@ -280,7 +296,7 @@ class Batcher:
             job.started_at = started
         plans = [plan for job in live for plan in (job.plan, *job.extra)]  # a request's own, then its prior's
         try:
-            out = list(self.score(plans, live[0].caller))
+            out = list(self.score(plans, live[0].caller))  # a Caller: the backend charges its quota
             if len(out) != len(plans):
                 raise EngineFailure(f"the backend scored {len(out)} plans of {len(plans)}", kind="backend_failed")
         except BaseException as exc:  # noqa: BLE001 - every waiting request learns why; the thread lives on

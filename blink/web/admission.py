@@ -22,6 +22,15 @@ anonymous callers (the UI) may never take, so keyed API traffic is never starved
 place frees, waiting keyed callers are served before anonymous ones. `Retry-After` is the expected wait: the
 places ahead of the caller times the mean time a place is held.
 
+Places are shared fairly between the callers waiting (who a caller is: blink.web.callers, one identity whatever the
+entry point). Within a class, waiters are served by start-time fair queuing over their units of work
+(blink.web.fair_queue): a caller keeping a hundred decisions waiting has them tagged one after another, so a caller
+arriving with one decision is served when the next place frees, not behind that backlog; with nobody else waiting,
+the greedy caller takes every place that frees. A caller may hold and wait for at most `per_caller` places at once
+(the `max_places_per_caller` knob); past it, it is refused at once with the wire's overload status and Retry-After.
+A waiter that would wait past its limit is refused at once, its expected wait counted from the units served before
+it in fair order (a polite caller's is short whatever a greedy one has queued). Fair shares hold per process.
+
 The gate is thread-safe: the UI's synchronous event handlers enter it with `enter_sync` from worker threads,
 the routes with `enter` from the event loop, and they share the same places.
 """
@@ -32,7 +41,6 @@ import asyncio
 import math
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -41,6 +49,9 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from blink.errors import InvalidRequest, Overloaded
+from blink.web.bound import Bound
+from blink.web.callers import NOBODY, key_of
+from blink.web.fair_queue import FairQueue
 
 KEYED = "keyed"  # a caller who presented the API key, or any API caller when no key is set
 ANONYMOUS = "anonymous"  # the Gradio UI's callers when a key is set: they may never take the reserved places
@@ -54,19 +65,27 @@ class Policy:
     reserved: int = 0  # places anonymous callers never take
     preparing: int = 2  # requests parsing/tokenizing at once (the CPU work before the queue)
     anonymous_wait_s: float | None = None  # anonymous callers' longest wait (default: wait_s)
+    per_caller: int = 0  # places one caller holds and waits for at once, past it 529 (0: no cap of its own)
 
     def __post_init__(self):
         if self.capacity < 1 or not 0 <= self.reserved < self.capacity or self.preparing < 1 or self.wait_s < 0:
             raise ValueError(f"invalid admission policy {self}")
+        if self.per_caller < 0:
+            raise ValueError(f"invalid admission policy {self}")
+
+    @property
+    def caller_cap(self) -> int:
+        return min(self.per_caller or self.capacity, self.capacity)
 
 
 class _Waiter:
     """One caller waiting for its places (`units` of them): woken from whichever thread frees them."""
 
-    __slots__ = ("caller_class", "units", "granted", "_wake")
+    __slots__ = ("caller_class", "who", "units", "granted", "entry", "_wake")
 
-    def __init__(self, caller_class: str, units: int, wake):
-        self.caller_class, self.units, self.granted, self._wake = caller_class, units, False, wake
+    def __init__(self, caller_class: str, who: str, units: int, wake):
+        self.caller_class, self.who, self.units, self.granted, self._wake = caller_class, who, units, False, wake
+        self.entry = None
 
     def wake(self) -> None:
         self.granted = True
@@ -74,14 +93,15 @@ class _Waiter:
 
 
 class Gate:
-    """The places of one kind of work."""
+    """The places of one kind of work, shared fairly between the callers waiting for them."""
 
     def __init__(self, kind: str, policy: Policy, clock=time.monotonic):
         self.kind, self.policy, self.clock = kind, policy, clock
         self.lock = threading.Lock()
         self.held = {c: 0 for c in CLASSES}
-        self.waiting: dict[str, deque[_Waiter]] = {c: deque() for c in CLASSES}
-        self.admitted = self.refused = self.waited = 0
+        self.held_by: dict[str, int] = {}  # places held per caller (only callers holding some)
+        self.waiting: dict[str, FairQueue] = {c: FairQueue() for c in CLASSES}
+        self.admitted = self.refused = self.waited = self.capped = 0
         self.mean_hold_s = 0.5  # running mean of how long a place is held (seeds Retry-After)
         self.measured = False  # a place has been given back: the mean is a measurement, not the seed
         self.preparing = Bound(policy.preparing)
@@ -89,7 +109,8 @@ class Gate:
     # places -------------------------------------------------------------------------------------------------
     def most(self, caller_class: str = KEYED) -> int:
         """The most places one request of this class can ever hold."""
-        return self.policy.capacity - (self.policy.reserved if caller_class == ANONYMOUS else 0)
+        most = self.policy.capacity - (self.policy.reserved if caller_class == ANONYMOUS else 0)
+        return min(most, self.policy.caller_cap)
 
     def check_units(self, units: int, caller_class: str = KEYED) -> None:
         """Refuses at once a request that asks for more places than it could ever hold: waiting would never end."""
@@ -102,36 +123,49 @@ class Gate:
 
     def _fits(self, caller_class: str, units: int = 1) -> bool:
         total = self.held[KEYED] + self.held[ANONYMOUS] + units
-        return total <= self.most(caller_class)
+        return total <= self.policy.capacity - (self.policy.reserved if caller_class == ANONYMOUS else 0)
 
-    def _take_now(self, caller_class: str, units: int) -> bool:
-        # a newcomer never jumps the queue of its own class, nor a waiting keyed caller
-        if self.waiting[KEYED] or (caller_class == ANONYMOUS and self.waiting[ANONYMOUS]):
-            return False
-        if self._fits(caller_class, units):
-            self.held[caller_class] += units
-            self.admitted += 1
-            return True
-        return False
+    def _grant(self, waiter: _Waiter) -> None:
+        self.held[waiter.caller_class] += waiter.units
+        self.held_by[waiter.who] = self.held_by.get(waiter.who, 0) + waiter.units
+        self.admitted += 1
+        waiter.wake()
+
+    def _dispatch(self) -> None:
+        """Places to waiters: keyed callers first, then anonymous ones; within a class in fair order (the smallest
+        start tag, blink.web.fair_queue), stopping at a request that does not fit, so a big request is never
+        overtaken for ever by small ones."""
+        for caller_class in CLASSES:
+            queue = self.waiting[caller_class]
+            while (entry := queue.head()) is not None and self._fits(caller_class, entry.units):
+                self._grant(queue.pop(entry))
 
     def _wait_limit(self, caller_class: str) -> float:
         if caller_class == ANONYMOUS and self.policy.anonymous_wait_s is not None:
             return self.policy.anonymous_wait_s
         return self.policy.wait_s
 
-    def _expected_wait(self, caller_class: str = KEYED, units: int = 1) -> float:
-        """Seconds until a place is expected to free for this caller: those ahead of it, served `capacity` at
-        a time, each holding its place for the mean time seen so far."""
-        classes = CLASSES if caller_class == ANONYMOUS else (KEYED,)
-        ahead = sum(w.units for c in classes for w in self.waiting[c])
-        return self.mean_hold_s * (ahead + units) / self.policy.capacity
+    def _ahead(self, caller_class: str, waiter: _Waiter | None) -> int:
+        """The units served before a waiter of this class (itself included), or, with none, all those waiting."""
+        keyed = self.waiting[KEYED]
+        if waiter is None:
+            return keyed.units + (self.waiting[ANONYMOUS].units if caller_class == ANONYMOUS else 0)
+        if caller_class == KEYED:
+            return keyed.ahead(waiter.entry)
+        return keyed.units + self.waiting[ANONYMOUS].ahead(waiter.entry)
+
+    def _expected_wait(self, caller_class: str = KEYED, units: int = 1, waiter: _Waiter | None = None) -> float:
+        """Seconds until a place is expected to free for this caller: those served before it, `capacity` at a
+        time, each holding its place for the mean time seen so far."""
+        ahead = self._ahead(caller_class, waiter) + (0 if waiter is not None else units)
+        return self.mean_hold_s * ahead / self.policy.capacity
 
     def retry_after(self, caller_class: str = KEYED, units: int = 1) -> int:
         return max(1, math.ceil(self._expected_wait(caller_class, units)))
 
-    def _refuse(self, caller_class: str, units: int = 1) -> Overloaded:
+    def _refuse(self, caller_class: str, units: int = 1, seconds: int | None = None) -> Overloaded:
         self.refused += 1
-        seconds = self.retry_after(caller_class, units)
+        seconds = seconds or self.retry_after(caller_class, units)
         what = "chat slot" if self.kind == "chat" else "place"
         return Overloaded(
             f"blink is busy: every {what} for {self.kind} requests is taken. Retry after {seconds} s.",
@@ -139,48 +173,70 @@ class Gate:
             kind="overloaded",
         )
 
-    def _enqueue(self, caller_class: str, units: int, wake) -> _Waiter | None:
+    def _refuse_capped(self, who: str) -> Overloaded:
+        """A caller already holding (or waiting for) its share: the wire's overload answer, after about the time
+        one of its own places takes to free."""
+        self.refused += 1
+        self.capped += 1
+        seconds = max(1, math.ceil(self.mean_hold_s))
+        return Overloaded(
+            f"blink is busy: this caller already holds its share of {self.policy.caller_cap} {self.kind} places. "
+            f"Retry after {seconds} s.",
+            retry_after=seconds,
+            kind="overloaded",
+        )
+
+    def _mine(self, who: str) -> int:
+        """The places a caller holds and waits for."""
+        return self.held_by.get(who, 0) + self.waiting[KEYED].waiting(who) + self.waiting[ANONYMOUS].waiting(who)
+
+    def _enqueue(self, caller_class: str, who: str, units: int, wake) -> _Waiter | None:
         """Under the lock: the waiter, or None when the caller took its places at once; raises when it may not
         wait."""
         self.check_units(units, caller_class)
-        if self._take_now(caller_class, units):
+        if self.policy.per_caller and self._mine(who) + units > self.policy.per_caller:
+            raise self._refuse_capped(who)
+        waiter = _Waiter(caller_class, who, units, wake)
+        waiter.entry = self.waiting[caller_class].push(who, units, waiter)
+        self._dispatch()  # served at once when nobody is ahead of it in fair order and its places are free
+        if waiter.granted:
             return None
-        limit = self._wait_limit(caller_class)
-        if limit <= 0 or (self.measured and self._expected_wait(caller_class, units) > limit):
-            raise self._refuse(caller_class, units)  # a wait that would end in a refusal anyway is refused now
-        waiter = _Waiter(caller_class, units, wake)
-        self.waiting[caller_class].append(waiter)
+        limit, expected = self._wait_limit(caller_class), self._expected_wait(caller_class, units, waiter)
+        if limit <= 0 or (self.measured and expected > limit):
+            self.waiting[caller_class].remove(waiter.entry)  # a wait that would end in a refusal is refused now
+            self._dispatch()  # it may have been the head that blocked smaller requests behind it
+            raise self._refuse(caller_class, units, max(1, math.ceil(expected)))
         self.waited += 1
         return waiter
 
     def _abandon(self, waiter: _Waiter) -> None:
         """Under the lock: a waiter that timed out or was cancelled; a place granted meanwhile goes back."""
         if waiter.granted:
-            self._release(waiter.caller_class, waiter.units)
+            self._release(waiter.caller_class, waiter.who, waiter.units)
         else:
-            self.waiting[waiter.caller_class].remove(waiter)
-            self._release(waiter.caller_class, 0)  # those behind a big waiter may fit now that it is gone
+            self.waiting[waiter.caller_class].remove(waiter.entry)
+            self._dispatch()  # those behind a big waiter may fit now that it is gone
 
-    def _release(self, caller_class: str, units: int) -> None:
+    def _release(self, caller_class: str, who: str, units: int) -> None:
         self.held[caller_class] -= units
-        for waiting_class in CLASSES:  # keyed first; in order: a big request is not overtaken by small ones
-            queue = self.waiting[waiting_class]
-            while queue and self._fits(waiting_class, queue[0].units):
-                waiter = queue.popleft()
-                self.held[waiting_class] += waiter.units
-                self.admitted += 1
-                waiter.wake()
+        left = self.held_by.get(who, 0) - units
+        if left > 0:
+            self.held_by[who] = left
+        else:
+            self.held_by.pop(who, None)
+        self._dispatch()
 
-    def _leave(self, caller_class: str, units: int, since: float) -> None:
+    def _leave(self, caller_class: str, who: str, units: int, since: float) -> None:
         with self.lock:
             self.mean_hold_s += (self.clock() - since - self.mean_hold_s) * 0.2
             self.measured = True
-            self._release(caller_class, units)
+            self._release(caller_class, who, units)
 
     # entering -----------------------------------------------------------------------------------------------
     @asynccontextmanager
-    async def enter(self, caller_class: str = KEYED, units: int = 1):
-        """`units` places held together (a request of several decisions), taken and given back at once."""
+    async def enter(self, caller_class: str = KEYED, units: int = 1, who: str = NOBODY.key):
+        """`units` places held together (a request of several decisions), taken and given back at once, for the
+        caller `who` (its fair-share key, blink.web.callers)."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
 
@@ -188,7 +244,7 @@ class Gate:
             loop.call_soon_threadsafe(lambda: future.done() or future.set_result(True))
 
         with self.lock:
-            waiter = self._enqueue(caller_class, units, wake)
+            waiter = self._enqueue(caller_class, who, units, wake)
         if waiter is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(future), self._wait_limit(caller_class))
@@ -204,14 +260,14 @@ class Gate:
         try:
             yield Ticket(self)
         finally:
-            self._leave(caller_class, units, since)
+            self._leave(caller_class, who, units, since)
 
     @contextmanager
-    def enter_sync(self, caller_class: str = KEYED, units: int = 1):
+    def enter_sync(self, caller_class: str = KEYED, units: int = 1, who: str = NOBODY.key):
         """The same gate for code running in a worker thread (the Gradio UI's synchronous handlers)."""
         event = threading.Event()
         with self.lock:
-            waiter = self._enqueue(caller_class, units, event.set)
+            waiter = self._enqueue(caller_class, who, units, event.set)
         if waiter is not None and not event.wait(self._wait_limit(caller_class)):
             with self.lock:
                 if not waiter.granted:
@@ -221,81 +277,27 @@ class Gate:
         try:
             yield Ticket(self)
         finally:
-            self._leave(caller_class, units, since)
+            self._leave(caller_class, who, units, since)
 
     def state(self) -> dict:
         with self.lock:
             return {
                 "capacity": self.policy.capacity,
                 "reserved_for_keyed": self.policy.reserved,
+                "per_caller": self.policy.caller_cap,
                 "wait_s": self.policy.wait_s,
                 "held": dict(self.held),
+                "callers_holding": len(self.held_by),
                 "waiting": {c: len(q) for c, q in self.waiting.items()},
+                "callers_waiting": {c: len(q.queues) for c, q in self.waiting.items()},
                 "admitted": self.admitted,
                 "refused": self.refused,
+                "refused_at_caller_cap": self.capped,
                 "waited": self.waited,
                 "mean_hold_s": round(self.mean_hold_s, 3),
                 "retry_after_s": self.retry_after(),
                 "preparing": self.preparing.held,
             }
-
-
-class Bound:
-    """At most `n` holders at once, first come first served, for event-loop tasks and threads alike
-    (an asyncio.Semaphore belongs to one loop; the Space's UI handlers run in threads)."""
-
-    def __init__(self, n: int):
-        self.n, self.held = n, 0
-        self.lock = threading.Lock()
-        self.waiting: deque = deque()
-
-    def _try(self, wake) -> bool:
-        with self.lock:
-            if self.held < self.n and not self.waiting:
-                self.held += 1
-                return True
-            self.waiting.append(wake)
-            return False
-
-    def release(self) -> None:
-        with self.lock:
-            if self.waiting:
-                self.waiting.popleft()()  # the place passes straight to the next in line
-            else:
-                self.held -= 1
-
-    @asynccontextmanager
-    async def hold_async(self):
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-
-        def wake():
-            loop.call_soon_threadsafe(lambda: future.done() or future.set_result(True))
-
-        if not self._try(wake):
-            try:
-                await asyncio.shield(future)
-            except asyncio.CancelledError:
-                with self.lock:
-                    if wake in self.waiting:
-                        self.waiting.remove(wake)
-                        raise
-                self.release()  # handed to us as we left: pass it on
-                raise
-        try:
-            yield
-        finally:
-            self.release()
-
-    @contextmanager
-    def hold_sync(self):
-        event = threading.Event()
-        if not self._try(event.set):
-            event.wait()
-        try:
-            yield
-        finally:
-            self.release()
 
 
 class Ticket:
@@ -346,6 +348,8 @@ class Admission:
         reserved_chat: int | None = None,
         preparing: int = 2,
         decide_wait_s: float = 0.0,
+        per_caller_decide: int = 0,
+        per_caller_chat: int = 0,
     ) -> Admission:
         """The server's gates from its settings: a decision holds a place from its first byte to its answer
         (the batcher's queue plus the batch being run), a chat holds a generation slot."""
@@ -355,12 +359,14 @@ class Admission:
             wait_s=decide_wait_s,
             preparing=preparing,
             reserved=capacity // 4 if reserved_decide is None else reserved_decide,
+            per_caller=per_caller_decide,
         )
         chat = Policy(
             max_chats,
             wait_s=chat_wait_s,
             preparing=preparing,
             reserved=(max_chats // 4 if reserved_chat is None else reserved_chat),
+            per_caller=per_caller_chat,
         )
         return cls({"decide": decide, "chat": chat})
 
@@ -370,27 +376,32 @@ class Admission:
         except KeyError:
             raise ValueError(f"no admission policy for {kind!r}; known: {sorted(self.gates)}") from None
 
-    def enter(self, kind: str, caller_class: str = KEYED, units: int = 1):
-        return self.gate(kind).enter(caller_class, units)
+    def enter(self, kind: str, caller_class: str = KEYED, units: int = 1, caller=None):
+        return self.gate(kind).enter(caller_class, units, key_of(caller))
 
     @asynccontextmanager
-    async def admit(self, kind: str, caller_class: str = KEYED, check: Callable | None = None, *args, units: Units = 1):
+    async def admit(
+        self, kind: str, caller_class: str = KEYED, check: Callable | None = None, *args, units: Units = 1, caller=None
+    ):
         """The pipeline's check and admit steps, in that order, for every entry point: `check(*args)` (in a worker
         thread) refuses what it will, then `units` places are taken (a number, or a function of what `check`
-        returned: the decisions the request asks for). Yields (what `check` returned, the ticket)."""
+        returned: the decisions the request asks for) in `caller`'s fair share (blink.web.callers). Yields (what
+        `check` returned, the ticket)."""
         checked = await run_in_threadpool(check, *args) if check is not None else None
-        async with self.gate(kind).enter(caller_class, units_of(units, checked)) as ticket:
+        async with self.gate(kind).enter(caller_class, units_of(units, checked), key_of(caller)) as ticket:
             yield checked, ticket
 
     @contextmanager
-    def admit_sync(self, kind: str, caller_class: str = KEYED, check: Callable | None = None, *args, units: Units = 1):
+    def admit_sync(
+        self, kind: str, caller_class: str = KEYED, check: Callable | None = None, *args, units: Units = 1, caller=None
+    ):
         """`admit` for code running in a worker thread (the Gradio UI's synchronous handlers)."""
         checked = check(*args) if check is not None else None
-        with self.gate(kind).enter_sync(caller_class, units_of(units, checked)) as ticket:
+        with self.gate(kind).enter_sync(caller_class, units_of(units, checked), key_of(caller)) as ticket:
             yield checked, ticket
 
-    def enter_sync(self, kind: str, caller_class: str = KEYED, units: int = 1):
-        return self.gate(kind).enter_sync(caller_class, units)
+    def enter_sync(self, kind: str, caller_class: str = KEYED, units: int = 1, caller=None):
+        return self.gate(kind).enter_sync(caller_class, units, key_of(caller))
 
     def state(self) -> dict:
         """For /healthz: each gate's places, waiters and refusals."""

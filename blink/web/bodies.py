@@ -24,7 +24,7 @@ from starlette.requests import Request
 from blink.errors import BlinkError, InvalidRequest, Overloaded, PayloadTooLarge
 from blink.limits import Limits
 from blink.web import safejson
-from blink.web.admission import Bound
+from blink.web.bound import Bound
 
 BODIES_IN_FLIGHT_BYTES = 256 * 2**20
 BODIES_PARSING = 4  # bodies decoded at once when they may grow (compressed, or large)

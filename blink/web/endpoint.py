@@ -252,7 +252,7 @@ class Endpoint:
         if self.admit:  # API callers passed the key (or none is set): keyed
             waited = time.perf_counter()
             try:
-                admitted = self.ctx.admission.admit(call.kind, KEYED, None, units=call.units)
+                admitted = self.ctx.admission.admit(call.kind, KEYED, None, units=call.units, caller=call.caller)
                 _, call.ticket = await call.held.enter_async_context(admitted)
             except BlinkError as error:
                 metrics.ADMISSION_WAIT.labels(call.kind).observe(time.perf_counter() - waited)

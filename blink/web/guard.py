@@ -94,6 +94,9 @@ def uvicorn_options(limits: SlowClientLimits = SlowClientLimits()) -> dict:
         # past our own cap (enforced as connections open): uvicorn's 503 is only a backstop
         "limit_concurrency": cap + 16,
         "h11_max_incomplete_event_size": limits.max_header_bytes,
+        # who a request is from is blink's to read (blink.web.callers: `X-Forwarded-For` only from the proxies the
+        # operator trusts); uvicorn's own default believes it from 127.0.0.1, which any local client could claim
+        "proxy_headers": False,
     }
 
 

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from blink.errors import Overloaded
-from blink.web.admission import ANONYMOUS, KEYED, Admission, Bound, Policy
+from blink.web.admission import ANONYMOUS, KEYED, Admission, Policy
+from blink.web.bound import Bound
 
 
 def run(coro):

@@ -105,6 +105,34 @@ def test_caller_identity_becomes_a_gradio_request():
         assert LocalContext.request.get() is None
 
 
+def test_the_spaces_caller_is_the_zerogpu_identity_else_the_user_else_the_proxied_address():
+    """Fair shares and quota alike: the same person through a route (a Starlette request) and through the UI or
+    Gradio's API (a gr.Request) is the same caller; the token itself is never the key."""
+    from starlette.requests import Request
+
+    from blink.web.callers import Peers, quota_of
+
+    def starlette(headers: dict, peer: str = "10.0.0.7") -> Request:
+        raw = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+        return Request({"type": "http", "method": "POST", "path": "/", "headers": raw, "client": (peer, 1)})
+
+    peers = Peers()
+    token = {"X-IP-Token": "tok-1", "X-Forwarded-For": "6.6.6.6, 198.51.100.4"}
+    route = zerogpu.space_caller(starlette(token), peers)
+    ui = zerogpu.space_caller(gr.Request(request=starlette(token, peer="10.0.0.8")), peers)
+    assert route == ui and route.key.startswith("zerogpu:") and "tok-1" not in route.key
+    assert quota_of(route) == (("x-ip-token", "tok-1"),)
+    with zerogpu.as_caller(route):  # the backend is handed the Caller: spaces still reads the token
+        from gradio.context import LocalContext
+
+        assert LocalContext.request.get().headers.get("x-ip-token") == "tok-1"
+    signed_in = gr.Request(request=starlette({}), username="alice")
+    assert zerogpu.space_caller(signed_in, peers).key == "user:alice"
+    # no token, nobody signed in: the address the Space's proxy reports (its right-most X-Forwarded-For entry)
+    proxied = zerogpu.space_caller(starlette({"X-Forwarded-For": "6.6.6.6, 198.51.100.4"}), peers)
+    assert proxied.key == "ip:198.51.100.4" and proxied.quota is None
+
+
 def test_a_batch_holds_one_callers_requests_and_runs_as_that_caller():
     seen: list[tuple] = []
 
@@ -144,15 +172,26 @@ def test_a_batch_holds_one_callers_requests_and_runs_as_that_caller():
     assert batcher.stats()["queued"] == 0
 
 
-def test_callers_keep_arrival_order_without_a_window():
-    order = []
-    batcher = Batcher(lambda plans, caller: (order.extend(plans), {"results": [("ok", 1)] * len(plans)})[1])
-    jobs = []
+def test_callers_take_turns_without_a_window():
+    """Each caller's requests in arrival order; between callers, fair turns: a caller with one request waiting
+    goes before another caller's second (blink.web.fair_queue)."""
+    order, busy = [], threading.Event()
+
+    def score(plans, caller):
+        if plans == ["first"]:
+            busy.wait(10)  # the thread busy while the others queue up behind it
+        order.extend(plans)
+        return [("ok", 1)] * len(plans)
+
+    batcher = Batcher(score)
+    jobs = [batcher.submit("first", "X")]
+    time.sleep(0.05)
     for i, caller in enumerate(["A", "B", "A", "C"]):
         jobs.append(batcher.submit(i, caller))
+    busy.set()
     for job in jobs:
         job.future.result(timeout=10)
-    assert order == [0, 1, 2, 3]
+    assert order == ["first", 0, 1, 3, 2]
 
 
 def test_the_key_is_scrubbed_from_every_log_record(capsys):
