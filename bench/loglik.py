@@ -89,14 +89,19 @@ def main() -> None:
     params = sum(p.numel() for p in loaded.model.parameters()) / 1e6
     print(
         f"model {args.model} ({params:.0f}M params), context {len(prompts[0]) - 8}-{len(prompts[0])} tokens, "
-        f"{args.choices} choices, {args.threads} thread(s), {args.reps} reps (medians), "
+        f"{args.choices} choices, {args.threads} thread(s), {args.reps} reps, "
         f"{args.block}-token blocks\n"
     )
-    base = statistics.median(times["floor"])
-    print("| side | ms | / floor |\n|---|---|---|")
+    # on a shared machine the load drifts from rep to rep: each rep's side against the same rep's floor (run next to
+    # it), and the fastest of each side (the least disturbed), say more than medians of times taken minutes apart
+    floors = times["floor"]
+    print("| side | ms (median) | ms (fastest) | / floor (median of the reps') | / floor (fastest) |")
+    print("|---|---|---|---|---|")
     for name in sides:
-        ms = statistics.median(times[name]) * 1000
-        print(f"| {name} | {ms:.1f} | {ms / 1000 / base:.2f}x |")
+        ratio = statistics.median(t / f for t, f in zip(times[name], floors))
+        best = min(times[name]) / min(floors)
+        ms, fastest = statistics.median(times[name]) * 1000, min(times[name]) * 1000
+        print(f"| {name} | {ms:.1f} | {fastest:.1f} | {ratio:.2f}x | {best:.2f}x |")
 
 
 if __name__ == "__main__":
