@@ -8,13 +8,15 @@ reuses the longest saved entry it starts with, then runs only the rest. Scoring 
 not say where their context ends: they are saved at block-aligned points and where they meet recent prompts
 (`scoring_prefixes.py`), their entries holding what the prefix's positions scored too (`Entry.scored`).
 
-Bounded in bytes, least recently used first out. Owned by the executor's thread (not thread-safe). Entries live
-on the model's device; nothing here crosses a process boundary.
+Bounded in bytes, least recently used first out. Lookups and saves hold a lock: on a GPU, decisions (the batcher's
+thread) and scoring prompts (a request's thread) use the cache at once. An entry is never written once saved (a
+resumed state runs on a copy). Entries live on the model's device; nothing here crosses a process boundary.
 """
 
 from __future__ import annotations
 
 import copy
+import threading
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
 
@@ -69,6 +71,7 @@ class PrefixCache:
         self.max_bytes = int(max_bytes)
         self.block = int(block_tokens or self.BLOCK_TOKENS)  # scoring prompts are saved at multiples of it
         self.recent: deque = deque(maxlen=self.RECENT)
+        self.lock = threading.Lock()
         self.entries: OrderedDict[tuple, Entry] = OrderedDict()
         self.lengths: Counter = Counter()  # saved prefix lengths: the only places a lookup can stop
         self.bytes = 0
@@ -81,6 +84,10 @@ class PrefixCache:
     def lookup(self, keys: list, limit: int, usable=None) -> Entry | None:
         """The longest saved entry whose tokens start `keys`, holding at most `limit` tokens (most recent use), and
         for which `usable(entry)` holds when given."""
+        with self.lock:
+            return self._lookup(keys, limit, usable)
+
+    def _lookup(self, keys: list, limit: int, usable) -> Entry | None:
         for length in sorted((n for n in self.lengths if n <= limit), reverse=True):
             entry = self.entries.get(tuple(keys[:length]))
             if entry is not None and (usable is None or usable(entry)):
@@ -94,17 +101,29 @@ class PrefixCache:
     def save(self, keys: list, cache, scored=None) -> None:
         """Keep `cache` (batch of one, after `keys`) unless it alone exceeds the budget; evict the oldest to fit. An
         entry with `scored` (its `nbytes` counted) replaces one saved before under the same tokens."""
-        key = tuple(keys)
         nbytes = cache_bytes(t for _, _, t in layer_tensors(cache)) + (scored.nbytes if scored is not None else 0)
-        if not keys or nbytes > self.max_bytes or (key in self.entries and scored is None):
+        with self.lock:
+            self._save(tuple(keys), cache, scored, nbytes)
+
+    def _save(self, key: tuple, cache, scored, nbytes: int) -> None:
+        if not key or nbytes > self.max_bytes or (key in self.entries and scored is None):
             return
         if key in self.entries:
             self._drop(key)
-        self.entries[key] = Entry(len(keys), cache, nbytes, scored)
-        self.lengths[len(keys)] += 1
+        self.entries[key] = Entry(len(key), cache, nbytes, scored)
+        self.lengths[len(key)] += 1
         self.bytes += nbytes
         while self.bytes > self.max_bytes:
             self._drop(next(iter(self.entries)))
+
+    def remember(self, prompts: list[list]) -> None:
+        """Scoring prompts' tokens, kept (the last `RECENT`) to choose the next ones' save points."""
+        with self.lock:
+            self.recent.extend(list(p) for p in prompts)
+
+    def recent_prompts(self) -> list[list]:
+        with self.lock:
+            return list(self.recent)
 
     def _drop(self, key: tuple) -> None:
         old = self.entries.pop(key)

@@ -86,7 +86,7 @@ class ScoringPrefixes:
     def save_points(self, keys: list, lone: bool, start: int) -> list[int]:
         n, block = len(keys), self.cache.block
         points = {n // block * block - i * block for i in range(SAVED_BLOCKS)} if lone else {n}
-        met = max((common_prefix_length([seen, keys]) for seen in self.cache.recent), default=0)
+        met = max((common_prefix_length([seen, keys]) for seen in self.cache.recent_prompts()), default=0)
         if met >= block:
             points.add(met)
         return sorted(p for p in points if start < p <= n)
@@ -142,4 +142,4 @@ class ScoringPrefixes:
 
     def remember(self, prompts: list[list[int]]) -> None:
         if self.cache.active:
-            self.cache.recent.extend(list(p) for p in prompts)
+            self.cache.remember(prompts)
