@@ -15,7 +15,7 @@ context too.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -72,16 +72,18 @@ def _prompt_logprobs(executor, prompts: list[list[int]], top: int, ranks: bool) 
             # their LM-head product (the larger part of the work on a small model with a large vocabulary) is done
             # once, or not at all where a saved prefix holds it
             n = inputs.prefix_len[g]
-            common, last = reuse.shared(g, runs.pop(g), score)
+            run = runs.pop(g)
+            common, last = reuse.shared(g, run, score)
             common = common.lists()
             for m, i in enumerate(order[g]):
                 ids = prompts[i]
                 states = torch.cat([last[None], suffixes.pop((g, m))[: len(ids) - n]]) if len(ids) > n else last[None]
                 logprobs, ranked, tops = (a + b for a, b in zip(common, score(states, ids[n:]).lists()))
-                out[i] = PromptLogprobs(logprobs[:-1], ranked[:-1], tops)  # the last position has no next prompt token
+                # the last position has no next prompt token; a resumed start is counted once, on the group's first
+                out[i] = PromptLogprobs(logprobs[:-1], ranked[:-1], tops, cached_tokens=0 if m else run.start)
     reuse.remember(prompts)
     seconds = time.perf_counter() - started
-    return [PromptLogprobs(r.token_logprobs, r.ranks, r.top, seconds) for r in out]
+    return [replace(r, compute_s=seconds) for r in out]
 
 
 @dataclass

@@ -543,3 +543,25 @@ def test_a_request_of_choices_saves_its_context_for_the_next(scoring):
         prompt_logprobs(scoring.executor, [[item.randrange(200, 5000) for _ in range(70)]], 1)
         assert 0 < cache.bytes <= cache.max_bytes
         assert cache.bytes == sum(entry.nbytes for entry in cache.entries.values())
+
+
+@pytest.mark.e2e
+def test_echo_reports_the_start_a_saved_state_spared(server, engine):
+    """Two completions with `echo` sent one after the other, sharing a 100-token start: the second resumes at the
+    first's last block boundary inside it and says so in `usage.prompt_tokens_details.cached_tokens` (vLLM's field);
+    both echo the logprobs of a plain forward."""
+    import torch
+
+    rng = random.Random(12)
+    context = [rng.randrange(200, 5000) for _ in range(100)]
+    body = {"model": "demo", "echo": True, "logprobs": 1, "max_tokens": 0, "temperature": 0}
+    prompts = [context + [11, 12, 13], context + [14, 15]]
+    with httpx.Client(base_url=server, timeout=120) as client:
+        answers = [client.post("/v1/completions", json={**body, "prompt": ids}).json() for ids in prompts]
+    assert [a["usage"]["prompt_tokens_details"]["cached_tokens"] for a in answers] == [0, 96]
+    for ids, answer in zip(prompts, answers):
+        with torch.inference_mode():
+            rows = torch.log_softmax(engine.executor.model(input_ids=torch.tensor([ids])).logits[0].float(), -1)
+        echoed = answer["choices"][0]["logprobs"]["token_logprobs"]
+        assert echoed[0] is None and len(echoed) == len(ids)
+        assert max(abs(lp - rows[i, t].item()) for i, (lp, t) in enumerate(zip(echoed[1:], ids[1:]))) < 1e-5
