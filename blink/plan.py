@@ -95,6 +95,7 @@ class PromptLogprobs:
     ranks: list[int]
     top: list[list[tuple[int, float]]]
     compute_s: float = 0.0
+    cached_tokens: int = 0  # of its tokens, those resumed from a state an earlier request saved (a group's: its first)
 
 
 @dataclass(frozen=True)

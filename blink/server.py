@@ -90,6 +90,7 @@ def build_engine(settings: Settings, loaded):
         pass_cost_tokens=settings.pass_cost_tokens,
         pass_cache_bytes=mib(settings.pass_cache_mib),
         prefix_cache_bytes=mib(settings.prefix_cache_mib),
+        prefix_block_tokens=settings.prefix_block_tokens,
         calibration=calibration_for(settings, loaded),
         order=settings.x_order,
         x_calibration=settings.x_calibration,

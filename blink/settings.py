@@ -143,6 +143,10 @@ class Settings:
                                           "(MiB), so a state seen before is not prefilled again; 0 = off (auto: 512 "
                                           "on CPU, 4096 on CUDA; always off on ZeroGPU)",
                                           fleet="limits.prefix_cache_mib", shown="auto")
+    prefix_block_tokens: int = knob(32, Integer(1, 65536), "scoring prompts (echo, prompt_logprobs) keep their "
+                                    "prefilled state at their last two multiples of this many tokens, so a prompt "
+                                    "starting alike (the next choice of an item sent alone) resumes there",
+                                    fleet="limits.prefix_block_tokens")
     max_questions: int = knob(LIMITS.max_questions, Integer(1, 1024), "questions per request",
                               fleet="limits.max_questions")
     max_prompts: int = knob(LIMITS.max_prompts, Integer(1, 1024), "prompts per completion request (one choice "

@@ -247,6 +247,7 @@ class Engine(DecisionPlanner):
         pass_cost_tokens: float | None = None,
         pass_cache_bytes: int | None = None,
         prefix_cache_bytes: int | None = None,
+        prefix_block_tokens: int | None = None,
         calibration: Calibration = UNCALIBRATED,
         order: str = "fixed",
         x_calibration: str = "fitted",
@@ -258,6 +259,7 @@ class Engine(DecisionPlanner):
             pass_cost_tokens=pass_cost_tokens,
             pass_cache_bytes=pass_cache_bytes,
             prefix_cache_bytes=prefix_cache_bytes,
+            prefix_block_tokens=prefix_block_tokens,
         )
 
     def score(self, plans: list[list[Prompt]]) -> list[Scored]:

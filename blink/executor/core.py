@@ -77,6 +77,7 @@ class Executor(PromptInputs):
         pass_cost_tokens: float | None = None,
         pass_cache_bytes: int | None = None,
         prefix_cache_bytes: int | None = None,
+        prefix_block_tokens: int | None = None,
     ):
         self.model = model
         self.max_rows = max_rows  # rows per forward pass
@@ -96,7 +97,7 @@ class Executor(PromptInputs):
         self.max_cells = max(1, self.pass_cache_bytes // self.kv_bytes_per_token())  # rows x tokens of cache
         if prefix_cache_bytes is None:
             prefix_cache_bytes = self.PREFIX_CACHE_BYTES.get(self.device.type, self.PREFIX_CACHE_BYTES["cuda"])
-        self.prefix_cache = PrefixCache(prefix_cache_bytes)
+        self.prefix_cache = PrefixCache(prefix_cache_bytes, prefix_block_tokens)
         # passes choose the Gated DeltaNet rule's chunk (passes.delta_rule_chunk) where its PyTorch reference runs on
         # the CPU, where it was measured; flash-linear-attention's kernels, and the reference on a GPU, keep their own
         self.reference_delta_rule = (
@@ -165,15 +166,20 @@ class Executor(PromptInputs):
         """Steps 1-3 for every group: (group, prompt, read) -> the hidden state at that read's position."""
         hidden = {}
         for prefix in self.prefixes(inputs, resumed):
-            passes = self.suffix_passes(inputs, prefix)
-            suffixes = {}
-            for i, rows in enumerate(passes):
-                cache = self.fan_out(prefix, rows, copy_cache=i < len(passes) - 1)
-                suffixes |= self.suffix_pass(inputs, prefix, rows, cache)
-                del cache  # a fanned-out copy goes before the next pass makes its own
+            suffixes = self.suffixes(inputs, prefix)
             hidden |= self.read_states(inputs, prefix, suffixes)
             del prefix, suffixes  # this pass's cache and hidden states go before the next prefill
         return hidden
+
+    def suffixes(self, inputs: Inputs, prefix: Prefix) -> dict:
+        """Steps 2-3 after one prefix pass: (group, prompt) -> the hidden states of its suffix [span, H]."""
+        passes = self.suffix_passes(inputs, prefix)
+        suffixes = {}
+        for i, rows in enumerate(passes):
+            cache = self.fan_out(prefix, rows, copy_cache=i < len(passes) - 1)
+            suffixes |= self.suffix_pass(inputs, prefix, rows, cache)
+            del cache  # a fanned-out copy goes before the next pass makes its own
+        return suffixes
 
     def inputs(self, groups: list[list[Prompt]]) -> Inputs:
         everything = [p for prompts in groups for p in prompts]
@@ -253,13 +259,18 @@ class Executor(PromptInputs):
         if n == done:
             return shared_structure(entry.cache)
         cache = copy.deepcopy(entry.cache)
-        first = inputs.groups[g][0]
-        embeds = self._embeddings(inputs, first, done, n)[None]
-        text = torch.arange(done, n)[None]
-        rope = inputs.positions[id(first)][:, done:n][:, None]
-        self._forward(embeds, torch.ones((1, n), dtype=torch.long), text, rope, cache)
+        self.extend(inputs, g, cache, done, n)
         self.prefix_cache.save(inputs.keys[g], copy.deepcopy(cache))
         return cache
+
+    def extend(self, inputs: Inputs, g: int, cache, done: int, end: int) -> torch.Tensor:
+        """Tokens `done:end` of group `g`'s first prompt run on `cache` (one row after its first `done` tokens, no
+        padding), which then holds `end`: their hidden states [end - done, H]."""
+        first = inputs.groups[g][0]
+        embeds = self._embeddings(inputs, first, done, end)[None]
+        text = torch.arange(done, end)[None]
+        rope = inputs.positions[id(first)][:, done:end][:, None]
+        return self._forward(embeds, torch.ones((1, end), dtype=torch.long), text, rope, cache)[0]
 
     def stacked(self, inputs: Inputs, bucket: list[int], caches: list) -> Prefix:
         """Resumed batch-of-one caches as one `Prefix`, a row per group: attention KV left-padded with zeros to

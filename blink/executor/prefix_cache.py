@@ -4,16 +4,20 @@ An entry is the model's cache (attention KV, and on Qwen3.5 Gated DeltaNet conv 
 after a known token prefix, keyed by those tokens exactly (an image token carries its image's hash, see
 `Executor._keys`). A recurrent state exists only at the position it was saved at: it cannot be cut back like
 attention KV. So entries are saved at chosen points (the end of the state, `Prompt.state_end`), and a new prefix
-reuses the longest saved entry it starts with, then runs only the rest.
+reuses the longest saved entry it starts with, then runs only the rest. Scoring prompts (echo, prompt_logprobs) do
+not say where their context ends: they are saved at block-aligned points and where they meet recent prompts
+(`scoring_prefixes.py`), their entries holding what the prefix's positions scored too (`Entry.scored`).
 
-Bounded in bytes, least recently used first out. Owned by the executor's thread (not thread-safe). Entries live
-on the model's device; nothing here crosses a process boundary.
+Bounded in bytes, least recently used first out. Lookups and saves hold a lock: on a GPU, decisions (the batcher's
+thread) and scoring prompts (a request's thread) use the cache at once. An entry is never written once saved (a
+resumed state runs on a copy). Entries live on the model's device; nothing here crosses a process boundary.
 """
 
 from __future__ import annotations
 
 import copy
-from collections import Counter, OrderedDict
+import threading
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
 
 import torch
@@ -24,6 +28,7 @@ class Entry:
     length: int  # tokens of prefix it holds
     cache: object  # a batch-of-one model cache after those tokens
     nbytes: int
+    scored: object = None  # a scoring prompt's entry: what its positions scored (scoring_prefixes.Scored)
 
 
 def cache_bytes(tensors) -> int:
@@ -59,8 +64,14 @@ def shared_structure(cache):
 
 
 class PrefixCache:
-    def __init__(self, max_bytes: int):
+    BLOCK_TOKENS = 32  # the default of `prefix_block_tokens` (blink/settings.py)
+    RECENT = 8  # scoring prompts remembered (their tokens only): where the next one meets them is a save point
+
+    def __init__(self, max_bytes: int, block_tokens: int | None = None):
         self.max_bytes = int(max_bytes)
+        self.block = int(block_tokens or self.BLOCK_TOKENS)  # scoring prompts are saved at multiples of it
+        self.recent: deque = deque(maxlen=self.RECENT)
+        self.lock = threading.Lock()
         self.entries: OrderedDict[tuple, Entry] = OrderedDict()
         self.lengths: Counter = Counter()  # saved prefix lengths: the only places a lookup can stop
         self.bytes = 0
@@ -70,11 +81,16 @@ class PrefixCache:
     def active(self) -> bool:
         return self.max_bytes > 0
 
-    def lookup(self, keys: list, limit: int) -> Entry | None:
-        """The longest saved entry whose tokens start `keys`, holding at most `limit` tokens (most recent use)."""
+    def lookup(self, keys: list, limit: int, usable=None) -> Entry | None:
+        """The longest saved entry whose tokens start `keys`, holding at most `limit` tokens (most recent use), and
+        for which `usable(entry)` holds when given."""
+        with self.lock:
+            return self._lookup(keys, limit, usable)
+
+    def _lookup(self, keys: list, limit: int, usable) -> Entry | None:
         for length in sorted((n for n in self.lengths if n <= limit), reverse=True):
             entry = self.entries.get(tuple(keys[:length]))
-            if entry is not None:
+            if entry is not None and (usable is None or usable(entry)):
                 self.entries.move_to_end(tuple(keys[:length]))
                 self.hits += 1
                 self.cached_tokens += length
@@ -82,21 +98,39 @@ class PrefixCache:
         self.misses += 1
         return None
 
-    def save(self, keys: list, cache) -> None:
-        """Keep `cache` (batch of one, after `keys`) unless it alone exceeds the budget; evict the oldest to fit."""
-        key = tuple(keys)
-        nbytes = cache_bytes(t for _, _, t in layer_tensors(cache))
-        if not keys or nbytes > self.max_bytes or key in self.entries:
+    def save(self, keys: list, cache, scored=None) -> None:
+        """Keep `cache` (batch of one, after `keys`) unless it alone exceeds the budget; evict the oldest to fit. An
+        entry with `scored` (its `nbytes` counted) replaces one saved before under the same tokens."""
+        nbytes = cache_bytes(t for _, _, t in layer_tensors(cache)) + (scored.nbytes if scored is not None else 0)
+        with self.lock:
+            self._save(tuple(keys), cache, scored, nbytes)
+
+    def _save(self, key: tuple, cache, scored, nbytes: int) -> None:
+        if not key or nbytes > self.max_bytes or (key in self.entries and scored is None):
             return
-        self.entries[key] = Entry(len(keys), cache, nbytes)
-        self.lengths[len(keys)] += 1
+        if key in self.entries:
+            self._drop(key)
+        self.entries[key] = Entry(len(key), cache, nbytes, scored)
+        self.lengths[len(key)] += 1
         self.bytes += nbytes
         while self.bytes > self.max_bytes:
-            old_key, old = self.entries.popitem(last=False)
-            self.bytes -= old.nbytes
-            self.lengths[old.length] -= 1
-            if not self.lengths[old.length]:
-                del self.lengths[old.length]
+            self._drop(next(iter(self.entries)))
+
+    def remember(self, prompts: list[list]) -> None:
+        """Scoring prompts' tokens, kept (the last `RECENT`) to choose the next ones' save points."""
+        with self.lock:
+            self.recent.extend(list(p) for p in prompts)
+
+    def recent_prompts(self) -> list[list]:
+        with self.lock:
+            return list(self.recent)
+
+    def _drop(self, key: tuple) -> None:
+        old = self.entries.pop(key)
+        self.bytes -= old.nbytes
+        self.lengths[old.length] -= 1
+        if not self.lengths[old.length]:
+            del self.lengths[old.length]
 
     def stats(self) -> dict:
         return {

@@ -1,8 +1,10 @@
 """lm-eval 0.4.13's `local-completions` against the standalone server, as people compare served models on
 multiple-choice benchmarks: a small local task (written here; the Hub is unreachable) scored through blink's
-`/v1/completions` (`echo`, `logprobs`, `max_tokens: 1`, prompts as lists of token-id lists, four to a request, and
-lm-eval's remote tokenizer on `/tokenizer_info` and `/tokenize`), and by lm-eval's own `hf` backend on the same demo
-model folder at batch size 1 in float32: the same loglikelihood per choice (<= 1e-4) and the same accuracy.
+`/v1/completions` (`echo`, `logprobs`, `max_tokens: 1`, prompts as lists of token-id lists, four to a request or one,
+and lm-eval's remote tokenizer on `/tokenizer_info` and `/tokenize`), and by lm-eval's own `hf` backend on the same
+demo model folder at batch size 1 in float32: the same loglikelihood per choice (<= 1e-4) and the same accuracy.
+Every question follows one instruction of a few blocks, so prompts sent one a request share their starts through the
+prefix-state cache (scoring_prefixes.py).
 
 lm-eval lives in its own venv (.venv-lmeval, built by ci/lmeval-venv.sh when missing).
 """
@@ -29,6 +31,11 @@ QUESTIONS = [
     ("A cat says", ["woof", "meow", "moo", "a long sentence about the sound of cats at night"], 1),
     ("The largest planet in the solar system is", ["Jupiter", "Mars", "Earth", "Venus"], 0),
 ]
+INSTRUCTION = (
+    "Read the question below with care, think about what each of the given choices would mean if it were true, "
+    "and then answer with the one choice that a careful reader who knows the world well would pick. Some questions "
+    "are about science, some about animals, some about numbers; none of them is a trick. "
+)
 
 TASK = """task: blink_mc
 dataset_path: json
@@ -37,7 +44,7 @@ dataset_kwargs:
     test: {data}
 test_split: test
 output_type: multiple_choice
-doc_to_text: "Question: {{{{question}}}}\\nAnswer:"
+doc_to_text: "{{{{instruction}}}}Question: {{{{question}}}}\\nAnswer:"
 doc_to_target: label
 doc_to_choice: choices
 metric_list:
@@ -56,7 +63,12 @@ def lm_eval() -> Path:
 def task_dir(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("lmeval-task")
     data = folder / "data.jsonl"
-    data.write_text("".join(json.dumps({"question": q, "choices": c, "label": a}) + "\n" for q, c, a in QUESTIONS))
+    data.write_text(
+        "".join(
+            json.dumps({"instruction": INSTRUCTION, "question": q, "choices": c, "label": a}) + "\n"
+            for q, c, a in QUESTIONS
+        )
+    )
     (folder / "blink_mc.yaml").write_text(TASK.format(data=data))
     return folder
 
@@ -76,13 +88,29 @@ def evaluate(lm_eval: Path, task_dir: Path, out: Path, model: str, model_args: s
     return acc, {r["doc_id"]: [float(resp[0][0]) for resp in r["resps"]] for r in rows}, run.stderr
 
 
-def test_local_completions_equal_lm_evals_own_hf_backend(lm_eval, task_dir, server, demo_dir, tmp_path):
+@pytest.fixture(scope="module")
+def hf_results(lm_eval, task_dir, demo_dir, tmp_path_factory) -> tuple:
+    """lm-eval's own `hf` backend on the demo model folder, batch size 1, float32: (accuracy, loglikelihoods)."""
+    out = tmp_path_factory.mktemp("hf")
+    acc, local, _ = evaluate(lm_eval, task_dir, out, "hf", f"pretrained={demo_dir},dtype=float32", 1)
+    return acc, local
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_local_completions_equal_lm_evals_own_hf_backend(lm_eval, task_dir, server, hf_results, tmp_path, batch_size):
+    """Four prompts to a request (an item's choices share their context in one pass) or one (they share it through
+    the prefix-state cache: the server's health counts the resumed prompts): the same answers as `hf`."""
+    import httpx
+
+    hits = httpx.get(f"{server}/healthz").json()["prefix_cache"]["hits"]
     remote_args = f"model=demo,base_url={server}/v1/completions,num_concurrent=1,max_retries=1"
-    acc, served, log = evaluate(lm_eval, task_dir, tmp_path / "served", "local-completions", remote_args, 4)
+    acc, served, log = evaluate(lm_eval, task_dir, tmp_path, "local-completions", remote_args, batch_size)
     assert "Auto-detected remote tokenizer support" in log  # /tokenizer_info and /tokenize answered as vLLM's
-    hf_acc, local, _ = evaluate(lm_eval, task_dir, tmp_path / "hf", "hf", f"pretrained={demo_dir},dtype=float32", 1)
+    hf_acc, local = hf_results
     assert sorted(served) == sorted(local) == list(range(len(QUESTIONS)))
     worst = max(abs(a - b) for doc in local for a, b in zip(served[doc], local[doc]))
     assert worst <= 1e-4, worst
     assert all(len(served[doc]) == 4 for doc in served)
     assert acc == hf_acc
+    if batch_size == 1:  # every prompt after the first starts with the instruction's saved blocks at least
+        assert httpx.get(f"{server}/healthz").json()["prefix_cache"]["hits"] - hits >= 4 * len(QUESTIONS) - 1

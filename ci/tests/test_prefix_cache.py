@@ -444,3 +444,124 @@ def test_an_image_prefix_is_saved_keyed_by_its_pixels(demo_root):
     assert towers == [1, 0, 1]  # the image inside the resumed prefix is not run through the tower again
     assert prepared[2].prompts[0].ids == prepared[1].prompts[0].ids  # the blue image: the same ids as the red...
     assert cached == [0, end, 0]  # ...and another hash
+
+
+def plain_logprobs_error(engine, ids: list[int], got) -> float:
+    """How far a prompt's scores (prompt_logprobs) lie from a plain forward of it, log-softmaxed: its tokens'
+    logprobs, its most likely tokens after the last, each token's rank within the tolerance."""
+    import torch
+
+    with torch.inference_mode():
+        rows = torch.log_softmax(engine.executor.model(input_ids=torch.tensor([ids])).logits[0].float(), -1)
+    assert len(got.token_logprobs) == len(ids) - 1 and len(got.top) == len(ids)
+    worst_seen = 0.0
+    for i, token in enumerate(ids[1:]):
+        worst_seen = max(worst_seen, abs(got.token_logprobs[i] - rows[i, token].item()))
+        if got.ranks:
+            own = rows[i, token]
+            assert int((rows[i] > own + 1e-5).sum()) + 1 <= got.ranks[i] <= int((rows[i] > own - 1e-5).sum()) + 1
+    best = rows[-1].topk(len(got.top[-1]))
+    assert [t for t, _ in got.top[-1]] == best.indices.tolist()
+    return max([worst_seen] + [abs(lp - v) for (_, lp), v in zip(got.top[-1], best.values.tolist())])
+
+
+@pytest.fixture
+def scoring(engines):
+    """The session's engine with an empty cache of 64 MiB (32-token blocks)."""
+    from blink.executor.prefix_cache import PrefixCache
+
+    on, _ = engines
+    on.executor.prefix_cache = PrefixCache(64 << 20, 32)
+    return on
+
+
+def test_choices_sent_one_a_request_share_their_context_exactly(scoring):
+    """lm-eval's choices, a prompt a request: the second resumes from the first's last block boundary in the context,
+    the third and fourth from where the first two met (the context's end); every score equals a plain forward."""
+    from blink.executor.prompt_logprobs import prompt_logprobs
+
+    rng = random.Random(7)
+    context = [rng.randrange(200, 5000) for _ in range(150)]
+    prompts = [context + [rng.randrange(200, 5000) for _ in range(rng.randint(2, 6))] for _ in range(4)]
+    cache, resumed = scoring.executor.prefix_cache, []
+    for ids in prompts:
+        before = cache.cached_tokens
+        (got,) = prompt_logprobs(scoring.executor, [ids], 3, ranks=True)
+        resumed.append(cache.cached_tokens - before)
+        assert plain_logprobs_error(scoring, ids, got) < 1e-5
+    assert resumed == [0, 128, 150, 150]
+    assert 0 < cache.bytes <= cache.max_bytes
+    assert cache.bytes == sum(entry.nbytes for entry in cache.entries.values())
+
+
+def test_a_prompt_that_leaves_a_saved_start_is_scored_from_its_own_tokens(scoring):
+    """Saved prefixes of one prompt do not lend their scores to another: a prompt sharing only the first block, one
+    that leaves the context one token before a saved point, and requests asking more alternatives or ranks than the
+    saved scores hold are exact; an answer asking less resumes."""
+    from blink.executor.prompt_logprobs import prompt_logprobs
+
+    rng = random.Random(8)
+    context = [rng.randrange(200, 5000) for _ in range(140)]
+    cache = scoring.executor.prefix_cache
+    prompt_logprobs(scoring.executor, [context + [11, 12]], 2)  # saves 96 and 128, without ranks
+    assert sorted(e.length for e in cache.entries.values()) == [96, 128]
+    others = [
+        context[:40] + [rng.randrange(200, 5000) for _ in range(100)],
+        context[:127] + [7] + context[128:],
+        context[:130] + [13, 14],
+    ]
+    asked = [(2, False), (2, False), (3, False), (2, True), (1, False)]
+    expected = [0, 96, 0, 0, 132]  # where each resumes: not past a changed token, nor from fewer scores than asked
+    for (top, ranks), ids, resumes in zip(asked, others + others[2:] * 2, expected):
+        before = cache.cached_tokens
+        (got,) = prompt_logprobs(scoring.executor, [ids], top, ranks=ranks)
+        assert cache.cached_tokens - before == resumes
+        assert plain_logprobs_error(scoring, ids, got) < 1e-5
+
+
+def test_a_request_of_choices_saves_its_context_for_the_next(scoring):
+    """The choices of one request save their shared context's end: the next request about it (a group, or a lone
+    prompt) resumes there, exactly; the cache stays in its budget when new items evict the older ones."""
+    from blink.executor.prompt_logprobs import prompt_logprobs
+
+    rng = random.Random(9)
+    context = [rng.randrange(200, 5000) for _ in range(100)]
+    first = [context + [rng.randrange(200, 5000) for _ in range(3)] for _ in range(3)]
+    later = [[context + [rng.randrange(200, 5000) for _ in range(4)] for _ in range(2)], [context[:70] + [5, 6]]]
+    later.append([context + [9]])
+    cache = scoring.executor.prefix_cache
+    prompt_logprobs(scoring.executor, first, 1)
+    assert [e.length for e in cache.entries.values()] == [100]
+    for prompts, resumes in zip(later, [100, 0, 100]):  # a prompt leaving the context at 70 resumes from nothing
+        before = cache.cached_tokens
+        for ids, got in zip(prompts, prompt_logprobs(scoring.executor, prompts, 1)):
+            assert plain_logprobs_error(scoring, ids, got) < 1e-5
+        assert cache.cached_tokens - before == resumes
+    cache.max_bytes = max(e.nbytes for e in cache.entries.values()) * 3
+    for seed in range(4):
+        item = random.Random(seed)
+        prompt_logprobs(scoring.executor, [[item.randrange(200, 5000) for _ in range(70)]], 1)
+        assert 0 < cache.bytes <= cache.max_bytes
+        assert cache.bytes == sum(entry.nbytes for entry in cache.entries.values())
+
+
+@pytest.mark.e2e
+def test_echo_reports_the_start_a_saved_state_spared(server, engine):
+    """Two completions with `echo` sent one after the other, sharing a 100-token start: the second resumes at the
+    first's last block boundary inside it and says so in `usage.prompt_tokens_details.cached_tokens` (vLLM's field);
+    both echo the logprobs of a plain forward."""
+    import torch
+
+    rng = random.Random(12)
+    context = [rng.randrange(200, 5000) for _ in range(100)]
+    body = {"model": "demo", "echo": True, "logprobs": 1, "max_tokens": 0, "temperature": 0}
+    prompts = [context + [11, 12, 13], context + [14, 15]]
+    with httpx.Client(base_url=server, timeout=120) as client:
+        answers = [client.post("/v1/completions", json={**body, "prompt": ids}).json() for ids in prompts]
+    assert [a["usage"]["prompt_tokens_details"]["cached_tokens"] for a in answers] == [0, 96]
+    for ids, answer in zip(prompts, answers):
+        with torch.inference_mode():
+            rows = torch.log_softmax(engine.executor.model(input_ids=torch.tensor([ids])).logits[0].float(), -1)
+        echoed = answer["choices"][0]["logprobs"]["token_logprobs"]
+        assert echoed[0] is None and len(echoed) == len(ids)
+        assert max(abs(lp - rows[i, t].item()) for i, (lp, t) in enumerate(zip(echoed[1:], ids[1:]))) < 1e-5

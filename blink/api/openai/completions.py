@@ -182,11 +182,10 @@ def routes(ctx: Context) -> list[Route]:
             produced += n
         prompt_tokens = sum(len(r.ids) for r in rendered)
         total = prompt_tokens + produced
-        return {
-            **head,
-            "choices": choices,
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": produced, "total_tokens": total},
-        }
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": produced, "total_tokens": total}
+        if req.scores_prompt:  # vLLM's and OpenAI's field: the prompt tokens a saved prefix state spared
+            usage["prompt_tokens_details"] = {"cached_tokens": sum(s.cached_tokens for s in scored)}
+        return {**head, "choices": choices, "usage": usage}
 
     endpoint = Endpoint(
         ctx,
