@@ -6,17 +6,32 @@ after a known token prefix, keyed by those tokens exactly (an image token carrie
 attention KV. So entries are saved at chosen points (the end of the state, `Prompt.state_end`), and a new prefix
 reuses the longest saved entry it starts with, then runs only the rest.
 
-Bounded in bytes, least recently used first out. Owned by the executor's thread (not thread-safe). Entries live
-on the model's device; nothing here crosses a process boundary.
+Bounded in bytes, least recently used first out, and the bytes counted are what an entry costs the process: its
+tensors' whole storages, plus what holds them (each tensor's objects, each layer's deep-copied object and dicts, the
+key's tuple and the token ints it keeps alive), measured on the demo model with `bench/cache_overhead.py`: without
+them a full cache cost ~1.3x its budget (bench/RESULTS.md, issue 44). The freed heap that evicted entries and the
+passes between saves leave behind is handed back every `TRIM_EVERY_BYTES` of churn. Owned by the executor's thread
+(not thread-safe). Entries live on the model's device; nothing here crosses a process boundary.
 """
 
 from __future__ import annotations
 
 import copy
+import sys
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
 import torch
+
+from blink.memory import give_back_memory
+
+# Per-entry costs beside the tensors' bytes (bench/cache_overhead.py, tracemalloc over 160 entries of the demo model:
+# ~1.35 KiB of deep-copied dicts and objects per layer, ~80 B of Python object per tensor plus its TensorImpl and
+# StorageImpl in C++, ~40 B per key token), rounded up.
+TENSOR_OVERHEAD = 512
+LAYER_OVERHEAD = 1536
+KEY_ITEM_OVERHEAD = 40  # a tuple slot and the int object it keeps alive
+TRIM_EVERY_BYTES = 32 << 20  # bytes saved or evicted between two trims of the C heap
 
 
 @dataclass
@@ -26,8 +41,25 @@ class Entry:
     nbytes: int
 
 
-def cache_bytes(tensors) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
+def storage_bytes(tensors) -> int:
+    """Bytes of the storages behind `tensors`, each once: a view keeps its whole storage alive, not its numel."""
+    storages = {}
+    for tensor in tensors:
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
+
+
+def entry_bytes(keys, cache) -> int:
+    """What keeping `cache` under `keys` costs the process: its storages and the objects around them."""
+    tensors = [t for _, _, t in layer_tensors(cache)]
+    return (
+        storage_bytes(tensors)
+        + TENSOR_OVERHEAD * len(tensors)
+        + LAYER_OVERHEAD * len(cache.layers)
+        + sys.getsizeof(())
+        + KEY_ITEM_OVERHEAD * len(keys)
+    )
 
 
 def layer_tensors(cache):
@@ -64,6 +96,7 @@ class PrefixCache:
         self.entries: OrderedDict[tuple, Entry] = OrderedDict()
         self.lengths: Counter = Counter()  # saved prefix lengths: the only places a lookup can stop
         self.bytes = 0
+        self.churn = 0  # bytes saved or evicted since the C heap was last trimmed
         self.hits = self.misses = self.cached_tokens = 0
 
     @property
@@ -85,18 +118,23 @@ class PrefixCache:
     def save(self, keys: list, cache) -> None:
         """Keep `cache` (batch of one, after `keys`) unless it alone exceeds the budget; evict the oldest to fit."""
         key = tuple(keys)
-        nbytes = cache_bytes(t for _, _, t in layer_tensors(cache))
+        nbytes = entry_bytes(key, cache)
         if not keys or nbytes > self.max_bytes or key in self.entries:
             return
         self.entries[key] = Entry(len(keys), cache, nbytes)
         self.lengths[len(keys)] += 1
         self.bytes += nbytes
+        self.churn += nbytes
         while self.bytes > self.max_bytes:
             old_key, old = self.entries.popitem(last=False)
             self.bytes -= old.nbytes
+            self.churn += old.nbytes
             self.lengths[old.length] -= 1
             if not self.lengths[old.length]:
                 del self.lengths[old.length]
+        if self.churn >= TRIM_EVERY_BYTES:  # glibc keeps the freed heap otherwise (coalesced, in the background)
+            self.churn = 0
+            give_back_memory()
 
     def stats(self) -> dict:
         return {
