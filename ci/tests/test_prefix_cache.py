@@ -136,6 +136,20 @@ def test_an_entry_counts_what_it_costs(engines):
     assert sum(entry.nbytes for entry in new) >= sum(storages) + python_bytes > sum(storages)
 
 
+def test_a_view_is_counted_with_the_storage_it_keeps_alive():
+    """A saved tensor that is a view keeps its parent's whole storage: that is what is counted, once."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from blink.executor.prefix_cache import entry_bytes
+
+    parent = torch.zeros(8, 1024)
+    cache = SimpleNamespace(layers=[SimpleNamespace(keys=parent[:1], values=parent[1:2], conv_states={0: parent[2:3]})])
+    counted = entry_bytes((1, 2, 3), cache)
+    assert parent.untyped_storage().nbytes() < counted < 2 * parent.untyped_storage().nbytes()
+
+
 @pytest.mark.e2e
 def test_a_server_under_concurrent_requests(server):
     """Repeated and new states sent at once to a real server (its own cache): every answer equals the first one
