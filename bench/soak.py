@@ -253,6 +253,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=20.0)
     parser.add_argument("--load", type=float, default=0.8)
     parser.add_argument("--capacity-s", type=float, default=20.0)
+    parser.add_argument("--rate", type=float, default=None, help="arrivals/s to offer instead of --load x capacity")
     parser.add_argument("--url", default=None, help="soak a running server instead of starting one")
     parser.add_argument("--pid", type=int, default=None, help="with --url: the server's process, for its samples")
     parser.add_argument("--code", type=Path, default=ROOT)
@@ -273,7 +274,7 @@ def main() -> None:
     try:
         model = httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["id"]
         cap = asyncio.run(capacity(url, port, model, args.capacity_s))
-        rate = max(0.5, args.load * cap)
+        rate = args.rate or max(0.5, args.load * cap)
         log(f"capacity {cap:.1f} arrivals/s of the mix; offering {rate:.1f}/s for {args.minutes} min")
         sampler = Sampler(pid, url) if pid else None
         seconds = args.minutes * 60

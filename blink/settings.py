@@ -140,8 +140,9 @@ class Settings:
                                         "hold (MiB): passes are cut to fit (auto: 2048 on CPU, 4096 on CUDA)",
                                         fleet="limits.pass_cache_mib", shown="auto")
     prefix_cache_mib: float | None = knob(None, Number(0, 1 << 20, auto=True), "prefilled states kept across requests "
-                                          "(MiB), so a state seen before is not prefilled again; 0 = off (auto: 512 "
-                                          "on CPU, 4096 on CUDA; always off on ZeroGPU)",
+                                          "(MiB), so a state seen before is not prefilled again; counted as what "
+                                          "they cost the process (tensors and the objects holding them); 0 = off "
+                                          "(auto: 512 on CPU, 4096 on CUDA; always off on ZeroGPU)",
                                           fleet="limits.prefix_cache_mib", shown="auto")
     prefix_block_tokens: int = knob(32, Integer(1, 65536), "scoring prompts (echo, prompt_logprobs) keep their "
                                     "prefilled state at their last two multiples of this many tokens, so a prompt "

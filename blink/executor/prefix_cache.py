@@ -8,19 +8,35 @@ reuses the longest saved entry it starts with, then runs only the rest. Scoring 
 not say where their context ends: they are saved at block-aligned points and where they meet recent prompts
 (`scoring_prefixes.py`), their entries holding what the prefix's positions scored too (`Entry.scored`).
 
-Bounded in bytes, least recently used first out. Lookups and saves hold a lock: on a GPU, decisions (the batcher's
-thread) and scoring prompts (a request's thread) use the cache at once. An entry is never written once saved (a
-resumed state runs on a copy). Entries live on the model's device; nothing here crosses a process boundary.
+Bounded in bytes, least recently used first out, and the bytes counted are what an entry costs the process: its
+tensors' whole storages, plus what holds them (each tensor's objects, each layer's deep-copied object and dicts, the
+key's tuple and the token ints it keeps alive), measured on the demo model with `bench/cache_overhead.py`: without
+them a full cache cost ~1.3x its budget (bench/RESULTS.md, issue 44). The freed heap that evicted entries and the
+passes between saves leave behind is handed back every `TRIM_EVERY_BYTES` of churn. Lookups and saves hold a lock: on
+a GPU, decisions (the batcher's thread) and scoring prompts (a request's thread) use the cache at once. An entry is
+never written once saved (a resumed state runs on a copy). Entries live on the model's device; nothing here crosses a
+process boundary.
 """
 
 from __future__ import annotations
 
 import copy
+import sys
 import threading
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
 
 import torch
+
+from blink.memory import give_back_memory
+
+# Per-entry costs beside the tensors' bytes (bench/cache_overhead.py, tracemalloc over 160 entries of the demo model:
+# ~1.35 KiB of deep-copied dicts and objects per layer, ~80 B of Python object per tensor plus its TensorImpl and
+# StorageImpl in C++, ~40 B per key token), rounded up.
+TENSOR_OVERHEAD = 512
+LAYER_OVERHEAD = 1536
+KEY_ITEM_OVERHEAD = 40  # a tuple slot and the int object it keeps alive
+TRIM_EVERY_BYTES = 32 << 20  # bytes saved or evicted between two trims of the C heap
 
 
 @dataclass
@@ -31,8 +47,25 @@ class Entry:
     scored: object = None  # a scoring prompt's entry: what its positions scored (scoring_prefixes.Scored)
 
 
-def cache_bytes(tensors) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
+def storage_bytes(tensors) -> int:
+    """Bytes of the storages behind `tensors`, each once: a view keeps its whole storage alive, not its numel."""
+    storages = {}
+    for tensor in tensors:
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
+
+
+def entry_bytes(keys, cache) -> int:
+    """What keeping `cache` under `keys` costs the process: its storages and the objects around them."""
+    tensors = [t for _, _, t in layer_tensors(cache)]
+    return (
+        storage_bytes(tensors)
+        + TENSOR_OVERHEAD * len(tensors)
+        + LAYER_OVERHEAD * len(cache.layers)
+        + sys.getsizeof(())
+        + KEY_ITEM_OVERHEAD * len(keys)
+    )
 
 
 def layer_tensors(cache):
@@ -75,6 +108,7 @@ class PrefixCache:
         self.entries: OrderedDict[tuple, Entry] = OrderedDict()
         self.lengths: Counter = Counter()  # saved prefix lengths: the only places a lookup can stop
         self.bytes = 0
+        self.churn = 0  # bytes saved or evicted since the C heap was last trimmed
         self.hits = self.misses = self.cached_tokens = 0
 
     @property
@@ -101,7 +135,7 @@ class PrefixCache:
     def save(self, keys: list, cache, scored=None) -> None:
         """Keep `cache` (batch of one, after `keys`) unless it alone exceeds the budget; evict the oldest to fit. An
         entry with `scored` (its `nbytes` counted) replaces one saved before under the same tokens."""
-        nbytes = cache_bytes(t for _, _, t in layer_tensors(cache)) + (scored.nbytes if scored is not None else 0)
+        nbytes = entry_bytes(keys, cache) + (scored.nbytes if scored is not None else 0)
         with self.lock:
             self._save(tuple(keys), cache, scored, nbytes)
 
@@ -113,8 +147,12 @@ class PrefixCache:
         self.entries[key] = Entry(len(key), cache, nbytes, scored)
         self.lengths[len(key)] += 1
         self.bytes += nbytes
+        self.churn += nbytes
         while self.bytes > self.max_bytes:
             self._drop(next(iter(self.entries)))
+        if self.churn >= TRIM_EVERY_BYTES:  # glibc keeps the freed heap otherwise (coalesced, in the background)
+            self.churn = 0
+            give_back_memory()
 
     def remember(self, prompts: list[list]) -> None:
         """Scoring prompts' tokens, kept (the last `RECENT`) to choose the next ones' save points."""
@@ -128,6 +166,7 @@ class PrefixCache:
     def _drop(self, key: tuple) -> None:
         old = self.entries.pop(key)
         self.bytes -= old.nbytes
+        self.churn += old.nbytes
         self.lengths[old.length] -= 1
         if not self.lengths[old.length]:
             del self.lengths[old.length]
