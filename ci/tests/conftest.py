@@ -14,11 +14,14 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from helpers import SERVERS, blink_serve, running
+from helpers import ROOT, SERVERS, blink_serve, running
+from helpers.vllm import vllm_replicas_running
 
 
 def give_back_memory() -> None:
@@ -77,3 +80,25 @@ def engine(demo_dir):
     from blink.model.loading import load
 
     return Engine(load(str(demo_dir)))
+
+
+@pytest.fixture(scope="session")
+def qwen3_dir(tmp_path_factory) -> Path:
+    """The qwen3 demo model (`make-demo-model --arch qwen3`): the architecture the CPU build of vLLM loads."""
+    out = tmp_path_factory.mktemp("qwen3") / "qwen3-demo"
+    subprocess.run(
+        [sys.executable, "-m", "blink", "make-demo-model", str(out), "--arch", "qwen3"],
+        check=True,
+        cwd=ROOT,
+        capture_output=True,
+        timeout=600,
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def vllm_replicas(qwen3_dir):
+    """Two real vLLM CPU replicas of the qwen3 demo model, `[(url, process)]`, shared by test_router.py and
+    test_vllm.py (two of them fill two cores: never more) and stopped after the last test that uses them."""
+    yield SERVERS.start("vllm_replicas", vllm_replicas_running(qwen3_dir))
+    SERVERS.stop("vllm_replicas")
