@@ -33,6 +33,17 @@ def give_back_memory() -> None:
         pass
 
 
+def pytest_collection_modifyitems(session, config, items):
+    """The two vLLM replicas (`vllm_replicas`) serve test_router.py and test_vllm.py: their tests run back to back, so
+    the replicas are up from the first to the last and no longer (not through every file between the two), and
+    test_router.py's first, whatever order the files were named in (test_vllm.py's last tests kill a replica)."""
+    router = [item for item in items if item.path.name == "test_router.py"]
+    rest = [item for item in items if item.path.name != "test_router.py"]
+    first_vllm = next((k for k, item in enumerate(rest) if item.path.name == "test_vllm.py"), None)
+    if router and first_vllm is not None:
+        items[:] = rest[:first_vllm] + router + rest[first_vllm:]
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item, nextitem):
     yield  # the item's fixtures are finalized (a module's, after its last test)

@@ -1,10 +1,10 @@
 """blink in front of `vllm-router` in front of real vLLM replicas: the two replicas test_vllm.py uses (conftest.py's
-session-scoped `vllm_replicas`: this file runs first, before test_vllm.py's failover tests kill one), vllm-router
-0.1.17 (.venv-router, built by ci/router-venv.sh on first use: ~20 s) in front of them, and blink's real
-`serve --engine vllm --engine-url ROUTER` in front of it: the router is one replica to blink.
+session-scoped `vllm_replicas`; conftest.py runs this file just before test_vllm.py, whose last tests kill one),
+vllm-router 0.1.17 (.venv-router, built by ci/router-venv.sh on first use: ~20 s) in front of them, and blink's
+real `serve --engine vllm --engine-url ROUTER` in front of it: the router is one replica to blink.
 
 The router's flags are the ones docs/scale-out.md gives: `--policy round_robin` (its default, cache_aware, sends
-every blink prompt to one replica: they share a long template) and a request timeout as long as the longest chat
+every request to one replica once blink's prompts share a long head) and a request timeout as long as the longest chat
 stream (it covers the whole request, a stream included). Shown here: token-id prompts and blink's reads pass the
 router unchanged, decisions spread over both replicas (vLLM's own counters) with the same answers, a chat stream
 ends whole (`[DONE]` after its finish reason), jevcompat passes through both layers, blink's /healthz sees one

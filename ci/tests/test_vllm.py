@@ -5,7 +5,8 @@ run loudly if it can't, never skips), two replicas started by `ci/vllm-serve.sh`
 Scores are compared with a plain transformers forward on the same weights (fp32 on both sides; the bound
 asserted is 1e-4, the difference measured is ~1e-6) and with blink's own executor, routing by what vLLM itself
 counts (its /metrics), blink's own `serve --engine vllm` in front of the replicas, and failover by killing a replica
-(the last tests: the session's replicas are one fewer after them, so test_router.py, which shares them, runs first).
+(the last tests: the session's replicas are one fewer after them, so conftest.py runs test_router.py, which shares
+them, just before this file).
 
 Cost: the venv (cached after the first build: a few seconds), ~100-150 s for the two replicas to start side by
 side, ~25 s for each one's first request (conftest.py's session-scoped `vllm_replicas`, ci/tests/helpers/vllm.py);
