@@ -2,9 +2,11 @@
 
 An example is a fenced code block right after a marker line `<!-- example <runner> -->`:
 - `curl` (a ```bash block of curl commands): run by bash; the ```json block after it shows what it printed, one
-  line on the wire, laid out by `wire_layout` (one answer a line);
-- `python` / `python-mcp` (a ```python block, run by `.venv` / `.venv-mcp`, built by ci/mcp-venv.sh: Gradio pins
-  the server's `mcp` below 2) and `node` (a ```js block, run in ci/js with the JS clients its lock pins): what it
+  line on the wire, laid out by `wire_layout` (one answer, one result or one score a line, wrapped to the width);
+- `python` / `python-mcp` / `python-labels` (a ```python block, run by `.venv` / `.venv-mcp`, built by
+  ci/mcp-venv.sh: Gradio pins the server's `mcp` below 2 / `.venv-labels`, built by ci/labels-venv.sh: LiteLLM,
+  LlamaIndex, run with `LITELLM_LOCAL_MODEL_COST_MAP=True`) and `node` (a ```js block, run in ci/js with the JS
+  clients its lock pins): what it
   printed is shown in comments, either one `# <output>` (`// <output>`) at the end of each top-level `print(...)`
   (`console.log(...)`) line (a note may follow two spaces later: `# 0.52  (why)`), or, for code that prints from
   inside a function or a block, every line at once in a comment block closing the code, wrapped at `, ` to the
@@ -17,6 +19,9 @@ within the line length, so print a few short values, not a whole body.
 Every example talks to `http://127.0.0.1:7860` as written (the Space's first command, `BLINK_MODEL=demo`, which
 answers as `blink-4b`); here that address is replaced by a fresh Space's on a free port, and the examples run one
 after another in file order (README first), so the prefix-state cache's counts come out the same on every run.
+What differs from run to run by design (a response's random `id`, `created`) is masked when a shown output is
+compared with the run's (`masked`): a page is rewritten only when something else changed, so its ids are a real
+run's, not placeholders.
 
     python ci/examples.py            # run them; exit 1 with a diff if a shown output is not what the run printed
     python ci/examples.py --write    # rewrite the shown outputs from the run
@@ -44,7 +49,17 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHOWN_URL = "http://127.0.0.1:7860"
 WIDTH = 116  # a comment line's width, `# ` included
 MARKER = re.compile(r"^<!-- example (?P<runner>[\w-]+)(?P<previous> with-previous)? -->$")
-PYTHONS = {"python": ROOT / ".venv" / "bin" / "python", "python-mcp": ROOT / ".venv-mcp" / "bin" / "python"}
+PYTHONS = {
+    "python": ROOT / ".venv" / "bin" / "python",
+    "python-mcp": ROOT / ".venv-mcp" / "bin" / "python",
+    "python-labels": ROOT / ".venv-labels" / "bin" / "python",
+}
+VENV_SCRIPTS = {"python-mcp": "ci/mcp-venv.sh", "python-labels": "ci/labels-venv.sh"}
+# a response's id and time, random or the clock's: `"id":"rerank-<hex>"`, `"created":1796452378`
+VOLATILE = [
+    (re.compile(r'"id":"(rerank|score|modr|chatcmpl|cmpl|resp)-[0-9a-f]+"'), r'"id":"\1-<id>"'),
+    (re.compile(r'"created":\d+'), '"created":<time>'),
+]
 NOTE = "  ("  # an output's note starts here, in a print line's comment
 
 
@@ -71,7 +86,7 @@ def examples(lines: list[str], page: Path) -> list[Example]:
 
 def run(code: str, runner: str, url: str) -> str:
     code = code.replace(SHOWN_URL, url)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     if runner == "curl":
         argv = ["bash", "-c", code]
     elif runner == "node":  # in ci/js, whose node_modules hold the pinned JS clients (package.json)
@@ -95,13 +110,22 @@ def checked(proc: subprocess.CompletedProcess, code: str) -> str:
     return proc.stdout
 
 
+def masked(text: str) -> str:
+    for pattern, mask in VOLATILE:
+        text = pattern.sub(mask, text)
+    return text
+
+
 # --- how outputs are shown ---------------------------------------------------------------------------------
 def wire_layout(text: str) -> list[str]:
     """A System One answer as the README shows it: the same bytes, a line break before each answer and before
-    `usage`, and an answer broken before its `probabilities` when it runs past the width."""
+    `usage`, and an answer broken before its `probabilities` when it runs past the width. Another answer (rerank,
+    score, moderation): `list_layout`."""
     body = json.loads(text)
     compact = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
     assert compact == text.strip(), "the answer is not compact JSON"
+    if "answers" not in body:
+        return list_layout(body, compact)
     head = compact[: compact.index('"answers":{') + len('"answers":{')]
     lines = [head]
     answers = list(body["answers"].items())
@@ -119,6 +143,34 @@ def wire_layout(text: str) -> list[str]:
     lines.append(" " + tail)
     assert json.loads("".join(line.strip() for line in lines)) == body
     return lines
+
+
+def list_layout(body: dict, compact: str) -> list[str]:
+    """An answer whose first list (`results`, `data`) holds one entry per input: the same bytes, a line break
+    before each entry and after the list, each piece wrapped between two keys to the width."""
+    key = next(k for k, v in body.items() if isinstance(v, list))
+    head = compact[: compact.index(f'"{key}":[') + len(key) + 4]
+    entries = [json.dumps(entry, separators=(",", ":"), ensure_ascii=False) for entry in body[key]]
+    rest = compact[len(head) + len(",".join(entries)) + 1 :]  # after the list's `]`: `,"usage":...}` or `}`
+    entries = [entry + "," for entry in entries[:-1]] + [entries[-1] + "]" + (rest if rest == "}" else ",")]
+    lines = [head]
+    for entry in entries:
+        lines += wrapped_json(entry, "  ")
+    if rest != "}":
+        lines += wrapped_json(rest[1:], " ")
+    assert json.loads("".join(line.strip() for line in lines)) == body
+    return lines
+
+
+def wrapped_json(piece: str, indent: str) -> list[str]:
+    """Compact JSON cut between two keys (`,"`) where it runs past the width; continuations indented once more."""
+    out, current = [], indent
+    for part in re.split(r'(?<=,)(?=")', piece):
+        if len(current) + len(part) > WIDTH and current.strip():
+            out.append(current)
+            current = indent + " "
+        current += part
+    return [*out, current]
 
 
 @dataclass(frozen=True)
@@ -213,8 +265,9 @@ def main() -> int:
     parser.add_argument("--write", action="store_true", help="rewrite the shown outputs from the run")
     parser.add_argument("--url", help="a running demo Space to use instead of starting one")
     a = parser.parse_args()
-    if not (PYTHONS["python-mcp"].parent / ".." / ".ready").exists():
-        subprocess.run(["bash", str(ROOT / "ci" / "mcp-venv.sh")], check=True)
+    for runner, script in VENV_SCRIPTS.items():
+        if not (PYTHONS[runner].parent / ".." / ".ready").exists():
+            subprocess.run(["bash", str(ROOT / script)], check=True)
     npm_installed()  # ci/js's node_modules, from its lock
     demo_root = Path(os.environ.get("BLINK_TEST_DEMO_ROOT") or Path.home() / ".cache" / "blink")
     proc, url = (None, a.url) if a.url else space(demo_root)
@@ -225,14 +278,15 @@ def main() -> int:
             if not examples(text.split("\n"), page):
                 continue
             new = refreshed(page, url)
-            if new == text:
+            if masked(new) == masked(text):
                 continue
             if a.write:
                 page.write_text(new)
                 print(f"{page.relative_to(ROOT)}: outputs rewritten")
             else:
                 stale += 1
-                diff = difflib.unified_diff(text.split("\n"), new.split("\n"), str(page), "as run", lineterm="")
+                shown, ran = masked(text).split("\n"), masked(new).split("\n")
+                diff = difflib.unified_diff(shown, ran, str(page), "as run", lineterm="")
                 print("\n".join(diff))
     finally:
         if proc is not None:

@@ -188,7 +188,7 @@ def check_rerank_body(ctx: Context, body, arrival=None) -> Ranking:
         raise bad('`rank_fields` may only be ["text"]: blink ranks a document\'s text', "rank_fields")
     pairs = Rephrase(ctx, body, cut_to(body))
     bodies = [pairs.body(query, text) for text in texts]
-    checked = ctx.service.check_many(bodies, arrival)
+    checked = ctx.service.check_many(bodies, arrival, refused_at("documents", ctx.limits.max_context_tokens))
     return Ranking(texts, checked, "documents", top_n, returned is not False)
 
 
@@ -224,29 +224,33 @@ def check_score(ctx: Context, call: Call) -> Ranking:
             raise bad(f"text_1[{i}] is empty: a query is needed", "text_1", i, kind="missing")
     rephrase = Rephrase(ctx, body, cut_to(body))
     bodies = [rephrase.body(query, text) for query, text in pairs]
-    return Ranking(texts, ctx.service.check_many(bodies, call.arrival), "text_2")
+    checked = ctx.service.check_many(bodies, call.arrival, refused_at("text_2", ctx.limits.max_context_tokens))
+    return Ranking(texts, checked, "text_2")
 
 
 # answering --------------------------------------------------------------------------------------------------
-def told_at(ranking: Ranking, limit: int):
-    """A refusal of one document's decision, pointed at that document."""
+def refused_at(where: str, limit: int):
+    """A refusal of one document's decision, pointed at that document (`where[i]`): one past the context, or one
+    of its state (a data URL is an image, refused by a model that reads text only)."""
 
     def at(i: int, error: BlinkError) -> BlinkError:
-        if error.kind != "context_length_exceeded":
-            return error
-        return InvalidRequest(
-            f"{ranking.where}[{i}] with the query makes a prompt past this server's context limit of {limit} tokens "
-            "(document + query + framing). Nothing was truncated: shorten it, or ask for documents to be cut with "
-            "`max_tokens_per_doc` (Cohere) or `truncate_prompt_tokens` (vLLM; -1 fits the context).",
-            loc=["body", ranking.where, i],
-            kind="context_length_exceeded",
-        )
+        if error.kind == "context_length_exceeded":
+            return InvalidRequest(
+                f"{where}[{i}] with the query makes a prompt past this server's context limit of {limit} tokens "
+                "(document + query + framing). Nothing was truncated: shorten it, or ask for documents to be cut "
+                "with `max_tokens_per_doc` (Cohere) or `truncate_prompt_tokens` (vLLM; -1 fits the context).",
+                loc=["body", where, i],
+                kind="context_length_exceeded",
+            )
+        if isinstance(error, InvalidRequest) and error.loc[:2] in (["body", "state"], ["body", "assets"]):
+            return InvalidRequest(f"{where}[{i}]: {error.message}", loc=["body", where, i], kind=error.kind)
+        return error
 
     return at
 
 
 async def decide(ctx: Context, ranking: Ranking, ticket, caller=None, timing=None) -> tuple[list[float], list, dict]:
-    at = told_at(ranking, ctx.limits.max_context_tokens)
+    at = refused_at(ranking.where, ctx.limits.max_context_tokens)
     decided = await ctx.service.run_many(ranking.checked, ticket, caller, timing, at)
     scores = [one.answers[QUESTION]["noul"] for one in decided]
     tokens = sum(one.input_tokens for one in decided)

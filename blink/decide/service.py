@@ -106,10 +106,15 @@ class DecisionService:
         metrics.decided(self.model_name, prepared.decision.questions, prepared.input_tokens, scored.cached_tokens)
         return Decided(answers, prepared, scored.cached_tokens, self.planner.calibration_fact(prepared))
 
-    def check_many(self, bodies: list, on_its_way: OnItsWay | None = None) -> list[Checked]:
+    def check_many(self, bodies: list, on_its_way: OnItsWay | None = None, at: Refusal | None = None) -> list[Checked]:
         """`check` for each decision of one request; the request's count on its way goes with the first (it ends
-        as they are all queued together)."""
-        checked = [self.planner.check(body, None) for body in bodies]
+        as they are all queued together). `at(i, error)`: a refusal of decision `i` told in the request's terms."""
+        checked = []
+        for i, body in enumerate(bodies):
+            try:
+                checked.append(self.planner.check(body, None))
+            except BlinkError as error:
+                raise (at(i, error) if at is not None else error) from None
         if checked and on_its_way is not None:
             checked[0] = replace(checked[0], on_its_way=on_its_way)
         return checked

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from blink.errors import EngineFailure
+from blink.errors import EngineFailure, InvalidRequest
 from blink.generate.chat_engine import ChatEnd, Sampling
 from blink.generate.text import IncrementalDecoder, StopStrings
 from blink.plan import GenerationParams
@@ -54,9 +54,10 @@ class VllmChat:
         return body
 
     def generate(self, ids: list[int], params: GenerationParams) -> Iterator[Any]:
-        """Yield text deltas (`str`), then one `ChatEnd`. Images are not sent (text models only)."""
+        """Yield text deltas (`str`), then one `ChatEnd`. Images are not sent (text models only): every wire refuses
+        them before admission (blink loads no image processor for this engine); met here, they are still a 400."""
         if params.images:
-            raise EngineFailure("the vllm engine reads text only: images are not sent to it", kind="images_unsupported")
+            raise InvalidRequest("the vllm engine reads text only: images are not accepted", kind="images_unsupported")
         started = time.perf_counter()
         decoder = IncrementalDecoder(self.tokenizer, self.hidden_ids)
         stopper = StopStrings([s for s in params.stop if s])

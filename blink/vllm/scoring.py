@@ -18,7 +18,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from blink.errors import BlinkError, EngineFailure
+from blink.errors import BlinkError, EngineFailure, InvalidRequest
 from blink.plan import Prompt, Scored
 from blink.vllm.affinity import Route, route_for
 from blink.vllm.replicas import Replica, Replicas, finish_reason
@@ -69,8 +69,8 @@ class VllmScorer:
         """Label scores per prompt, per read, of one request: all its reads on one replica, in one completion
         request per chunk of its labels (the union over its questions: a few more gathered columns cost nothing
         next to one more request)."""
-        if any(p.images for p in plan):
-            raise EngineFailure("the vllm engine reads text only: images are not sent to it", kind="images_unsupported")
+        if any(p.images for p in plan):  # refused by every wire before admission; met here, still the client's 400
+            raise InvalidRequest("the vllm engine reads text only: images are not accepted", kind="images_unsupported")
         reads = [(p, read) for p, prompt in enumerate(plan) for read in prompt.reads]
         for p, read in reads:
             if not 0 <= read.position < len(plan[p].ids):

@@ -5,6 +5,7 @@ run printed, to the last digit. `python ci/examples.py --write` rewrites them.""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -24,14 +25,28 @@ def blocks(text: str) -> list[tuple[str, str, str]]:
     return [(m["before"], m["lang"], m["code"]) for m in found]
 
 
-def test_every_readme_example_that_calls_the_server_is_run():
-    """A README code block that talks to the demo Space (Python, or curl) is an example ci/examples.py runs."""
+@pytest.mark.parametrize("page", [README, ROOT / "docs" / "api-rerank.md", ROOT / "docs" / "api-moderations.md"])
+def test_every_example_that_calls_the_server_is_run(page):
+    """A code block that talks to the demo Space (Python, or curl) is an example ci/examples.py runs, its output
+    compared with the ids masked (a rerank's, score's or moderation's id is random); a block that starts a server
+    of its own (a custom moderation policy) is not the demo Space."""
     unmarked = [
         code.split("\n")[0]
-        for before, lang, code in blocks(README.read_text())
+        for before, lang, code in blocks(page.read_text())
         if "127.0.0.1:7860/" in code and (lang == "python" or code.startswith("curl")) and not MARKER.match(before)
     ]
-    assert not unmarked, f"README examples no test runs: {unmarked}"
+    assert not unmarked, f"{page.name}: examples no test runs: {unmarked}"
+
+
+def test_random_ids_are_masked_and_nothing_else():
+    spec = importlib.util.spec_from_file_location("examples", ROOT / "ci" / "examples.py")
+    examples = sys.modules["examples"] = importlib.util.module_from_spec(spec)  # its dataclasses look it up
+    spec.loader.exec_module(examples)
+    masked = examples.masked
+    shown = '{"id":"rerank-7cfba8acbf844006808c5985a2c4567e","created":1796452378,"model":"blink-4b","x":"modr-1"}'
+    ran = '{"id":"rerank-0759b2910e9540769d33aaff01e4cd6d","created":1796452999,"model":"blink-4b","x":"modr-1"}'
+    assert masked(shown) == masked(ran) == '{"id":"rerank-<id>","created":<time>,"model":"blink-4b","x":"modr-1"}'
+    assert masked(shown.replace("blink-4b", "blink-9b")) != masked(ran)
 
 
 @pytest.mark.e2e

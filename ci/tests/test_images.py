@@ -316,7 +316,8 @@ def test_text_model_refuses_openai_image_parts(server):
             "questions": [{"type": "predicate", "instructions": "Red?"}],
         },
     )
-    assert 400 <= r.status_code < 500 and "text only" in r.json()["error"]["message"]
+    assert r.status_code == 400 and "text only" in r.json()["error"]["message"]
+    assert r.json()["error"]["param"] == "input[0].content[0]"  # the part, not System One's `assets`
 
 
 def test_borrowed_vision_tower_matches_the_model_that_owns_it(vision_root, vision_server):
@@ -458,7 +459,7 @@ def test_an_extreme_aspect_ratio_is_a_4xx_naming_the_asset(vision_server, route)
             },
         )
         assert r.status_code == 400 and "ratio" in r.json()["error"]["message"], r.text[:300]
-        assert r.json()["error"]["param"], r.text[:300]  # names the part
+        assert r.json()["error"]["param"] == "input[0].content[0]", r.text[:300]  # names the part
     assert httpx.get(vision_server + "/healthz", timeout=10).json()["ok"] is True
 
 

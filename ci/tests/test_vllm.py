@@ -295,6 +295,8 @@ def blink_on_vllm(vllm_replicas, qwen3_dir):
     urls = ",".join(url for url, _ in vllm_replicas)
     argv = [sys.executable, "-m", "blink", "serve", "--model", str(qwen3_dir), "--port", "{port}"]
     argv += ["--served-model-name", "blink-qwen3-demo", "--engine", "vllm", "--engine-url", urls]
+    # the replicas' speed on a shared 2-core machine until one is measured (a first rerank timed out at the default)
+    argv += ["--engine-assumed-s-per-token", "0.1"]
     with running(argv, qwen3_dir.parent, name="blink-vllm") as url:
         yield url
 
@@ -365,6 +367,80 @@ def test_the_space_in_front_of_vllm(vllm_replicas, qwen3_dir, blink_on_vllm):
         ui = Client(url, verbose=False).predict(state=body["state"], questions=body["questions"], api_name="/decide")
         assert close_answers(ui["answers"], want), (ui, want)
         assert "decide" not in httpx.get(url + "/healthz", timeout=30).json()["gpu_seconds"]  # no GPU call made
+
+
+@pytest.fixture(scope="module")
+def blink_local(qwen3_dir):
+    """blink's own server with its in-process engine on the same weights: what the replicas are compared with."""
+    argv = [sys.executable, "-m", "blink", "serve", "--model", str(qwen3_dir), "--port", "{port}"]
+    with running([*argv, "--served-model-name", "blink-qwen3-demo"], qwen3_dir.parent, name="blink-local") as url:
+        yield url
+
+
+RERANK = {
+    "model": "blink-qwen3-demo",
+    "query": "Where is my parcel?",
+    "documents": [
+        "The parcel never arrived and the tracking page has not changed in nine days.",
+        "Our office is closed on public holidays.",
+        {"text": "Refunds are paid to the card used for the order within five days."},
+        LONG_STATE,
+    ],
+}
+
+
+def both(path: str, body: dict, *urls: str) -> list[dict]:
+    out = []
+    for url in urls:
+        r = httpx.post(url + path, json=body, timeout=300)
+        assert r.status_code == 200, (url, r.text)
+        out.append(r.json())
+    return out
+
+
+@pytest.mark.parametrize("calibration", [None, "prior"])
+def test_rerank_and_score_through_vllm_equal_the_local_engine(blink_on_vllm, blink_local, calibration):
+    """/v1/rerank and /v1/score through `serve --engine vllm` give each document the relevance blink's own engine
+    gives it on the same weights (the probability of "yes", within the engines' tolerance), so the same order
+    wherever two scores are further apart than that; with the content-free prior too."""
+    body = RERANK if calibration is None else {**RERANK, "x_calibration": calibration}
+    served, local = both("/v1/rerank", body, blink_on_vllm, blink_local)
+    scores = [{r["index"]: r["relevance_score"] for r in answer["results"]} for answer in (served, local)]
+    assert sorted(scores[0]) == sorted(scores[1]) == [0, 1, 2, 3]
+    assert max(abs(scores[0][i] - scores[1][i]) for i in scores[1]) < 1e-5, scores
+    assert close_answers(served["x_calibration"], local["x_calibration"])
+    # the same prompts; what blink's own prefix-state cache spared (`x_cached_tokens`) is its own
+    tokens = [(a["usage"]["prompt_tokens"], a["usage"]["total_tokens"]) for a in (served, local)]
+    assert tokens[0] == tokens[1], tokens
+    # the replicas' order is the local engine's, but for documents tied within the tolerance (either may lead)
+    order = [r["index"] for r in served["results"]]
+    assert all(scores[1][a] >= scores[1][b] - 2e-5 for a, b in zip(order, order[1:])), (order, scores)
+    assert [r["relevance_score"] for r in served["results"]] == sorted(scores[0].values(), reverse=True)
+    texts = [d if isinstance(d, str) else d["text"] for d in RERANK["documents"]]
+    assert [r["document"]["text"] for r in served["results"]] == [texts[i] for i in order]
+    score_body = {"model": "blink-qwen3-demo", "text_1": RERANK["query"], "text_2": texts}
+    served, local = both("/v1/score", score_body, blink_on_vllm, blink_local)
+    assert [d["index"] for d in served["data"]] == [0, 1, 2, 3]
+    assert max(abs(a["score"] - b["score"]) for a, b in zip(served["data"], local["data"])) < 1e-5
+
+
+def test_moderation_through_vllm_equals_the_local_engine(blink_on_vllm, blink_local):
+    """/v1/moderations through `serve --engine vllm`: the 13 categories of the default policy for each input, each
+    score within the engines' tolerance of blink's own engine, each flag its score against the threshold."""
+    from blink.moderation_policy import load_policy
+
+    policy = load_policy(None)
+    thresholds = {c.name: c.threshold for c in policy.categories}
+    body = {"model": "blink-qwen3-demo", "input": ["Have a lovely day.", "I will find you and hurt you."]}
+    served, local = both("/v1/moderations", body, blink_on_vllm, blink_local)
+    assert served["model"] == "blink-qwen3-demo" and len(served["results"]) == 2
+    for got, want in zip(served["results"], local["results"]):
+        assert len(got["category_scores"]) == 13 and list(got["category_scores"]) == list(thresholds)
+        for name, score in got["category_scores"].items():
+            assert abs(score - want["category_scores"][name]) < 1e-5, (name, score, want["category_scores"][name])
+            assert got["categories"][name] == (score >= thresholds[name])
+        assert got["flagged"] == any(got["categories"].values())
+        assert got["category_applied_input_types"] == {name: ["text"] for name in thresholds}
 
 
 def under_load(url: str, seconds: float, clients: int = 8, during=None) -> dict:

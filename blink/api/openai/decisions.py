@@ -40,12 +40,17 @@ class Mapped:
 
     body: dict
     questions: list[QuestionPlan]  # per question, in request order
+    images: dict = field(default_factory=dict)  # per image placeholder, the image part's location in `input`
 
     def relocate(self, error: InvalidRequest) -> InvalidRequest:
-        """System One locations (["body","questions","questions[3]",...]) and names -> OpenAI params."""
+        """System One locations (["body","questions","questions[3]",...]) and names -> OpenAI params; an image's
+        refusal (["body","assets",...]) points at its part (the first image's when it names none)."""
         loc = list(error.loc)
         message = error.message
-        if loc[:2] == ["body", "questions"] and len(loc) > 2 and str(loc[2]).startswith("questions["):
+        if loc[:2] == ["body", "assets"] and self.images:
+            placeholder = loc[2] if len(loc) > 2 and loc[2] in self.images else next(iter(self.images))
+            loc = ["body", *self.images[placeholder]]
+        elif loc[:2] == ["body", "questions"] and len(loc) > 2 and str(loc[2]).startswith("questions["):
             qid = str(loc[2])
             message = message.replace(f"question {qid!r}", qid)
             loc = ["body", qid, *loc[3:]]
@@ -96,7 +101,7 @@ def _image_placeholder(part: dict, images: list, loc: tuple) -> str:
     that stands where the image was (the engine refuses it if the model reads text only)."""
     fmt, data = data_url(part, *loc)
     placeholder = f"<image:input-{len(images)}>"
-    images.append((placeholder, {"type": "image", "format": fmt, "data_base64": data}))
+    images.append((placeholder, {"type": "image", "format": fmt, "data_base64": data}, loc))
     return placeholder
 
 
@@ -304,14 +309,14 @@ def to_systemone(body: Any, served: list[str]) -> Mapped:
         plan.append(planned)
     mapped = {"state": state, "questions": out_questions}
     if images:
-        mapped["assets"] = dict(images)
+        mapped["assets"] = {placeholder: asset for placeholder, asset, _ in images}
     mapped.update(hints(body))
     if isinstance(body.get("model"), str):
         mapped["model"] = body["model"]
     for extension in ("x_calibration", "x_order"):  # read (and checked) by the decision service as on /v1/systemone
         if extension in body:
             mapped[extension] = body[extension]
-    return Mapped(mapped, plan)
+    return Mapped(mapped, plan, {placeholder: loc for placeholder, _, loc in images})
 
 
 def decisions_calibration(fact: dict) -> dict:
