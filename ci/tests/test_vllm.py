@@ -535,7 +535,16 @@ def test_failover_when_a_replica_dies(vllm_replicas, qwen3_engine, blink_on_vllm
         # blink's server keeps answering, and its /healthz says which replica is gone
         r = httpx.post(blink_on_vllm + "/v1/systemone", json=DECISIONS[1], timeout=120)
         assert r.status_code == 200, r.text
-        states = {row["url"]: row["state"] for row in httpx.get(blink_on_vllm + "/healthz").json()["vllm"]["replicas"]}
+        # /healthz reads what the background check found (every 2 s): the decision may have gone to the live replica
+        # (the server's own prefix table, filled by the tests before, may send it there), so the dead one is seen by
+        # that check, within 10 s
+        deadline = time.monotonic() + 10
+        while True:
+            rows = httpx.get(blink_on_vllm + "/healthz", timeout=30).json()["vllm"]["replicas"]
+            states = {row["url"]: row["state"] for row in rows}
+            if states[home.url] == "down" or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         assert states == {home.url: "down", other.url: "up"}
     with Replicas([home.url]) as dead:  # nothing left to try: 529
         (scored,) = VllmScorer(dead).score([plan])
