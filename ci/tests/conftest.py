@@ -14,11 +14,14 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from helpers import SERVERS, blink_serve, running
+from helpers import ROOT, SERVERS, blink_serve, running
+from helpers.vllm import vllm_replicas_running
 
 
 def give_back_memory() -> None:
@@ -28,6 +31,17 @@ def give_back_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc
         pass
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The two vLLM replicas (`vllm_replicas`) serve test_router.py and test_vllm.py: their tests run back to back, so
+    the replicas are up from the first to the last and no longer (not through every file between the two), and
+    test_router.py's first, whatever order the files were named in (test_vllm.py's last tests kill a replica)."""
+    router = [item for item in items if item.path.name == "test_router.py"]
+    rest = [item for item in items if item.path.name != "test_router.py"]
+    first_vllm = next((k for k, item in enumerate(rest) if item.path.name == "test_vllm.py"), None)
+    if router and first_vllm is not None:
+        items[:] = rest[:first_vllm] + router + rest[first_vllm:]
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -77,3 +91,25 @@ def engine(demo_dir):
     from blink.model.loading import load
 
     return Engine(load(str(demo_dir)))
+
+
+@pytest.fixture(scope="session")
+def qwen3_dir(tmp_path_factory) -> Path:
+    """The qwen3 demo model (`make-demo-model --arch qwen3`): the architecture the CPU build of vLLM loads."""
+    out = tmp_path_factory.mktemp("qwen3") / "qwen3-demo"
+    subprocess.run(
+        [sys.executable, "-m", "blink", "make-demo-model", str(out), "--arch", "qwen3"],
+        check=True,
+        cwd=ROOT,
+        capture_output=True,
+        timeout=600,
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def vllm_replicas(qwen3_dir):
+    """Two real vLLM CPU replicas of the qwen3 demo model, `[(url, process)]`, shared by test_router.py and
+    test_vllm.py (two of them fill two cores: never more) and stopped after the last test that uses them."""
+    yield SERVERS.start("vllm_replicas", vllm_replicas_running(qwen3_dir))
+    SERVERS.stop("vllm_replicas")

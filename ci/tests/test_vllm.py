@@ -5,36 +5,35 @@ run loudly if it can't, never skips), two replicas started by `ci/vllm-serve.sh`
 Scores are compared with a plain transformers forward on the same weights (fp32 on both sides; the bound
 asserted is 1e-4, the difference measured is ~1e-6) and with blink's own executor, routing by what vLLM itself
 counts (its /metrics), blink's own `serve --engine vllm` in front of the replicas, and failover by killing a replica
-(the last test: the module's replicas are one fewer after it).
+(the last tests: the session's replicas are one fewer after them, so conftest.py runs test_router.py, which shares
+them, just before this file).
 
 Cost: the venv (cached after the first build: a few seconds), ~100-150 s for the two replicas to start side by
-side, ~25 s for each one's first request; the timings land in ci/artifacts/vllm-timing.json.
+side, ~25 s for each one's first request (conftest.py's session-scoped `vllm_replicas`, ci/tests/helpers/vllm.py);
+the timings land in ci/artifacts/vllm-timing.json.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from pathlib import Path
 
 import httpx
 import pytest
 
 from blink.errors import Overloaded
 from blink.plan import GenerationParams
-from helpers import ARTIFACTS, ROOT, assert_all_pass, free_port, run_jevcompat, running, stop_group
+from helpers import ARTIFACTS, ROOT, assert_all_pass, run_jevcompat, running, stop_group
+from helpers.vllm import START_TIMEOUT_S, wait_up
+from helpers.vllm import VLLM_TIMING as TIMING
 
-START_TIMEOUT_S = 900  # two replicas side by side on two shared cores
 # the first test pays for the module's set-up: building .venv-vllm on a clean machine (~6 min) and the replicas
 pytestmark = [pytest.mark.timeout(2400), pytest.mark.e2e, pytest.mark.vllm, pytest.mark.slow]
-TIMING: dict = {}
 
 LONG_STATE = (
     "Order 4471 arrived with a cracked screen. The customer attached photos, says the box was dented, "
@@ -78,88 +77,6 @@ DECISIONS = [
         },
     },
 ]
-
-
-@pytest.fixture(scope="module")
-def qwen3_dir(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("qwen3") / "qwen3-demo"
-    subprocess.run(
-        [sys.executable, "-m", "blink", "make-demo-model", str(out), "--arch", "qwen3"],
-        check=True,
-        cwd=ROOT,
-        capture_output=True,
-        timeout=600,
-    )
-    return out
-
-
-@pytest.fixture(scope="module")
-def vllm_venv() -> None:
-    started = time.perf_counter()
-    proc = subprocess.run(["bash", "ci/vllm-venv.sh"], cwd=ROOT, capture_output=True, text=True, timeout=3600)
-    assert proc.returncode == 0, (
-        "ci/vllm-venv.sh could not build .venv-vllm (a CPU build of vLLM):\n"
-        + proc.stdout[-3000:]
-        + proc.stderr[-5000:]
-    )
-    TIMING["venv_s"] = round(time.perf_counter() - started, 1)
-
-
-def wait_up(url: str, proc: subprocess.Popen, log: Path, deadline: float) -> None:
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"vLLM exited with {proc.returncode}:\n{log.read_text()[-6000:]}")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    raise RuntimeError(f"vLLM not up after {START_TIMEOUT_S}s:\n{log.read_text()[-6000:]}")
-
-
-@pytest.fixture(scope="module")
-def vllm_replicas(vllm_venv, qwen3_dir):
-    """Two real vLLM replicas of the qwen3 demo model, fp32 (as the transformers reference), [(url, process)]."""
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    procs = []
-    # blink's own context limit (32,768 tokens a prompt), so vLLM never refuses what blink accepted
-    env = {**os.environ, "MAX_MODEL_LEN": "32768"}
-    try:
-        for name in ("a", "b"):
-            port = free_port()
-            log = ARTIFACTS / f"vllm-{name}-{port}.log"
-            with open(log, "w") as fh:
-                # -O0: no torch.compile (starts ~40 s sooner per replica; the same numbers)
-                argv = ["bash", "ci/vllm-serve.sh", str(qwen3_dir), str(port), "--dtype", "float32", "-O0"]
-                proc = subprocess.Popen(
-                    argv, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True
-                )
-            procs.append((f"http://127.0.0.1:{port}", proc, log))
-        deadline = time.time() + START_TIMEOUT_S
-        for url, proc, log in procs:
-            wait_up(url, proc, log, deadline)
-        TIMING["replicas_start_s"] = round(time.perf_counter() - started, 1)
-        first = time.perf_counter()
-        with ThreadPoolExecutor(2) as pool:  # each replica's first request compiles its kernels
-            list(
-                pool.map(
-                    lambda url: httpx.post(
-                        url + "/v1/completions",
-                        json={"model": str(qwen3_dir), "prompt": [1, 2, 3], "max_tokens": 1},
-                        timeout=600,
-                    ).raise_for_status(),
-                    [url for url, _, _ in procs],
-                )
-            )
-        TIMING["first_request_s"] = round(time.perf_counter() - first, 1)
-        yield [(url, proc) for url, proc, _ in procs]
-    finally:
-        for _, proc, _ in procs:
-            stop_group(proc)
-        TIMING["session_s"] = round(time.perf_counter() - started, 1)
-        (ARTIFACTS / "vllm-timing.json").write_text(json.dumps(TIMING, indent=1) + "\n")
 
 
 @pytest.fixture(scope="module")
@@ -618,7 +535,16 @@ def test_failover_when_a_replica_dies(vllm_replicas, qwen3_engine, blink_on_vllm
         # blink's server keeps answering, and its /healthz says which replica is gone
         r = httpx.post(blink_on_vllm + "/v1/systemone", json=DECISIONS[1], timeout=120)
         assert r.status_code == 200, r.text
-        states = {row["url"]: row["state"] for row in httpx.get(blink_on_vllm + "/healthz").json()["vllm"]["replicas"]}
+        # /healthz reads what the background check found (every 2 s): the decision may have gone to the live replica
+        # (the server's own prefix table, filled by the tests before, may send it there), so the dead one is seen by
+        # that check, within 10 s
+        deadline = time.monotonic() + 10
+        while True:
+            rows = httpx.get(blink_on_vllm + "/healthz", timeout=30).json()["vllm"]["replicas"]
+            states = {row["url"]: row["state"] for row in rows}
+            if states[home.url] == "down" or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         assert states == {home.url: "down", other.url: "up"}
     with Replicas([home.url]) as dead:  # nothing left to try: 529
         (scored,) = VllmScorer(dead).score([plan])
