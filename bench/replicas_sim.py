@@ -134,6 +134,16 @@ def scale_row(n: int, args) -> dict:
     return {"replicas": n, "rps": rate, "lost": len(run["lost"]), "sent": run["sent"], "served": served}
 
 
+async def stop_for(pid: int, args, marks: dict) -> None:
+    """After `--before-s`, the replica `pid` stopped (SIGSTOP) for `--hang-s`, then resumed; `marks` says when."""
+    await asyncio.sleep(args.before_s)
+    marks["hang"] = time.perf_counter()
+    os.kill(pid, signal.SIGSTOP)
+    await asyncio.sleep(args.hang_s)
+    os.kill(pid, signal.SIGCONT)
+    marks["resume"] = time.perf_counter()
+
+
 def hung_row(args) -> dict:
     replicas = start_replicas(4, args.delay_ms)
     victim = replicas[0][1]
@@ -144,12 +154,7 @@ def hung_row(args) -> dict:
             marks = {}
 
             async def events(started: float) -> None:
-                await asyncio.sleep(args.before_s)
-                marks["hang"] = time.perf_counter()
-                os.kill(victim.pid, signal.SIGSTOP)
-                await asyncio.sleep(args.hang_s)
-                os.kill(victim.pid, signal.SIGCONT)
-                marks["resume"] = time.perf_counter()
+                await stop_for(victim.pid, args, marks)
 
             try:
                 run = asyncio.run(load(url, args.clients, args.before_s + args.hang_s + args.after_s, events))

@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import os
 import signal
-import sys
 import time
 from contextlib import ExitStack
 
@@ -36,9 +35,9 @@ from offline import ROOT  # first: the repository importable, the Hub off
 
 import httpx
 import replicas_sim
-from replicas_sim import OUT, load, log, longest_gap, rps, start_blink, start_replicas
+from replicas_sim import OUT, load, log, longest_gap, rps, start_blink, start_replicas, stop_for
 
-from helpers import free_port, launch, stop_group, wait_healthy
+from helpers import start_scripted, stop_group
 from helpers.vllm import router_running
 
 # docs/scale-out.md's flags for vllm-router in front of vLLM with blink in front of it
@@ -95,11 +94,7 @@ def scale_row(n: int, name: str, flags, args) -> dict:
 
 def start_with_one_hung(delay_ms: float) -> list[tuple[str, object]]:
     """4 scripted replicas, the first hung from the start: it answers `/health`, never a completion."""
-    port = free_port()
-    argv = [sys.executable, str(ROOT / "ci" / "tests" / "scripted_vllm.py"), "--port", str(port), "--hang"]
-    hung = (f"http://127.0.0.1:{port}", launch(argv, port, dict(os.environ), OUT / f"scripted-hung-{port}.log"))
-    wait_healthy(hung[0], hung[1], OUT / f"scripted-hung-{port}.log", timeout=30, path="/health")
-    return [hung, *start_replicas(3, delay_ms)]
+    return [start_scripted("hung", "--hang", log_dir=OUT), *start_replicas(3, delay_ms)]
 
 
 def hung_row(name: str, flags, args, kind: str) -> dict:
@@ -115,12 +110,7 @@ def hung_row(name: str, flags, args, kind: str) -> dict:
             await asyncio.sleep(args.before_s + args.hang_s + args.after_s)
             marks["resume"] = time.perf_counter()
             return
-        await asyncio.sleep(args.before_s)
-        marks["hang"] = time.perf_counter()
-        os.kill(victim.pid, signal.SIGSTOP)
-        await asyncio.sleep(args.hang_s)
-        os.kill(victim.pid, signal.SIGCONT)
-        marks["resume"] = time.perf_counter()
+        await stop_for(victim.pid, args, marks)
 
     try:
         with ExitStack() as stack:

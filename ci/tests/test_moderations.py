@@ -13,7 +13,6 @@ import base64
 import json
 import os
 import subprocess
-import sys
 import time
 
 import httpx
@@ -22,7 +21,7 @@ import pytest
 import zstandard
 
 from blink.moderation_policy import DEFAULT_FILE, load_policy
-from helpers import ARTIFACTS, ROOT, blink_serve, free_port, launch, png, running, server_env, stop_group, wait_healthy
+from helpers import ROOT, blink_serve, png, running, server_env, start_scripted, stop_group
 
 OPENAI_KEYS = [
     "harassment",
@@ -360,12 +359,8 @@ def test_a_list_of_k_inputs_holds_k_places(custom):
 def vllm_fronted(demo_root):
     """`serve --engine vllm` in front of a scripted replica (ci/tests/scripted_vllm.py: vLLM's wire, made-up
     log-probabilities): blink loads the tokenizer and templates only, and reads text only."""
-    port = free_port()
-    argv = [sys.executable, str(ROOT / "ci" / "tests" / "scripted_vllm.py"), "--port", str(port), "--delay-ms", "5"]
-    log = ARTIFACTS / f"scripted-moderation-{port}.log"
-    replica, proc = f"http://127.0.0.1:{port}", launch(argv, port, dict(os.environ), log)
+    replica, proc = start_scripted("moderation", "--delay-ms", "5")
     try:
-        wait_healthy(replica, proc, log, timeout=30, path="/health")
         with running(blink_serve("--engine", "vllm", "--engine-url", replica), demo_root, name="serve-vllm-mod") as url:
             yield url
     finally:

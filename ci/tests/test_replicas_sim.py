@@ -9,25 +9,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import threading
 import time
 
 import httpx
 import pytest
 
-from helpers import ARTIFACTS, ROOT, blink_serve, free_port, launch, running, stop_group, wait_healthy
+from helpers import blink_serve, running, start_scripted, stop_group
 
 ENGINE_TIMEOUT_S = 3.0  # the cap on one call; the hung replica's requests take about this long, then move on
-
-
-def start_scripted(name: str, *flags: str) -> tuple[str, object]:
-    port = free_port()
-    argv = [sys.executable, str(ROOT / "ci" / "tests" / "scripted_vllm.py"), "--port", str(port), *flags]
-    log = ARTIFACTS / f"scripted-{name}-{port}.log"
-    url, proc = f"http://127.0.0.1:{port}", launch(argv, port, dict(os.environ), log)
-    wait_healthy(url, proc, log, timeout=30, path="/health")
-    return url, proc
 
 
 @pytest.fixture

@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import sys
 
 import httpx
 import pytest
 
-from helpers import ARTIFACTS, ROOT, blink_serve, free_port, launch, mcp_call, png, running, stop_group, wait_healthy
+from helpers import blink_serve, mcp_call, png, running, start_scripted, stop_group
 
 pytestmark = pytest.mark.e2e
 
@@ -114,12 +112,8 @@ OPENAI_SHAPED = {
 @pytest.fixture(scope="module")
 def fronted(demo_root):
     """`serve --engine vllm` in front of a scripted replica: (blink's URL, the replica's URL)."""
-    port = free_port()
-    argv = [sys.executable, str(ROOT / "ci" / "tests" / "scripted_vllm.py"), "--port", str(port), "--delay-ms", "5"]
-    log = ARTIFACTS / f"scripted-images-{port}.log"
-    replica, proc = f"http://127.0.0.1:{port}", launch(argv, port, dict(os.environ), log)
+    replica, proc = start_scripted("images", "--delay-ms", "5")
     try:
-        wait_healthy(replica, proc, log, timeout=30, path="/health")
         with running(blink_serve("--engine", "vllm", "--engine-url", replica), demo_root, name="serve-vllm-img") as url:
             yield url, replica
     finally:

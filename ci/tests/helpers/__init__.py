@@ -89,6 +89,17 @@ def wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout: float = 3
     raise RuntimeError(f"server not healthy after {timeout}s:\n{log.read_text()[-4000:]}")
 
 
+def start_scripted(name: str, *flags: str, log_dir: Path | None = None) -> tuple[str, subprocess.Popen]:
+    """A scripted vLLM replica (ci/tests/scripted_vllm.py, vLLM's wire) on a free loopback port with `flags`,
+    answering `/health`: (its URL, its process). Stop it with `stop_group`."""
+    port = free_port()
+    argv = [sys.executable, str(ROOT / "ci" / "tests" / "scripted_vllm.py"), "--port", str(port), *flags]
+    log = (log_dir or ARTIFACTS) / f"scripted-{name}-{port}.log"
+    url, proc = f"http://127.0.0.1:{port}", launch(argv, port, dict(os.environ), log)
+    wait_healthy(url, proc, log, timeout=30, path="/health")
+    return url, proc
+
+
 def stop_group(proc: subprocess.Popen) -> None:
     """SIGTERM the server's whole process group, then SIGKILL whatever is left of it."""
     try:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from helpers import ARTIFACTS, ROOT, free_port, launch, stop_group
+from helpers import ARTIFACTS, ROOT, free_port, launch, stop_group, wait_healthy
 
 START_TIMEOUT_S = 900  # two replicas side by side on two shared cores
 VLLM_TIMING: dict = {}
@@ -39,16 +39,8 @@ def build_venv(script: str, timeout: float) -> None:
 
 
 def wait_up(url: str, proc: subprocess.Popen, log: Path, deadline: float) -> None:
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"vLLM exited with {proc.returncode}:\n{log.read_text()[-6000:]}")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    raise RuntimeError(f"vLLM not up after {START_TIMEOUT_S}s:\n{log.read_text()[-6000:]}")
+    """A vLLM process answering `/health` by `deadline` (replicas started together share one)."""
+    wait_healthy(url, proc, log, timeout=max(0.0, deadline - time.time()), path="/health")
 
 
 def first_request(url: str, model: str) -> None:
@@ -106,18 +98,7 @@ def router_running(worker_urls: list[str], *flags: str, log_dir: Path = ARTIFACT
     proc = launch(argv, port, dict(os.environ), log)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"vllm-router exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.time() > deadline:
-                raise RuntimeError(f"vllm-router not up after {timeout}s:\n{log.read_text()[-4000:]}")
-            time.sleep(0.3)
+        wait_healthy(url, proc, log, timeout=timeout, path="/health")
         yield url
     finally:
         stop_group(proc)
