@@ -104,7 +104,9 @@ class ChatService:
 
     async def prompt_logprobs(self, prompts: list[list[int]], top: int, caller: Any, ranks: bool) -> list:
         """Every token of each prompt scored by the backend (blink.plan.PromptLogprobs per prompt)."""
-        return await run_in_threadpool(self.backend.prompt_logprobs, prompts, top, caller, ranks)
+        scored = await run_in_threadpool(self.backend.prompt_logprobs, prompts, top, caller, ranks)
+        metrics.scored(self.model_name, sum(map(len, prompts)), sum(s.cached_tokens for s in scored))
+        return scored
 
     def _tokenize(self, prompt: str | list[int], max_tokens: int, loc: tuple = ("prompt",)) -> Rendered:
         engine = self.engine

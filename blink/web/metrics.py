@@ -52,14 +52,17 @@ E2E = Histogram(
     registry=REGISTRY,
 )
 PROMPT_TOKENS = Counter(
-    "vllm:prompt_tokens", "Number of prefill tokens processed (decisions and chats).", ["model_name"], registry=REGISTRY
+    "vllm:prompt_tokens",
+    "Number of prefill tokens processed (decisions, chats and scored prompts).",
+    ["model_name"],
+    registry=REGISTRY,
 )
 GENERATION_TOKENS = Counter(
     "vllm:generation_tokens", "Number of generation tokens processed (chats).", ["model_name"], registry=REGISTRY
 )
 PREFIX_QUERIES = Counter(
     "vllm:prefix_cache_queries",
-    "Prefix cache queries, in terms of number of queried tokens (decisions: their prompt tokens).",
+    "Prefix cache queries, in terms of number of queried tokens (decisions' and scored prompts' tokens).",
     ["model_name"],
     registry=REGISTRY,
 )
@@ -165,6 +168,13 @@ def decided(model_name: str, questions, input_tokens: int, cached_tokens: int) -
         OPTIONS.labels(kind).inc(len(q.options))
     PROMPT_TOKENS.labels(model_name).inc(input_tokens)
     PREFIX_QUERIES.labels(model_name).inc(input_tokens)
+    PREFIX_HITS.labels(model_name).inc(cached_tokens)
+
+
+def scored(model_name: str, prompt_tokens: int, cached_tokens: int) -> None:
+    """Prompts scored (echo, prompt_logprobs): their tokens, those a saved scoring prefix spared."""
+    PROMPT_TOKENS.labels(model_name).inc(prompt_tokens)
+    PREFIX_QUERIES.labels(model_name).inc(prompt_tokens)
     PREFIX_HITS.labels(model_name).inc(cached_tokens)
 
 

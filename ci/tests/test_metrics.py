@@ -250,3 +250,25 @@ def test_the_route_list_follows_the_knob(demo_dir):
     ctx = scripted_context(demo_dir, "blink-metrics").ctx
     assert "/metrics" in [r.path for r in api_routes(ctx)]
     assert "/metrics" not in [r.path for r in api_routes(ctx, metrics=False)]  # what the Space grafts by default
+
+
+def test_scored_prompts_count_their_tokens_and_the_prefixes_they_resume(tight):
+    """lm-eval's loglikelihood requests (echo, no completion) count as prefix-cache queries, and the second of two
+    prompts sharing a start counts the tokens its saved scoring prefix spared, as `usage` reports them."""
+    prompt = "Question: which of these is a colour of the sky on a clear day at noon? " * 4
+    body = {"model": "demo", "prompt": [prompt + "Blue."], "echo": True, "max_tokens": 0, "logprobs": 1}
+    _, before = scrape(tight)
+    with httpx.Client(base_url=tight, timeout=120) as http:
+        first = http.post("/v1/completions", json=body)
+        second = http.post("/v1/completions", json={**body, "prompt": [prompt + "Green."]})
+    assert first.status_code == second.status_code == 200, (first.text, second.text)
+    _, after = scrape(tight)
+    tokens = first.json()["usage"]["prompt_tokens"] + second.json()["usage"]["prompt_tokens"]
+    cached = second.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached >= 32  # the second resumed at a 32-token block its first saved
+
+    def moved(name: str) -> float:
+        return value(after, name) - value(before, name)
+
+    assert moved("vllm:prefix_cache_queries") == moved("vllm:prompt_tokens") == tokens
+    assert moved("vllm:prefix_cache_hits") == cached
