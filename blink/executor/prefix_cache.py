@@ -12,7 +12,8 @@ Bounded in bytes, least recently used first out, and the bytes counted are what 
 tensors' whole storages, plus what holds them (each tensor's objects, each layer's deep-copied object and dicts, the
 key's tuple and the token ints it keeps alive), measured on the demo model with `bench/cache_overhead.py`: without
 them a full cache cost ~1.3x its budget (bench/RESULTS.md, issue 44). The freed heap that evicted entries and the
-passes between saves leave behind is handed back every `TRIM_EVERY_BYTES` of churn. Lookups and saves hold a lock: on
+passes between saves leave behind is handed back every `TRIM_EVERY_BYTES` of churn. The recent scoring prompts'
+tokens are kept as 4-byte arrays and counted in the same budget. Lookups and saves hold a lock: on
 a GPU, decisions (the batcher's thread) and scoring prompts (a request's thread) use the cache at once. An entry is
 never written once saved (a resumed state runs on a copy). Entries live on the model's device; nothing here crosses a
 process boundary.
@@ -23,12 +24,14 @@ from __future__ import annotations
 import copy
 import sys
 import threading
+from array import array
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
 
 import torch
 
 from blink.memory import give_back_memory
+from blink.plan import common_prefix_length
 
 # Per-entry costs beside the tensors' bytes (bench/cache_overhead.py, tracemalloc over 160 entries of the demo model:
 # ~1.35 KiB of deep-copied dicts and objects per layer, ~80 B of Python object per tensor plus its TensorImpl and
@@ -103,7 +106,8 @@ class PrefixCache:
     def __init__(self, max_bytes: int, block_tokens: int | None = None):
         self.max_bytes = int(max_bytes)
         self.block = int(block_tokens or self.BLOCK_TOKENS)  # scoring prompts are saved at multiples of it
-        self.recent: deque = deque(maxlen=self.RECENT)
+        self.recent: deque = deque(maxlen=self.RECENT)  # token arrays ("i": 4 bytes a token, not 36 as ints)
+        self.recent_bytes = 0  # theirs, counted in `bytes`
         self.lock = threading.Lock()
         self.entries: OrderedDict[tuple, Entry] = OrderedDict()
         self.lengths: Counter = Counter()  # saved prefix lengths: the only places a lookup can stop
@@ -148,7 +152,11 @@ class PrefixCache:
         self.lengths[len(key)] += 1
         self.bytes += nbytes
         self.churn += nbytes
-        while self.bytes > self.max_bytes:
+        self._fit()
+
+    def _fit(self) -> None:
+        """Oldest entries out until the budget holds."""
+        while self.bytes > self.max_bytes and self.entries:
             self._drop(next(iter(self.entries)))
         if self.churn >= TRIM_EVERY_BYTES:  # glibc keeps the freed heap otherwise (coalesced, in the background)
             self.churn = 0
@@ -156,12 +164,22 @@ class PrefixCache:
 
     def remember(self, prompts: list[list]) -> None:
         """Scoring prompts' tokens, kept (the last `RECENT`) to choose the next ones' save points."""
+        kept = [array("i", p) for p in prompts[-self.RECENT :]]
         with self.lock:
-            self.recent.extend(list(p) for p in prompts)
+            self.recent.extend(kept)
+            while self.recent and sum(map(sys.getsizeof, self.recent)) > self.max_bytes // 4:
+                self.recent.popleft()  # a small budget keeps fewer (a prompt past a quarter of it: none)
+            held = sum(map(sys.getsizeof, self.recent))
+            self.bytes += held - self.recent_bytes
+            self.recent_bytes = held
+            self._fit()
 
-    def recent_prompts(self) -> list[list]:
+    def met(self, keys: list) -> int:
+        """The longest start `keys` shares with a remembered scoring prompt."""
+        probe = array("i", keys)
         with self.lock:
-            return list(self.recent)
+            recent = list(self.recent)
+        return max((common_prefix_length([seen, probe]) for seen in recent), default=0)
 
     def _drop(self, key: tuple) -> None:
         old = self.entries.pop(key)

@@ -28,7 +28,6 @@ import torch
 
 from blink.executor.passes import length_buckets
 from blink.executor.prefix_cache import row_of, shared_structure
-from blink.plan import common_prefix_length
 
 SAVED_BLOCKS = 2  # block-aligned save points of a lone prompt: its last ones (answers longer than a block reach back)
 
@@ -86,7 +85,7 @@ class ScoringPrefixes:
     def save_points(self, keys: list, lone: bool, start: int) -> list[int]:
         n, block = len(keys), self.cache.block
         points = {n // block * block - i * block for i in range(SAVED_BLOCKS)} if lone else {n}
-        met = max((common_prefix_length([seen, keys]) for seen in self.cache.recent_prompts()), default=0)
+        met = self.cache.met(keys)
         if met >= block:
             points.add(met)
         return sorted(p for p in points if start < p <= n)
