@@ -26,8 +26,11 @@ Places are shared fairly between the callers waiting (who a caller is: blink.web
 entry point). Within a class, waiters are served by start-time fair queuing over their units of work
 (blink.web.fair_queue): a caller keeping a hundred decisions waiting has them tagged one after another, so a caller
 arriving with one decision is served when the next place frees, not behind that backlog; with nobody else waiting,
-the greedy caller takes every place that frees. A caller may hold and wait for at most `per_caller` places at once
-(the `max_places_per_caller` knob); past it, it is refused at once with the wire's overload status and Retry-After.
+the greedy caller takes every place that frees but the last few of its class: `kept_for_others` (by default one
+batch's worth) wait for whoever comes next, so a caller arriving finds a place free and is in the next batch instead
+of waiting for one to end, while the greedy caller still holds a batch running and the next one queued. A caller
+may hold and wait for at most `per_caller` places at once (the `max_places_per_caller` knob); past it, it is
+refused at once with the wire's overload status and Retry-After.
 A waiter that would wait past its limit is refused at once, its expected wait counted from the units served before
 it in fair order (a polite caller's is short whatever a greedy one has queued). Fair shares hold per process.
 
@@ -66,11 +69,12 @@ class Policy:
     preparing: int = 2  # requests parsing/tokenizing at once (the CPU work before the queue)
     anonymous_wait_s: float | None = None  # anonymous callers' longest wait (default: wait_s)
     per_caller: int = 0  # places one caller holds and waits for at once, past it 529 (0: no cap of its own)
+    kept_for_others: int = 0  # a class's last places, which a caller already holding some waits for instead
 
     def __post_init__(self):
         if self.capacity < 1 or not 0 <= self.reserved < self.capacity or self.preparing < 1 or self.wait_s < 0:
             raise ValueError(f"invalid admission policy {self}")
-        if self.per_caller < 0:
+        if self.per_caller < 0 or not 0 <= self.kept_for_others < self.capacity:
             raise ValueError(f"invalid admission policy {self}")
 
     @property
@@ -125,6 +129,17 @@ class Gate:
         total = self.held[KEYED] + self.held[ANONYMOUS] + units
         return total <= self.policy.capacity - (self.policy.reserved if caller_class == ANONYMOUS else 0)
 
+    def _leaves_room(self, waiter: _Waiter) -> bool:
+        """Whether granting leaves the class's last `kept_for_others` places to the other callers. A caller that
+        holds none is never held back (a request of many units is served whole), so a lone caller still runs full
+        batches; one that holds some waits for them, so a caller arriving finds a free place and rides the next
+        batch instead of waiting for a batch to end."""
+        held = self.held_by.get(waiter.who, 0)
+        if not held or not self.policy.kept_for_others:
+            return True
+        room = self.policy.capacity - (self.policy.reserved if waiter.caller_class == ANONYMOUS else 0)
+        return held + waiter.units <= room - self.policy.kept_for_others
+
     def _grant(self, waiter: _Waiter) -> None:
         self.held[waiter.caller_class] += waiter.units
         self.held_by[waiter.who] = self.held_by.get(waiter.who, 0) + waiter.units
@@ -133,11 +148,11 @@ class Gate:
 
     def _dispatch(self) -> None:
         """Places to waiters: keyed callers first, then anonymous ones; within a class in fair order (the smallest
-        start tag, blink.web.fair_queue), stopping at a request that does not fit, so a big request is never
-        overtaken for ever by small ones."""
+        start tag, blink.web.fair_queue) among the callers the places kept for others let in, stopping at a
+        request that does not fit, so a big request is never overtaken for ever by small ones."""
         for caller_class in CLASSES:
             queue = self.waiting[caller_class]
-            while (entry := queue.head()) is not None and self._fits(caller_class, entry.units):
+            while (entry := queue.head(self._leaves_room)) is not None and self._fits(caller_class, entry.units):
                 self._grant(queue.pop(entry))
 
     def _wait_limit(self, caller_class: str) -> float:
@@ -285,6 +300,7 @@ class Gate:
                 "capacity": self.policy.capacity,
                 "reserved_for_keyed": self.policy.reserved,
                 "per_caller": self.policy.caller_cap,
+                "kept_for_others": self.policy.kept_for_others,
                 "wait_s": self.policy.wait_s,
                 "held": dict(self.held),
                 "callers_holding": len(self.held_by),
@@ -350,16 +366,22 @@ class Admission:
         decide_wait_s: float = 0.0,
         per_caller_decide: int = 0,
         per_caller_chat: int = 0,
+        kept_for_others: int | None = None,
     ) -> Admission:
         """The server's gates from its settings: a decision holds a place from its first byte to its answer
-        (the batcher's queue plus the batch being run), a chat holds a generation slot."""
+        (the batcher's queue plus the batch being run), a chat holds a generation slot. By default one batch's
+        places (at most the queue's) are kept for callers other than one already holding some: it still holds
+        at least a batch running and one queued, so a lone caller loses no throughput."""
         capacity = max_queued + max_batch
+        if kept_for_others is None:
+            kept_for_others = min(max_batch, max_queued)
         decide = Policy(
             capacity,
             wait_s=decide_wait_s,
             preparing=preparing,
             reserved=capacity // 4 if reserved_decide is None else reserved_decide,
             per_caller=per_caller_decide,
+            kept_for_others=kept_for_others,
         )
         chat = Policy(
             max_chats,

@@ -82,12 +82,12 @@ OPS = st.lists(
 
 
 @settings(max_examples=150, deadline=None)
-@given(OPS, st.integers(4, 12), st.integers(0, 6))
-def test_the_gate_is_work_conserving_capped_and_starves_nobody(ops, capacity, per_caller):
+@given(OPS, st.integers(4, 12), st.integers(0, 6), st.integers(0, 3))
+def test_the_gate_is_work_conserving_capped_and_starves_nobody(ops, capacity, per_caller, kept):
     """After every step: no place is held past the capacity, no caller holds more than its cap, and a place
-    stays free only when the next waiter in fair order needs more than are free. At the end, as the holders
-    leave, every waiter is served."""
-    gate = Gate("decide", Policy(capacity, wait_s=60, reserved=1, per_caller=per_caller))
+    stays free only when the next waiter in fair order needs more than are free, or is a caller already holding
+    places that would take those kept for others. At the end, as the holders leave, every waiter is served."""
+    gate = Gate("decide", Policy(capacity, wait_s=60, reserved=1, per_caller=per_caller, kept_for_others=kept))
     holding, waiting = [], []
     for op in ops:
         if op[0] == "arrive":
@@ -122,9 +122,14 @@ def check_gate(gate: Gate, capacity: int, per_caller: int) -> None:
     if per_caller:
         assert all(gate._mine(who) <= per_caller for who in gate.held_by)
     for caller_class in (KEYED, ANONYMOUS):
-        head = gate.waiting[caller_class].head()
+        queue = gate.waiting[caller_class]
+        head = queue.head(gate._leaves_room)
         if head is not None:  # work conserving: it waits only because it does not fit
             assert not gate._fits(caller_class, head.units)
+        for entry in queue.entries():  # the others wait only for places kept from a caller already holding some
+            if entry is not head and queue.queues[entry.key][0] is entry and not gate._leaves_room(entry.item):
+                room = capacity - (1 if caller_class == ANONYMOUS else 0) - gate.policy.kept_for_others
+                assert gate.held_by[entry.key] and gate.held_by[entry.key] + entry.units > room
 
 
 def test_a_polite_caller_takes_the_next_free_place_ahead_of_a_greedy_backlog():
@@ -137,6 +142,26 @@ def test_a_polite_caller_takes_the_next_free_place_ahead_of_a_greedy_backlog():
     # the greedy waiters are tagged after the four places it holds; the polite one at the virtual time now
     assert polite.granted and not any(w.granted for w in greedy)
     assert gate.held_by == {"greedy": 3, "polite": 1}
+
+
+def test_a_caller_holding_places_leaves_one_batch_free_for_the_next_caller():
+    """The places kept for others: a greedy caller alone holds all but them and waits for more; a caller
+    arriving takes one at once; a caller holding none takes a request bigger than the rest whole."""
+    gate = Gate("decide", Policy(8, wait_s=60, kept_for_others=2))
+    held = [gate._enqueue(KEYED, "greedy", 1, lambda: None) for _ in range(6)]
+    assert held == [None] * 6  # granted at once
+    greedy = [gate._enqueue(KEYED, "greedy", 1, lambda: None) for _ in range(10)]
+    assert not any(w.granted for w in greedy) and gate.held[KEYED] == 6
+    assert gate._enqueue(KEYED, "polite", 1, lambda: None) is None  # a free place, no wait
+    gate._release(KEYED, "polite", 1)  # polite leaves: greedy still may not take the kept places
+    assert not any(w.granted for w in greedy)
+    gate._release(KEYED, "greedy", 1)
+    assert [w.granted for w in greedy].count(True) == 1 and gate.held_by == {"greedy": 6}
+    assert gate.state()["kept_for_others"] == 2
+    alone = Gate("decide", Policy(8, wait_s=60, kept_for_others=2))
+    assert alone._enqueue(KEYED, "big", 7, lambda: None) is None  # holding none: served whole, past the 6
+    assert alone._enqueue(KEYED, "big", 1, lambda: None) is not None  # holding some: the last place is kept
+    assert alone._enqueue(KEYED, "other", 1, lambda: None) is None
 
 
 def test_past_its_cap_a_caller_is_refused_with_retry_after_and_others_are_not():
