@@ -9,6 +9,11 @@ decision and leave before the answer, 5 % hostile bodies (malformed JSON, a lone
 limit, a body past the cap: each must be a 4xx). Every 5 s the server's RSS (its process tree), open file
 descriptors and threads are sampled.
 
+`--fill` first fills the prefix-state cache to its budget (reranks of distinct short documents, as fast as the
+server answers them: each document is an entry) and then soaks with the cache full, evicting as it goes: reported
+beside the rest, RSS at the end less the server's RSS without its cache (sampled once the cache held 40 MiB, less
+those), against the cache's budget (target: within the budget + 50 MB).
+
 Reported: RSS growth from the end of the warm-up (the first fifth, at least one minute when the run is long enough)
 to the end (target < 50 MB), the range of fds and threads after the warm-up (flat), decision p50/p99 in the first
 and the last fifth (stable), and every status seen (5xx must be 0). `--url` soaks a server already running (the
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import random
 import sys
@@ -204,6 +210,57 @@ async def soak(url: str, port: int, rate: float, seconds: float, sampler: Sample
     return {"statuses": dict(statuses), "latencies": latencies, "arrivals": i, "skipped": skipped}
 
 
+WORDS = "parcel late box dented refund courier weather rain noon hills invoice order driver door note".split()
+RECORDS = itertools.count()  # every document filled is distinct
+
+
+def documents(rng: random.Random, count: int) -> list[str]:
+    """`count` distinct short documents (3-12 words): the entries with the most overhead per byte counted, and the
+    quickest to fill the cache with (an entry's fixed recurrent state is most of it)."""
+    return [f"Record {next(RECORDS)}: " + " ".join(rng.choices(WORDS, k=rng.randint(3, 12))) for _ in range(count)]
+
+
+def cache_stats(url: str) -> dict:
+    return httpx.get(url + "/healthz", timeout=30).json().get("prefix_cache") or {}
+
+
+async def fill(url: str, model: str, until_mib: float, most_s: float = 3600.0, workers: int = 2) -> dict:
+    """Reranks of 32 distinct documents each, `workers` at a time, until the cache holds `until_mib`."""
+    rng = random.Random(5)
+    stats, sent = cache_stats(url), 0
+    stop_at = time.perf_counter() + most_s
+    async with httpx.AsyncClient(base_url=url, timeout=300) as client:
+
+        async def worker() -> None:
+            nonlocal sent, stats
+            while time.perf_counter() < stop_at and stats.get("used_mib", 0) < until_mib:
+                body = {"model": model, "query": "Is it about a late parcel?", "documents": documents(rng, 32)}
+                sent += 1
+                (await client.post("/v1/rerank", json=body)).raise_for_status()
+                stats = await asyncio.to_thread(cache_stats, url)
+                if sent % 50 == 0:
+                    log(f"fill: {sent} reranks, cache {stats['used_mib']:.0f} of {stats['max_mib']:.0f} MiB")
+
+        await asyncio.gather(*(worker() for _ in range(workers)))
+    return {"reranks": sent, **stats}
+
+
+def against_budget(base: dict, rows: list[dict], budget_mib: float) -> dict:
+    """The server's RSS through the soak (its end and its peak) less its RSS without the cache, against the cache's
+    budget."""
+    without = base["rss_mb"] - base["cache_mb"]
+    end, peak = rows[-1]["rss_mb"] - without, max(r["rss_mb"] for r in rows) - without
+    return {
+        "rss_without_cache_mb": round(without, 1),
+        "cache_budget_mib": budget_mib,
+        "cache_end_mib": round(rows[-1]["cache_mb"], 1),
+        "cost_end_mb": round(end, 1),
+        "cost_peak_mb": round(peak, 1),
+        "over_budget_end_mb": round(end - budget_mib, 1),
+        "over_budget_peak_mb": round(peak - budget_mib, 1),
+    }
+
+
 def quantile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -248,6 +305,20 @@ def summary(run: dict, samples: list[dict], seconds: float) -> dict:
     }
 
 
+def full_cache(url: str, model: str, sampler: Sampler | None) -> dict:
+    """The cache filled to its budget (--fill). The base is sampled once the cache has first trimmed the C heap
+    (past 40 MiB of churn): before it, RSS still holds what loading the model freed, and it drops at that trim."""
+    if sampler is None:
+        raise SystemExit("--fill needs the server's process: give --pid with --url")
+    started = time.perf_counter()
+    asyncio.run(fill(url, model, 40.0))
+    sampler.sample(0.0)
+    base = sampler.rows.pop()
+    stats = asyncio.run(fill(url, model, 0.97 * cache_stats(url)["max_mib"]))
+    log(f"filled: {stats['used_mib']:.0f} MiB in {time.perf_counter() - started:.0f} s")
+    return {"base": base, "fill_s": round(time.perf_counter() - started, 1), **stats}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=20.0)
@@ -257,6 +328,7 @@ def main() -> None:
     parser.add_argument("--url", default=None, help="soak a running server instead of starting one")
     parser.add_argument("--pid", type=int, default=None, help="with --url: the server's process, for its samples")
     parser.add_argument("--code", type=Path, default=ROOT)
+    parser.add_argument("--fill", action="store_true", help="fill the prefix-state cache first, then soak")
     parser.add_argument("--serve-flags", default="", help="more `serve` flags, e.g. '--prefix-cache-mib 0'")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
@@ -277,6 +349,7 @@ def main() -> None:
         rate = args.rate or max(0.5, args.load * cap)
         log(f"capacity {cap:.1f} arrivals/s of the mix; offering {rate:.1f}/s for {args.minutes} min")
         sampler = Sampler(pid, url) if pid else None
+        filled = full_cache(url, model, sampler) if args.fill else {}
         seconds = args.minutes * 60
         run = asyncio.run(soak(url, port, rate, seconds, sampler, model))
         result = {
@@ -285,6 +358,8 @@ def main() -> None:
             "minutes": args.minutes,
             **summary(run, sampler.rows if sampler else [{"t": 0, "rss_mb": 0, "fds": 0, "threads": 0}], seconds),
         }
+        if filled:
+            result["full_cache"] = {**filled, **against_budget(filled["base"], sampler.rows, filled["max_mib"])}
     finally:
         if proc is not None:
             stop_group(proc)
