@@ -81,31 +81,50 @@ def outside(args) -> None:
         )
         print("|---|---|---|---|---|---|---|---|---|")
         for n_questions, state in [(n, state) for state in ("new", "seen") for n in (1, 6, 16)]:
-            questions = workload.questions(n_questions, seed=3)
             rows = [[] for _ in trees]
-            first = 9000 + 1000 * n_questions + (500 if state == "seen" else 0)  # states never sent before
-            bodies = [
-                {"state": workload.text_of_tokens(tokenizer, STATE_TOKENS, seed=first + rep), "questions": questions}
-                for rep in range(args.warmup + args.reps)
-            ]
-            for at in range(0, len(bodies), args.block):
-                order = list(range(len(trees)))
-                for side in order if (at // args.block) % 2 == 0 else order[::-1]:
-                    if args.block > 1:
-                        time.sleep(BLOCK_PAUSE_S)  # the other side's threads settle
-                    for rep, body in enumerate(bodies[at : at + args.block], start=at):
-                        send(clients[side], body, state, n_questions, rows[side] if rep >= args.warmup else None)
+            bodies = outside_bodies(tokenizer, n_questions, state, args.warmup + args.reps)
+            send_by_turns(clients, bodies, state, n_questions, rows, args.warmup, args.block)
             for side, got in enumerate(rows):
-                med = {
-                    k: statistics.median(row.get(k, 0.0) for row in got)
-                    for k in ("body", "prepare", "queue", "answer", "model", "total")
-                }
-                rest = statistics.median(row["total"] - row["model"] for row in got)
-                print(
-                    f"| {n_questions} q, {state} state | {side} | {rest:.2f} | {med['body']:.2f} "
-                    f"| {med['prepare']:.2f} "
-                    f"| {med['queue']:.2f} | {med['answer']:.2f} | {med['model']:.2f} | {med['total']:.2f} |"
-                )
+                print_outside_row(n_questions, state, side, got)
+
+
+def outside_bodies(tokenizer, n_questions: int, state: str, count: int) -> list[dict]:
+    """`count` bodies asking the same questions, each about a state no request sent before (each cell its own
+    seeds)."""
+    questions = workload.questions(n_questions, seed=3)
+    first = 9000 + 1000 * n_questions + (500 if state == "seen" else 0)  # states never sent before
+    return [
+        {"state": workload.text_of_tokens(tokenizer, STATE_TOKENS, seed=first + rep), "questions": questions}
+        for rep in range(count)
+    ]
+
+
+def send_by_turns(
+    clients: list, bodies: list[dict], state: str, n_questions: int, rows: list, warmup: int, block: int
+) -> None:
+    """Every body to every side, `block` bodies a turn, the sides' order reversed every other turn (so neither
+    always goes first); each side's timings after the first `warmup` bodies appended to `rows[side]`."""
+    for at in range(0, len(bodies), block):
+        order = list(range(len(clients)))
+        for side in order if (at // block) % 2 == 0 else order[::-1]:
+            if block > 1:
+                time.sleep(BLOCK_PAUSE_S)  # the other side's threads settle
+            for rep, body in enumerate(bodies[at : at + block], start=at):
+                send(clients[side], body, state, n_questions, rows[side] if rep >= warmup else None)
+
+
+def print_outside_row(n_questions: int, state: str, side: int, got: list[dict]) -> None:
+    """One side's row of a cell: the median of total - model, then the medians of the parts."""
+    med = {
+        k: statistics.median(row.get(k, 0.0) for row in got)
+        for k in ("body", "prepare", "queue", "answer", "model", "total")
+    }
+    rest = statistics.median(row["total"] - row["model"] for row in got)
+    print(
+        f"| {n_questions} q, {state} state | {side} | {rest:.2f} | {med['body']:.2f} "
+        f"| {med['prepare']:.2f} "
+        f"| {med['queue']:.2f} | {med['answer']:.2f} | {med['model']:.2f} | {med['total']:.2f} |"
+    )
 
 
 class OneWriteClient:

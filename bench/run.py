@@ -186,26 +186,22 @@ def median(xs):
     return statistics.median(xs) if xs else math.nan
 
 
+SIDES = ["ours", "ts", "plain"]  # a cell's sides, in the order a rep's rotation starts from
+MIN_REPS = {"ours": 3, "ts": 1, "plain": 1}  # samples a side takes in every cell, whatever the time budget
+
+
 def measure_cell(
     sides: Sides, tokenizer, model_name: str, state: int, n_q: int, budget_s: float, max_reps: int
 ) -> dict:
     """Reps of the same cell; in each rep all sides answer the same body, in a rotating order. A side keeps
     sampling while its minimum is not met, or while the cell's time budget has room for another sample."""
-    names = ["ours", "ts", "plain"]
     run = {"ours": sides.ours, "ts": sides.ts, "plain": sides.plain}
-    min_reps = {"ours": 3, "ts": 1, "plain": 1}
-    samples = {n: [] for n in names}
+    samples = {n: [] for n in SIDES}
     diffs = {"ours_vs_plain": 0.0, "ts_vs_plain": 0.0}
     start = time.perf_counter()
     rep = 0
     while rep < max_reps:
-        elapsed = time.perf_counter() - start
-        want = [
-            n
-            for n in names
-            if len(samples[n]) < min_reps[n]
-            or (samples[n] and elapsed + statistics.mean(s["ms"] for s in samples[n]) / 1000 <= budget_s)
-        ]
+        want = sides_wanted(samples, time.perf_counter() - start, budget_s)
         if not want:
             break
         body = workload.body(tokenizer, model_name, state, n_q, seed=100_000 + 1000 * state + 10 * n_q + rep)
@@ -214,13 +210,33 @@ def measure_cell(
             name = want[(k + rep) % len(want)]
             got[name] = run[name](body)
             samples[name].append(got[name])
-        if "plain" in got:
-            for side in ("ours", "ts"):
-                if side in got:
-                    diffs[f"{side}_vs_plain"] = max(
-                        diffs[f"{side}_vs_plain"], workload.max_abs_diff(got[side]["answers"], got["plain"]["answers"])
-                    )
+        widen_diffs(diffs, got)
         rep += 1
+    return cell_of(state, n_q, samples, diffs)
+
+
+def sides_wanted(samples: dict, elapsed: float, budget_s: float) -> list[str]:
+    """The sides that sample again: below their minimum, or whose mean sample still fits in the cell's budget."""
+    return [
+        n
+        for n in SIDES
+        if len(samples[n]) < MIN_REPS[n]
+        or (samples[n] and elapsed + statistics.mean(s["ms"] for s in samples[n]) / 1000 <= budget_s)
+    ]
+
+
+def widen_diffs(diffs: dict, got: dict) -> None:
+    """Raise each side's largest |diff| from the plain path's answers with this rep's, where both answered."""
+    if "plain" in got:
+        for side in ("ours", "ts"):
+            if side in got:
+                diffs[f"{side}_vs_plain"] = max(
+                    diffs[f"{side}_vs_plain"], workload.max_abs_diff(got[side]["answers"], got["plain"]["answers"])
+                )
+
+
+def cell_of(state: int, n_q: int, samples: dict, diffs: dict) -> dict:
+    """The cell's row: medians of each side's samples, our phases and shares, and the ratios (> 1: we are faster)."""
     ours = samples["ours"]
     outside = [(s["ms"] - s["model_ms"]) / s["ms"] for s in ours]
     cell = {
@@ -233,7 +249,7 @@ def measure_cell(
         "ours_phases_ms": {k: median([s["timing"].get(k) for s in ours]) for k in ours[0]["timing"]},
         "outside_share": median(outside),
         "prepare_share": median([s["timing"].get("prepare", math.nan) / s["ms"] for s in ours]),
-        "n": {n: len(samples[n]) for n in names},
+        "n": {n: len(samples[n]) for n in SIDES},
         "input_tokens": {
             "ours": ours[0]["input_tokens"],
             "ts": samples["ts"][0]["input_tokens"],

@@ -239,6 +239,35 @@ def _sse(lines) -> list[dict]:
     return [json.loads(line[6:]) for line in lines if line.startswith("data: ") and line != "data: [DONE]"]
 
 
+def _assert_chat_cut_off_a_call(url: str, chat: dict, stream: bool) -> None:
+    """Chat's answer, whole or streamed: a `get_weather` call with `finish_reason: "length"`, no markup in text."""
+    if not stream:
+        r = httpx.post(url + "/v1/chat/completions", json=chat, timeout=300).json()
+        choice = r["choices"][0]
+        assert choice["finish_reason"] == "length", r
+        assert choice["message"]["tool_calls"][0]["function"]["name"] == "get_weather", r
+        assert "<tool_call>" not in (choice["message"]["content"] or "")
+        return
+    with httpx.stream("POST", url + "/v1/chat/completions", json=chat, timeout=300) as s:
+        chunks = _sse(s.iter_lines())
+    deltas = [c["choices"][0] for c in chunks if c.get("choices")]
+    assert deltas[-1]["finish_reason"] == "length", deltas
+    calls = [d["delta"]["tool_calls"] for d in deltas if d["delta"].get("tool_calls")]
+    assert calls and calls[0][0]["function"]["name"] == "get_weather"
+    assert "<tool_call>" not in "".join(d["delta"].get("content") or "" for d in deltas)
+
+
+def _cut_off_response(url: str, responses: dict, stream: bool) -> dict:
+    """The response Responses answers, whole or (streamed) the one its last event carries, which must be
+    `response.incomplete`."""
+    if not stream:
+        return httpx.post(url + "/v1/responses", json=responses, timeout=300).json()
+    with httpx.stream("POST", url + "/v1/responses", json=responses, timeout=300) as s:
+        events = _sse(s.iter_lines())
+    assert events[-1]["type"] == "response.incomplete", [e["type"] for e in events]
+    return events[-1]["response"]
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_forced_call_cut_off_by_the_limit_is_still_a_call(url, stream):
     """As OpenAI answers it: a `tool_calls` entry (partial arguments) with `finish_reason: "length"`; a
@@ -259,25 +288,8 @@ def test_a_forced_call_cut_off_by_the_limit_is_still_a_call(url, stream):
         "max_output_tokens": 6,
         "stream": stream,
     }
-    if not stream:
-        r = httpx.post(url + "/v1/chat/completions", json=chat, timeout=300).json()
-        choice = r["choices"][0]
-        assert choice["finish_reason"] == "length", r
-        assert choice["message"]["tool_calls"][0]["function"]["name"] == "get_weather", r
-        assert "<tool_call>" not in (choice["message"]["content"] or "")
-        got = httpx.post(url + "/v1/responses", json=responses, timeout=300).json()
-    else:
-        with httpx.stream("POST", url + "/v1/chat/completions", json=chat, timeout=300) as s:
-            chunks = _sse(s.iter_lines())
-        deltas = [c["choices"][0] for c in chunks if c.get("choices")]
-        assert deltas[-1]["finish_reason"] == "length", deltas
-        calls = [d["delta"]["tool_calls"] for d in deltas if d["delta"].get("tool_calls")]
-        assert calls and calls[0][0]["function"]["name"] == "get_weather"
-        assert "<tool_call>" not in "".join(d["delta"].get("content") or "" for d in deltas)
-        with httpx.stream("POST", url + "/v1/responses", json=responses, timeout=300) as s:
-            events = _sse(s.iter_lines())
-        assert events[-1]["type"] == "response.incomplete", [e["type"] for e in events]
-        got = events[-1]["response"]
+    _assert_chat_cut_off_a_call(url, chat, stream)
+    got = _cut_off_response(url, responses, stream)
     assert got["status"] == "incomplete", got
     calls = [item for item in got["output"] if item["type"] == "function_call"]
     assert calls and calls[-1]["name"] == "get_weather" and calls[-1]["status"] == "incomplete", got["output"]

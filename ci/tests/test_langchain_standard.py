@@ -59,25 +59,38 @@ def problem_of(response: httpx.Response) -> str | None:
     """What is wrong with one answer on the wire (None: a 200 that is well-formed and complete)."""
     if response.status_code != 200:
         return f"HTTP {response.status_code}: {response.text[:300]}"
-    kind = response.headers.get("content-type", "")
-    text = response.text
-    if kind.startswith("text/event-stream"):
-        data = [line[6:] for line in text.splitlines() if line.startswith("data: ")]
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        data = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]
         if "/chat/completions" in str(response.url):
-            if not data or data[-1] != "[DONE]":
-                return "a chat stream that did not end in [DONE]"
-            chunks = [json.loads(d) for d in data[:-1]]
-            if any("error" in c for c in chunks):
-                return f"an error in the stream: {chunks}"
-            if not any(c.get("choices") and c["choices"][0].get("finish_reason") for c in chunks):
-                return "a chat stream without a finish_reason"
-            return None
-        events = [json.loads(d) for d in data]
-        if not events or events[-1].get("type") not in ("response.completed", "response.incomplete"):
-            return f"a response stream that did not end: {[e.get('type') for e in events][-3:]}"
-        if any(e.get("type") in ("error", "response.failed") for e in events):
-            return "an error event in the response stream"
-        return None
+            return _chat_stream_problem(data)
+        return _response_stream_problem(data)
+    return _body_problem(response)
+
+
+def _chat_stream_problem(data: list[str]) -> str | None:
+    """A chat completion stream (its `data:` payloads) must end in [DONE], carry no error and give a finish_reason."""
+    if not data or data[-1] != "[DONE]":
+        return "a chat stream that did not end in [DONE]"
+    chunks = [json.loads(d) for d in data[:-1]]
+    if any("error" in c for c in chunks):
+        return f"an error in the stream: {chunks}"
+    if not any(c.get("choices") and c["choices"][0].get("finish_reason") for c in chunks):
+        return "a chat stream without a finish_reason"
+    return None
+
+
+def _response_stream_problem(data: list[str]) -> str | None:
+    """A Responses stream (its `data:` payloads) must end completed or incomplete, with no error event."""
+    events = [json.loads(d) for d in data]
+    if not events or events[-1].get("type") not in ("response.completed", "response.incomplete"):
+        return f"a response stream that did not end: {[e.get('type') for e in events][-3:]}"
+    if any(e.get("type") in ("error", "response.failed") for e in events):
+        return "an error event in the response stream"
+    return None
+
+
+def _body_problem(response: httpx.Response) -> str | None:
+    """A whole answer must be a well-formed chat completion or a response that ended."""
     body = response.json()
     if body.get("object") == "chat.completion":
         choice = body["choices"][0]
@@ -86,7 +99,7 @@ def problem_of(response: httpx.Response) -> str | None:
         return None
     if body.get("object") == "response":
         return None if body["status"] in ("completed", "incomplete") else f"a response {body['status']}"
-    return f"an unknown body: {text[:300]}"
+    return f"an unknown body: {response.text[:300]}"
 
 
 def _record(response: httpx.Response) -> None:

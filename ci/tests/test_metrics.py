@@ -105,25 +105,45 @@ def test_names_and_types_are_vllms_and_ours(tight):
     assert value(families, "blink_admission_capacity", kind="decide") == 2
 
 
+def _two_decisions_a_chat_and_a_4xx(http: httpx.Client) -> httpx.Response:
+    """Two decisions and a chat answered, then a decision refused with a 4xx (returned: its status is counted)."""
+    for _ in range(2):
+        r = http.post("/v1/systemone", json=DECISION)
+        assert r.status_code == 200, r.text
+    assert http.post("/v1/chat/completions", json=CHAT).status_code == 200
+    bad = http.post("/v1/systemone", json={"state": "x", "questions": {"q": {"type": "maybe"}}})
+    assert 400 <= bad.status_code < 500, bad.text
+    return bad
+
+
+def _burst(http: httpx.Client, n: int) -> list[httpx.Response]:
+    """`n` large decisions sent at once, one thread each: on two places, those that find none are refused 529."""
+    burst: list[httpx.Response] = []
+    threads = [
+        threading.Thread(target=lambda i=i: burst.append(http.post("/v1/systemone", json=big(i)))) for i in range(n)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    return burst
+
+
+def _assert_decisions_counted(moved, decisions: int) -> None:
+    """`decisions` answered DECISIONs counted, each with its three questions (one of each type) and their options."""
+    assert moved("blink_decisions") == decisions
+    for kind in ("noul", "choice", "score"):
+        assert moved("blink_questions", type=kind) == decisions, kind
+        assert moved("blink_options", type=kind) >= 4, kind
+    assert moved("blink_options", type="choice") == 3 * decisions  # its three criteria each time
+
+
 def test_counters_move_with_decisions_chats_a_4xx_and_a_529(tight):
     _, before = scrape(tight)
     with httpx.Client(base_url=tight, timeout=120) as http:
-        for _ in range(2):
-            r = http.post("/v1/systemone", json=DECISION)
-            assert r.status_code == 200, r.text
-        assert http.post("/v1/chat/completions", json=CHAT).status_code == 200
-        bad = http.post("/v1/systemone", json={"state": "x", "questions": {"q": {"type": "maybe"}}})
-        assert 400 <= bad.status_code < 500, bad.text
+        bad = _two_decisions_a_chat_and_a_4xx(http)
         # a burst of decisions on two places: those that find none are refused 529 at once
-        burst: list[httpx.Response] = []
-        threads = [
-            threading.Thread(target=lambda i=i: burst.append(http.post("/v1/systemone", json=big(i))))
-            for i in range(12)
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=300)
+        burst = _burst(http, 12)
     statuses = sorted(r.status_code for r in burst)
     assert set(statuses) == {200, 529} and len(statuses) == 12, statuses
     assert all(r.headers.get("retry-after") for r in burst if r.status_code == 529)
@@ -133,11 +153,7 @@ def test_counters_move_with_decisions_chats_a_4xx_and_a_529(tight):
         return value(after, name, suffix, **labels) - value(before, name, suffix, **labels)
 
     answered = statuses.count(200)
-    assert moved("blink_decisions") == 2 + answered
-    for kind in ("noul", "choice", "score"):
-        assert moved("blink_questions", type=kind) == 2 + answered, kind
-        assert moved("blink_options", type=kind) >= 4, kind
-    assert moved("blink_options", type="choice") == 3 * (2 + answered)  # its three criteria each time
+    _assert_decisions_counted(moved, 2 + answered)
     assert moved("vllm:prompt_tokens") > 0 and moved("vllm:prefix_cache_queries") > 0
     assert moved("vllm:prefix_cache_hits") > 0  # the second decision's state came from the prefix-state cache
     assert moved("blink_chats") == 1 and moved("vllm:generation_tokens") >= 1
