@@ -245,6 +245,40 @@ def time_cells(engine, cells, device: str, reps: int, calls: list) -> list[dict]
     return rows
 
 
+def moderation_row(engine, model, tokenizer, device: str, reps: int) -> dict:
+    """Issue 42's target: a moderation of a ~300-token input (the default policy's 13 categories as `noul` questions
+    over it, as /v1/moderations asks) against one pass of the decoder over the input alone. Each rep a new input, so
+    nothing comes from the prefix-state cache."""
+    import torch
+
+    from blink.executor.decoder import decoder_of
+    from blink.moderation_policy import load_policy
+
+    questions = load_policy(None).questions()
+    texts = iter([workload.text_of_tokens(tokenizer, 300, 30_000 + i) for i in range(2 * reps + 2)])
+    decoder, _ = decoder_of(model)
+
+    def moderation():
+        ours(engine, [engine.prepare({"state": next(texts), "questions": questions})])
+
+    @torch.inference_mode()
+    def one_pass():
+        ids = tokenizer(next(texts), add_special_tokens=False)["input_ids"]
+        decoder(inputs_embeds=decoder.get_input_embeddings()(torch.tensor([ids], device=device)), use_cache=False)
+
+    moderation(), one_pass()  # warm both shapes
+    p = engine.prepare({"state": workload.text_of_tokens(tokenizer, 300, 29_999), "questions": questions})
+    row = {
+        "categories": len(questions),
+        "input_tokens": p.prompts[0].state_end,
+        "tokens_run": sum(len(q.ids) - p.prompts[0].state_end for q in p.prompts) + p.prompts[0].state_end,
+        "ours_ms": statistics.median(timed(moderation, device, reps)),
+        "pass_ms": statistics.median(timed(one_pass, device, reps)),
+    }
+    log(f"moderation: ours {row['ours_ms']:.1f} ms, one pass over the input {row['pass_ms']:.1f} ms")
+    return row
+
+
 def sweep_pass_cost(engine, cells, prepared_clients: list, device: str, reps: int) -> dict:
     """The pass cost of length bucketing (blink/executor/core.py: its CUDA value is an estimate): model time of
     Kev's cells and the clients' batch at a few values, so the next run can set it from a measurement. The
@@ -353,6 +387,7 @@ def main(argv=None) -> None:
         torch.cuda.reset_peak_memory_stats()
     calls = []  # (tokens, compute_s) of every timed call, for duration honesty
     rows = time_cells(engine, cells, args.device, args.reps, calls)
+    moderation = moderation_row(engine, model, tokenizer, args.device, args.reps)
     # 3b. the pass cost of length bucketing, at a few values
     default_cost = engine.executor.pass_cost_tokens
     sweep = sweep_pass_cost(engine, cells, prepared_clients, args.device, args.reps)
@@ -362,7 +397,9 @@ def main(argv=None) -> None:
 
     # 5. duration honesty over every timed call, in order, as the Space's settings would ask
     honesty = duration_honesty(calls)
-    res = Results(args, gpu, params, kernels, check, rows, thr, tokens_all, peak, sweep, default_cost, honesty)
+    res = Results(
+        args, gpu, params, kernels, check, rows, thr, tokens_all, peak, sweep, default_cost, honesty, moderation
+    )
     print_table(res)
     print(f"(wall {time.time() - started:.0f} s)")
     if args.json:

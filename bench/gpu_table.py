@@ -46,6 +46,7 @@ class Results:
     sweep: dict
     default_cost: float
     honesty: dict
+    moderation: dict
 
 
 def print_table(res: Results) -> None:
@@ -83,6 +84,12 @@ def print_table(res: Results) -> None:
         f" | {thr['batched_e2e_rps']:.1f} req/s batched | {thr['unbatched_rps']:.1f} req/s unbatched | "
         f"{thr['batched_rps'] / thr['unbatched_rps']:.2f}× | {KEV_THROUGHPUT} |"
     )
+    m = res.moderation
+    print(
+        f"| moderation, {m['categories']} categories (issue 42: ≤ 1.3× one pass over the input) | "
+        f"{m['tokens_run']} | {m['ours_ms']:.1f} ms | | one pass over the {m['input_tokens']}-token input: "
+        f"{m['pass_ms']:.1f} ms | {m['ours_ms'] / m['pass_ms']:.2f}× the pass | |"
+    )
     if res.peak is not None:
         print(f"| peak GPU memory allocated | | {res.peak / 2**30:.1f} GiB | | | | |")
     for cost, times in res.sweep.items():
@@ -118,6 +125,7 @@ def write_json(res: Results, path: str) -> None:
                 "peak_bytes": res.peak,
                 "pass_cost_sweep": res.sweep,
                 "durations": res.honesty,
+                "moderation": res.moderation,
             },
             indent=1,
         )
