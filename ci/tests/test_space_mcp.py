@@ -8,7 +8,6 @@ rules: `/mcp` asks for the /v1 key when one is set; Gradio's tool and REST path 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import sys
 import httpx
 import pytest
 
-from helpers import ROOT, npm_installed, running, uncached
+from helpers import ROOT, mcp_call, npm_installed, running, uncached
 
 KEY = "sk-space-mcp-Kq72-unusual"
 APP = [sys.executable, str(ROOT / "app.py")]
@@ -47,19 +46,6 @@ def keyed_space(demo_root):
         yield url
 
 
-def session(url: str, work, headers: dict | None = None):
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamablehttp_client
-
-    async def run():
-        async with streamablehttp_client(url, headers=headers) as (read, write, _):
-            async with ClientSession(read, write) as mcp:
-                await mcp.initialize()
-                return await work(mcp)
-
-    return asyncio.run(run())
-
-
 def systemone(url: str, key: str | None = None, **fields) -> dict:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     reply = httpx.post(
@@ -84,7 +70,7 @@ def test_both_endpoints_publish_a_typed_tool_and_answer_json(space):
     expected, expected_raw = systemone(space), systemone(space, x_calibration="raw")
     schemas = {}
     for path in ENDPOINTS:
-        tools, result, bad = session(space + path, list_and_call)
+        tools, result, bad = mcp_call(space + path, list_and_call)
         (tool,) = [t for t in tools if t.name == "decide"]
         question = tool.inputSchema["$defs"]["DecisionQuestion"]
         assert tool.inputSchema["properties"]["questions"]["additionalProperties"] == {
@@ -100,7 +86,7 @@ def test_both_endpoints_publish_a_typed_tool_and_answer_json(space):
         assert result.structuredContent == body
         assert uncached(body) == expected, path
         assert bad.isError  # a question of an unknown type is refused by the schema, as a tool error
-        raw = session(space + path, call_raw)
+        raw = mcp_call(space + path, call_raw)
         assert not raw.isError and uncached(raw.structuredContent) == expected_raw, path
     # one tool, typed once, with the same optional `x_calibration` on both
     assert schemas["/mcp"] == schemas["/gradio_api/mcp/"]
@@ -115,10 +101,10 @@ def test_the_key_rules_on_both_endpoints_and_the_rest_path(keyed_space):
     keyed = {"Authorization": f"Bearer {KEY}"}
     expected = systemone(url, KEY)
     for path in ENDPOINTS:
-        _, result, _ = session(url + path, list_and_call, keyed)
+        _, result, _ = mcp_call(url + path, list_and_call, keyed)
         assert uncached(json.loads(result.content[0].text)) == expected
     # Gradio's MCP tool without the key: a tool error naming the key
-    refused = session(
+    refused = mcp_call(
         url + "/gradio_api/mcp/", lambda mcp: mcp.call_tool("decide", {"state": "x", "questions": QUESTIONS})
     )
     assert refused.isError and "API key" in refused.content[0].text
