@@ -79,9 +79,7 @@ class Sampler:
     def cache_mb(self) -> float:
         """What the prefix-state cache holds (bounded by --prefix-cache-mib by design), to tell it from a leak."""
         try:
-            return float(
-                httpx.get(self.url + "/healthz", timeout=10).json().get("prefix_cache", {}).get("used_mib") or 0
-            )
+            return float(cache_stats(self.url).get("used_mib") or 0)
         except (httpx.HTTPError, ValueError, TypeError):
             return 0.0
 
@@ -220,8 +218,9 @@ def documents(rng: random.Random, count: int) -> list[str]:
     return [f"Record {next(RECORDS)}: " + " ".join(rng.choices(WORDS, k=rng.randint(3, 12))) for _ in range(count)]
 
 
-def cache_stats(url: str) -> dict:
-    return httpx.get(url + "/healthz", timeout=30).json().get("prefix_cache") or {}
+def cache_stats(url: str, timeout: float = 30) -> dict:
+    """/healthz's prefix-state cache figures (bounded by --prefix-cache-mib by design)."""
+    return httpx.get(url + "/healthz", timeout=timeout).json().get("prefix_cache") or {}
 
 
 async def fill(url: str, model: str, until_mib: float, most_s: float = 3600.0, workers: int = 2) -> dict:
