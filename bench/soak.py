@@ -79,7 +79,7 @@ class Sampler:
     def cache_mb(self) -> float:
         """What the prefix-state cache holds (bounded by --prefix-cache-mib by design), to tell it from a leak."""
         try:
-            return float(cache_stats(self.url).get("used_mib") or 0)
+            return float(cache_stats(self.url, timeout=10).get("used_mib") or 0)
         except (httpx.HTTPError, ValueError, TypeError):
             return 0.0
 
