@@ -4,6 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+# A whole run builds ~13 GB of venvs beside the checkout (the client suites' own environments, ZeroGPU's CUDA torch
+# the largest) and up to ~5 GB of pytest temp files; short of that, dozens of tests error far from the cause.
+FREE_GB=$(df -Pk . | awk 'NR == 2 { print int($4 / 1048576) }')
+if [ "${FREE_GB:-0}" -lt 20 ]; then
+  echo "ci: only ${FREE_GB} GB free on the disk holding $(pwd); a full run needs ~20 GB (venvs and temp files):" \
+    "expect errors from whichever test runs out of space" >&2
+fi
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
