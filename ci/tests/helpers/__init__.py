@@ -16,8 +16,9 @@ every name from here (`from helpers import running`); each lives in a module of 
 - helpers/cache_checks.py: `check_resumes_share_and_keep_saved_states` (the prefix cache on and off).
 
 The scripted stand-in network for chat (`ScriptedModel`, its tools and scripts) imports torch, so it lives in
-helpers/scripted.py and is imported as `helpers.scripted`; helpers/vllm.py (real vLLM replicas) likewise. This
-package imports neither torch nor blink.
+helpers/scripted.py and is imported as `helpers.scripted`; helpers/vllm.py (real vLLM replicas) and
+helpers/tiny_app.py (blink's Endpoint around handlers that report what reached them, for the wire layer's
+in-process tests) likewise. This package imports neither torch nor blink.
 """
 
 from helpers.bodies import MB, WORDS, png, probabilities, random_request, text_of, uncached, worst
