@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, SERVERS, blink_serve, running
+from helpers import ORIGIN, ROOT, SERVERS, blink_serve, running
 from helpers.vllm import vllm_replicas_running
 
 
@@ -82,6 +82,15 @@ def keyed_server(demo_root):
     env = {"BLINK_API_KEY": "sekret-key-123"}
     yield SERVERS.start("keyed_server", running(blink_serve(), demo_root, env=env, name="serve-keyed"))
     SERVERS.stop("keyed_server")
+
+
+@pytest.fixture(scope="session")
+def surface(demo_root):
+    """The standalone server with CORS for `ORIGIN` and a model alias (`blink-alias`), for the OpenAI surface beyond
+    chat: test_openai_surface.py and test_openai_text_completions.py, which run back to back."""
+    flags = ("--cors-origins", ORIGIN, "--model-aliases", "blink-alias")
+    yield SERVERS.start("surface", running(blink_serve(*flags), demo_root, name="serve-surface"))
+    SERVERS.stop("surface")
 
 
 @pytest.fixture(scope="session")

@@ -2,8 +2,9 @@
 every name from here (`from helpers import running`); each lives in a module of its own idea:
 
 - helpers/servers.py: servers on loopback: `ROOT`, `ARTIFACTS`, `free_port`, `server_env`, `launch`,
-  `wait_healthy`, `start_scripted`, `stop_group`, `running`, `blink_serve`, `SERVERS` (servers stopped after their
-  fixture's last test), and `Served` (a real app on an in-process uvicorn);
+  `wait_healthy`, `start_scripted`, `stop_group`, `running`, `blink_serve`, `ORIGIN` (the one the `surface` server's
+  CORS lets in), `SERVERS` (servers stopped after their fixture's last test), and `Served` (a real app on an
+  in-process uvicorn);
 - helpers/watch.py: `rss`, `Watch` and `watching` (a server's memory and /healthz while a request runs),
   `ServerProcess` (a `blink serve` by its URL: pid, log);
 - helpers/bodies.py: request and answer helpers: `random_request`, `probabilities`, `worst`, `uncached`, `png`,
@@ -38,6 +39,7 @@ from helpers.clients import (
 from helpers.contracts import ROOT_UNROUTED, UNROUTED, assert_all_pass, check_unrouted, run_jevcompat
 from helpers.servers import (
     ARTIFACTS,
+    ORIGIN,
     ROOT,
     SERVERS,
     Served,
@@ -66,6 +68,7 @@ __all__ = [
     "ServersInUse",
     "SERVERS",
     "blink_serve",
+    "ORIGIN",
     "Served",
     "rss",
     "Watch",

@@ -149,6 +149,9 @@ class ServersInUse:
 SERVERS = ServersInUse()
 
 
+ORIGIN = "https://app.example"  # the one origin conftest.py's `surface` server lets in (CORS)
+
+
 def blink_serve(*flags: str, model: str = "demo") -> list[str]:
     return [sys.executable, "-m", "blink", "serve", "--model", model, "--port", "{port}", *flags]
 
