@@ -1,56 +1,40 @@
-"""`python app.py` (the Space) with the demo model on CPU: the API routes, the UI's events and the Space as a tool
-(the Gradio endpoint `decide` and Gradio's MCP server) answer from the same server and port, with real clients
-(typesafe-sdk, openai, gradio_client, @gradio/client, mcp); the optional key."""
+"""`python app.py` (the Space) with the demo model on CPU, open (no key): the API routes, the UI's events and the
+Space as a tool (the Gradio endpoint `decide` and Gradio's MCP server) answer from the same server and port, with real
+clients (typesafe-sdk, openai, gradio_client, @gradio/client, mcp). The Space with a key: test_space_app_key.py."""
 
 from __future__ import annotations
-
-import sys
 
 import httpx
 import pytest
 from gradio_page import PageValidationError, page_call, values_only
 
 from helpers import (
-    ARTIFACTS,
-    ROOT,
+    APP,
+    QUESTIONS,
     SERVERS,
+    SPACE_ENV,
+    STATE,
     UNROUTED,
-    bearer,
     check_unrouted,
     example_form,
     form_args,
+    js_decide,
     mcp_call,
-    npm_installed,
+    mcp_decide,
     running,
+    systemone,
+    tool_body,
     uncached,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.space]
 
-KEY = "sk-space-Zq81-unusual-key-value"
-APP = [sys.executable, str(ROOT / "app.py")]
-SPACE_ENV = {"BLINK_MODEL": "demo", "BLINK_UI_CHAT_MAX_TOKENS": "6", "BLINK_MAX_OUTPUT_TOKENS": "64"}
-
 
 @pytest.fixture(scope="module")
 def space(demo_root):
-    """The three Spaces of this module each stop after their last test (helpers.SERVERS), not at its end."""
+    """The open Space, stopped after its last test (helpers.SERVERS)."""
     yield SERVERS.start("space", running(APP, demo_root, env=SPACE_ENV, name="space"))
     SERVERS.stop("space")
-
-
-@pytest.fixture(scope="module")
-def keyed_space(demo_root):
-    env = {**SPACE_ENV, "BLINK_API_KEY": KEY, "BLINK_GRADIO_API_NEEDS_KEY": "true"}
-    yield SERVERS.start("keyed_space", running(APP, demo_root, env=env, name="space-keyed"))
-    SERVERS.stop("keyed_space")
-
-
-@pytest.fixture(scope="module")
-def login_space(demo_root):
-    env = {**SPACE_ENV, "BLINK_API_KEY": KEY, "BLINK_GRADIO_UI_NEEDS_KEY": "1"}
-    yield SERVERS.start("login_space", running(APP, demo_root, env=env, name="space-login"))
-    SERVERS.stop("login_space")
 
 
 def test_models_systemone_and_gradio_on_one_port(space):
@@ -144,41 +128,6 @@ def test_unrouted_v1_requests_answer_in_the_wire_shape_on_the_space(space):
     for method, path, status in UNROUTED:
         check_unrouted(httpx.request(method, space + path), path, status)
     assert httpx.get(space + "/config").status_code == 200  # Gradio's own routes are untouched
-
-
-def test_api_key_guards_v1_only_and_never_leaks(keyed_space, demo_root):
-    from openai import AuthenticationError, OpenAI
-
-    url = keyed_space
-    body = {"state": "hello", "questions": {"q": {"type": "noul", "instructions": "Is this a greeting?"}}}
-    # System One: its own 401 body
-    r = httpx.post(url + "/v1/systemone", json=body, headers={"Authorization": "Bearer wrong"})
-    assert r.status_code == 401
-    assert r.json()["detail"]["error_type"] == "authentication_error" and isinstance(r.json()["error"], str)
-    # OpenAI: its own 401 body
-    with pytest.raises(AuthenticationError) as info:
-        OpenAI(base_url=url + "/v1", api_key="wrong", max_retries=0).chat.completions.create(
-            model="blink-4b", messages=[{"role": "user", "content": "hi"}]
-        )
-    assert info.value.body["type"] == "authentication_error"
-    # /v1/models: both shapes in one body
-    m = httpx.get(url + "/v1/models")
-    assert m.status_code == 401 and "error" in m.json() and "detail" in m.json()
-    # the right key works
-    ok = httpx.post(url + "/v1/systemone", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
-    assert ok.status_code == 200
-    assert [x.id for x in OpenAI(base_url=url + "/v1", api_key=KEY).models.list().data] == ["blink-4b"]
-    # /healthz and the UI stay open
-    health = httpx.get(url + "/healthz")
-    assert health.status_code == 200 and health.json()["api_key_required"] is True
-    _, raw = page_call(url, "decide_form", *form_args("hello", ("q", "noul", "Greeting?", "")))
-    assert raw["answers"]["q"]["type"] == "noul"
-    # the key appears nowhere: health, error bodies, the UI's config, the log
-    assert KEY not in health.text and KEY not in r.text and KEY not in m.text
-    assert KEY not in httpx.get(url + "/config").text
-    port = url.rsplit(":", 1)[1]
-    log = (ARTIFACTS / f"space-keyed-{port}.log").read_text()
-    assert KEY not in log
 
 
 @pytest.mark.parametrize(
@@ -329,54 +278,7 @@ def test_ui_page_has_the_demo_banner_chat_examples_and_its_own_chat_caveat(space
 
 
 # --- the Space as a tool: `decide(state, questions, x_calibration=None)` over gradio_client, @gradio/client, MCP -
-QUESTIONS = {
-    "spam": {"type": "noul", "instructions": "Is this message spam?"},
-    "topic": {
-        "type": "choice",
-        "instructions": "What is it about?",
-        "criteria": {"billing": "money, invoices", "shipping": None, "other": None},
-    },
-    "urgency": {"type": "score", "instructions": "How urgent is it?", "criteria": ["low", "medium", "high"]},
-}
-STATE = {"ticket": "My parcel never arrived and I was charged twice. Please help today."}
 BAD = {"pick": {"type": "choice", "instructions": "Pick one", "criteria": {}}}
-
-
-def systemone(url: str, key: str | None = None, **fields) -> dict:
-    """The /v1/systemone body for STATE and QUESTIONS (and `fields`, e.g. x_calibration)."""
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    reply = httpx.post(
-        url + "/v1/systemone", json={"state": STATE, "questions": QUESTIONS, **fields}, headers=headers, timeout=180
-    )  # generous: the CI machine is shared
-    assert reply.status_code == 200, reply.text
-    return uncached(reply.json())
-
-
-def mcp_decide(url: str, key: str | None = None):
-    """The `decide` tool called over MCP with STATE and QUESTIONS, with `key` as the bearer key (None: no key)."""
-    decide = {"state": STATE, "questions": QUESTIONS}
-    return mcp_call(url + "/gradio_api/mcp/", lambda mcp: mcp.call_tool("decide", decide), bearer(key))
-
-
-def tool_body(result) -> dict:
-    """Gradio's MCP server sends the endpoint's return value as JSON text (space_tool.typed_mcp)."""
-    import json
-
-    assert not result.isError, result.content
-    return json.loads(result.content[0].text)
-
-
-def js_decide(url: str, key: str | None = None, **fields) -> dict:
-    """@gradio/client (ci/js, pinned by its package-lock.json) calls decide with keyword arguments: STATE,
-    QUESTIONS and `fields` (x_calibration)."""
-    import json
-    import subprocess
-
-    folder = npm_installed()
-    request = json.dumps({"state": STATE, "questions": QUESTIONS, **fields})
-    argv = ["node", "decide.mjs", url, request, *([key] if key else [])]
-    done = subprocess.run(argv, cwd=folder, capture_output=True, text=True, timeout=120, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def test_the_gradio_api_is_one_documented_decide_endpoint(space):
@@ -481,84 +383,6 @@ def test_mcp_on_the_space_lists_and_calls_decide(space):
         space + "/gradio_api/mcp/", lambda mcp: mcp.call_tool("decide", {"state": "x", "questions": BAD})
     )
     assert refused.isError and "question 'pick'" in refused.content[0].text
-
-
-def test_with_gradio_api_needs_key_decide_and_mcp_ask_for_the_key(keyed_space):
-    """BLINK_GRADIO_API_NEEDS_KEY: the Gradio endpoint and the Space's MCP tool ask for the /v1 key (the UI's own
-    events stay open: test_api_key_guards_v1_only_and_never_leaks)."""
-    from gradio_client import Client
-    from gradio_client.exceptions import AppError
-
-    url = keyed_space
-    with pytest.raises(AppError) as info:
-        Client(url, verbose=False).predict(state=STATE, questions=QUESTIONS, api_name="/decide")
-    assert "API key" in str(info.value)
-    keyed = Client(url, verbose=False, headers={"Authorization": f"Bearer {KEY}"})
-    assert uncached(keyed.predict(state=STATE, questions=QUESTIONS, api_name="/decide")) == systemone(url, KEY)
-
-    refused = mcp_decide(url)
-    assert refused.isError and "API key" in refused.content[0].text
-    wrong = mcp_decide(url, "wrong")
-    assert wrong.isError
-    result = mcp_decide(url, KEY)
-    assert uncached(tool_body(result)) == systemone(url, KEY)
-
-    assert "API key" in js_decide(url)["error"]
-    assert uncached(js_decide(url, KEY)["body"]) == systemone(url, KEY)
-    port = url.rsplit(":", 1)[1]
-    assert KEY not in (ARTIFACTS / f"space-keyed-{port}.log").read_text()
-
-
-FORM = form_args("The parcel is late.", ("late", "noul", "Is it late?", ""))
-
-
-def test_with_gradio_ui_needs_key_the_ui_and_its_api_ask_for_a_login_with_the_key(login_space):
-    """BLINK_GRADIO_UI_NEEDS_KEY: Gradio's login page in front of the UI, its queue and its API, the API key as the
-    password; MCP clients (who cannot log in) send the bearer key; /v1/* keep the bearer key, not the login."""
-    from gradio_client import Client
-    from gradio_client.exceptions import AuthenticationError
-
-    url = login_space
-    page = httpx.get(url + "/", timeout=30)
-    assert page.status_code == 200 and '"auth_required":true' in page.text.replace(" ", "")  # the login form
-    assert "log in with any user name and the key as the password" in page.text
-    assert httpx.get(url + "/config", timeout=30).status_code == 401
-    session = {"data": [], "fn_index": 0, "session_hash": "anonymous", "event_data": None, "trigger_id": None}
-    assert httpx.post(url + "/gradio_api/queue/join", json=session, timeout=30).status_code == 401
-    assert httpx.post(url + "/gradio_api/upload", files={"files": b"x"}, timeout=30).status_code == 401
-    with pytest.raises(AuthenticationError):
-        Client(url, verbose=False)
-
-    # a wrong key does not log in; neither does a bearer header on the page's routes
-    assert httpx.post(url + "/login", data={"username": "me", "password": "wrong"}, timeout=30).status_code == 400
-    assert httpx.post(url + "/login", data={"username": "me", "password": KEY[:-1]}, timeout=30).status_code == 400
-    with pytest.raises(ValueError, match="Could not login"):
-        Client(url, verbose=False, auth=("me", "wrong"))
-    assert httpx.get(url + "/config", headers={"Authorization": f"Bearer {KEY}"}, timeout=30).status_code == 401
-
-    # the key logs in (any user name): the page's events answer, and gradio_client's decide
-    login = httpx.post(url + "/login", data={"username": "anyone", "password": KEY}, timeout=30)
-    assert login.status_code == 200 and login.json() == {"success": True}
-    _, raw = page_call(url, "decide_form", *FORM, cookies=login.cookies)
-    assert set(raw["answers"]) == {"late"}
-    reply = page_call(url, "chat", "Hello there", [], cookies=login.cookies)[0]
-    assert isinstance(reply, str) and reply
-    client = Client(url, verbose=False, auth=("me", KEY))
-    assert uncached(client.predict(state=STATE, questions=QUESTIONS, api_name="/decide")) == systemone(url, KEY)
-
-    # MCP: the tool asks for the bearer key
-    refused = mcp_decide(url)
-    assert refused.isError and "API key" in refused.content[0].text
-    result = mcp_decide(url, KEY)
-    assert uncached(tool_body(result)) == systemone(url, KEY)
-
-    # /v1/* answer to the bearer key only (a logged-in page's cookie is not a key); /healthz stays open
-    body = {"state": "hello", "questions": {"q": {"type": "noul", "instructions": "Is this a greeting?"}}}
-    r = httpx.post(url + "/v1/systemone", json=body, cookies=login.cookies, timeout=60)
-    assert r.status_code == 401 and r.json()["detail"]["error_type"] == "authentication_error"
-    assert httpx.get(url + "/healthz", timeout=30).json()["api_key_required"] is True
-    port = url.rsplit(":", 1)[1]
-    assert KEY not in (ARTIFACTS / f"space-login-{port}.log").read_text()
 
 
 def test_a_stalled_body_on_the_space_gets_408_and_its_connection_ends(space):

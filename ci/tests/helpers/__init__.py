@@ -14,7 +14,10 @@ every name from here (`from helpers import running`); each lives in a module of 
 - helpers/clients.py: `mcp_call` (one MCP session), `bearer`, `form_args` and `example_form` (the UI's Decide
   event, as the page sends it), `npm_installed` and `node_script` (the JS clients of ci/js, installed from its lock
   when they are not all there), `headless_chromium`;
-- helpers/cache_checks.py: `check_resumes_share_and_keep_saved_states` (the prefix cache on and off).
+- helpers/cache_checks.py: `check_resumes_share_and_keep_saved_states` (the prefix cache on and off);
+- helpers/space_app.py: the Space under test (`python app.py`): `APP`, `SPACE_ENV`, and its `decide` tool's one
+  request (`STATE`, `QUESTIONS`) through /v1/systemone (`systemone`), MCP (`mcp_decide`, `tool_body`) and
+  @gradio/client (`js_decide`).
 
 The scripted stand-in network for chat (`ScriptedModel`, its tools and scripts) imports torch, so it lives in
 helpers/scripted.py and is imported as `helpers.scripted`; helpers/vllm.py (real vLLM replicas) and
@@ -53,6 +56,7 @@ from helpers.servers import (
     stop_group,
     wait_healthy,
 )
+from helpers.space_app import APP, QUESTIONS, SPACE_ENV, STATE, js_decide, mcp_decide, systemone, tool_body
 from helpers.watch import ServerProcess, Watch, pid_on_port, rss, watching
 
 __all__ = [
@@ -99,4 +103,12 @@ __all__ = [
     "form_args",
     "example_form",
     "check_resumes_share_and_keep_saved_states",
+    "APP",
+    "SPACE_ENV",
+    "STATE",
+    "QUESTIONS",
+    "systemone",
+    "mcp_decide",
+    "tool_body",
+    "js_decide",
 ]
