@@ -16,7 +16,8 @@ every name from here (`from helpers import running`); each lives in a module of 
 - helpers/cache_checks.py: `check_resumes_share_and_keep_saved_states` (the prefix cache on and off).
 
 The scripted stand-in network for chat (`ScriptedModel`, its tools and scripts) imports torch, so it lives in
-helpers/scripted.py and is imported as `helpers.scripted`; helpers/vllm.py (real vLLM replicas) likewise. This
+helpers/scripted.py and is imported as `helpers.scripted`; helpers/vllm.py (real vLLM replicas) likewise, and
+helpers/fleet.py (build.py as the build tests load it: it imports blink). This
 package imports neither torch nor blink.
 """
 
