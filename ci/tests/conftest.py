@@ -33,15 +33,22 @@ def give_back_memory() -> None:
         pass
 
 
+# the files the two vLLM replicas (`vllm_replicas`) serve, in the order they run
+VLLM_FILES = ("test_router.py", "test_vllm.py", "test_vllm_serve.py")
+
+
 def pytest_collection_modifyitems(session, config, items):
-    """The two vLLM replicas (`vllm_replicas`) serve test_router.py and test_vllm.py: their tests run back to back, so
-    the replicas are up from the first to the last and no longer (not through every file between the two), and
-    test_router.py's first, whatever order the files were named in (test_vllm.py's last tests kill a replica)."""
-    router = [item for item in items if item.path.name == "test_router.py"]
-    rest = [item for item in items if item.path.name != "test_router.py"]
-    first_vllm = next((k for k, item in enumerate(rest) if item.path.name == "test_vllm.py"), None)
-    if router and first_vllm is not None:
-        items[:] = rest[:first_vllm] + router + rest[first_vllm:]
+    """The two vLLM replicas (`vllm_replicas`) serve the VLLM_FILES: their tests run back to back, in that order,
+    where test_vllm.py's (or test_vllm_serve.py's) would, so the replicas are up from the first to the last and no
+    longer (not through every file between them), and test_router.py's first, whatever order the files were named in
+    (test_vllm_serve.py's last tests kill a replica)."""
+    at = next((k for k, item in enumerate(items) if item.path.name in VLLM_FILES[1:]), None)
+    if at is None:
+        return
+    shared = [item for name in VLLM_FILES for item in items if item.path.name == name]
+    rest = [item for item in items if item.path.name not in VLLM_FILES]
+    before = sum(1 for item in items[:at] if item.path.name not in VLLM_FILES)
+    items[:] = rest[:before] + shared + rest[before:]
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -118,7 +125,20 @@ def qwen3_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def vllm_replicas(qwen3_dir):
-    """Two real vLLM CPU replicas of the qwen3 demo model, `[(url, process)]`, shared by test_router.py and
-    test_vllm.py (two of them fill two cores: never more) and stopped after the last test that uses them."""
+    """Two real vLLM CPU replicas of the qwen3 demo model, `[(url, process)]`, shared by test_router.py,
+    test_vllm.py and test_vllm_serve.py (two of them fill two cores: never more) and stopped after the last test
+    that uses them."""
     yield SERVERS.start("vllm_replicas", vllm_replicas_running(qwen3_dir))
     SERVERS.stop("vllm_replicas")
+
+
+@pytest.fixture(scope="session")
+def qwen3_engine(qwen3_dir):
+    """blink's engine on the qwen3 model, for `prepare` (prompts, reads) and `answer`: what test_vllm.py compares
+    the replicas with and test_vllm_serve.py's failover tests prepare with. Loaded once for both (they were one
+    module); only they use it, and they run back to back (above), so its caches see the same calls in the same
+    order as then."""
+    from blink.decide.planner import Engine
+    from blink.model.loading import load
+
+    return Engine(load(str(qwen3_dir)))

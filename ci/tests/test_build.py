@@ -3,16 +3,15 @@
 Every Space in the real spaces.toml is built into a temporary folder and checked: shared files byte-identical
 to the repository's (theme parity), space_config.py importable and complete, the README front matter the Hub
 reads, the pins, and that the built folder starts on its own (`python app.py` inside it, demo model) and
-answers /healthz. Malformed tables fail naming the Space and the key. `--push` is checked by its call
-sequence against a recording stand-in for the Hub client (the network is out of reach here).
+answers /healthz; its command line (`--dry-run`, `--check`, without the heavy imports). `--push` is checked by
+its call sequence against a recording stand-in for the Hub client (the network is out of reach here). What a
+table may hold and how a malformed one fails: test_build_tables.py.
 """
 
 from __future__ import annotations
 
 import ast
-import importlib.util
 import re
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -20,33 +19,16 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 
 from build import SHARED_DIRS  # the fleet's shared folders, copied whole
 from build import SHARED_FILES as SHARED  # the fleet's shared files, as build.py copies them
 from helpers import ROOT, running
+from helpers.fleet import MISSING, build, front_matter, load_module, needs_shared_files
 
 pytestmark = pytest.mark.space
 
-MISSING = [name for name in SHARED if not (ROOT / name).is_file()]
-
-
-def load_module(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-build = load_module("blink_fleet_build", ROOT / "build.py")
 TABLES = tomllib.loads((ROOT / "spaces.toml").read_text(encoding="utf-8"))["spaces"]
 NAMES = list(TABLES)
-
-
-def needs_shared_files():
-    if MISSING:
-        pytest.skip(f"shared file(s) not written yet: {', '.join(MISSING)}")
 
 
 @pytest.fixture(scope="module")
@@ -60,12 +42,6 @@ def dist(fleet, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dist")
     build.build(fleet, out)
     return out
-
-
-def front_matter(readme: str) -> tuple[dict, str]:
-    m = re.match(r"---\n(.*?)\n---\n(.*)", readme, re.S)
-    assert m, "README.md does not start with a --- YAML block ---"
-    return yaml.safe_load(m.group(1)), m.group(2)
 
 
 def pins(path: Path) -> dict[str, str]:
@@ -247,112 +223,6 @@ def test_check_writes_nothing(tmp_path):
     assert not (tmp_path / "dist").exists()
 
 
-GOOD = """
-[fleet]
-owner = "someone"
-
-[spaces.alpha]
-model = "org/alpha-model"
-revision = "v2.1"
-short_description = "alpha"
-description = "The alpha Space."
-
-[spaces.beta]
-model = "org/beta-model"
-revision = "0123456789abcdef0123456789abcdef01234567"
-short_description = "beta"
-description = "The beta Space."
-adapter = "org/beta-lora"
-adapter_revision = "main"
-
-[spaces.beta.hardware]
-size = "xlarge"
-"""
-
-
-def test_a_good_fleet_loads(tmp_path):
-    path = tmp_path / "spaces.toml"
-    path.write_text(GOOD)
-    fleet = build.load(path)
-    alpha, beta = fleet.spaces
-    assert (alpha.served_model_name, alpha.hardware["size"]) == ("alpha", "large")
-    assert beta.hardware["size"] == "xlarge" and beta.adapter == "org/beta-lora"
-    meta, _ = front_matter(build.readme(beta, fleet))
-    assert meta["models"] == ["org/beta-model", "org/beta-lora"]
-    assert meta["preload_from_hub"] == ["org/beta-model", "org/beta-lora"]
-
-
-BAD = [
-    # (where the change goes, TOML to splice in, the key the message must name)
-    ("delete-model", "", "model"),
-    ("alpha", 'modle = "org/typo"', "modle"),
-    ("alpha-revision", 'revision = "v 2.1"', "revision"),
-    ("alpha-revision", 'revision = ""', "revision"),
-    ("alpha-revision", 'revision = "abc1234"', "revision"),
-    ("alpha-revision", 'revision = "../main"', "revision"),
-    ("alpha", 'adapter = "org/lora"', "adapter_revision"),
-    ("alpha", '[spaces.alpha.hardware]\nsize = "medium"', "hardware.size"),
-    ("alpha", '[spaces.alpha.hardware]\ntype = "a100-large"', "hardware.type"),
-    ("alpha", '[spaces.alpha.vision]\ntowr = "org/x@main"', "vision.towr"),
-    ("alpha", "[spaces.alpha.limits]\nmax_questions = 0", "limits.max_questions"),
-    ("alpha", "[spaces.alpha.limits]\nmax_questions = 1.5", "limits.max_questions"),
-    ("alpha", 'short_description = "' + "x" * 61 + '"', "short_description"),
-    ("alpha", 'model = "not a repo"', "model"),
-]
-
-
-def malformed(tmp_path, where: str, splice: str) -> Path:
-    text = GOOD
-    if where == "delete-model":
-        text = text.replace('model = "org/alpha-model"\n', "")
-    elif where == "alpha-revision":
-        text = text.replace('revision = "v2.1"', splice)
-    else:
-        text = text.replace("\n[spaces.beta]", f"{splice}\n\n[spaces.beta]")
-    if where == "alpha" and splice.startswith("short_description"):
-        text = text.replace('short_description = "alpha"\n', "")
-    if where == "alpha" and splice.startswith("model ="):
-        text = text.replace('model = "org/alpha-model"\n', "")
-    path = tmp_path / "spaces.toml"
-    path.write_text(text)
-    return path
-
-
-@pytest.mark.parametrize("where,splice,key", BAD, ids=[f"{k}:{s[:24]}" for _, s, k in BAD])
-def test_a_malformed_table_names_the_space_and_the_key(tmp_path, where, splice, key):
-    path = malformed(tmp_path, where, splice)
-    with pytest.raises(build.ConfigError) as caught:
-        build.load(path)
-    message = str(caught.value)
-    assert "[spaces.alpha]" in message and f" {key}:" in message, message
-
-
-def test_the_command_line_fails_with_the_message(tmp_path):
-    path = malformed(tmp_path, "alpha-revision", 'revision = "v 2.1"')
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "build.py"), "--config", str(path), "--check"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 2
-    assert "[spaces.alpha] revision:" in done.stderr and "'v 2.1'" in done.stderr, done.stderr
-
-
-def test_a_missing_shared_file_fails_clearly(tmp_path):
-    """A copy of the repository without app.py: the build refuses and says which file."""
-    for name in ("build.py", "spaces.toml", "requirements.txt", "auth.py", "theme.py"):
-        if (ROOT / name).is_file():
-            shutil.copyfile(ROOT / name, tmp_path / name)
-    for folder in ("blink", "space", "fleet"):
-        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    (tmp_path / "ci").mkdir()
-    shutil.copyfile(ROOT / "ci" / "requirements.txt", tmp_path / "ci" / "requirements.txt")
-    done = subprocess.run([sys.executable, "build.py"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and "app.py" in done.stderr and "missing" in done.stderr, done.stderr
-    assert not (tmp_path / "dist" / "blink-4b").exists()
-
-
 # --- --push's call sequence --------------------------------------------------------------------------
 
 
@@ -398,53 +268,6 @@ def test_push_creates_sets_the_secret_and_uploads_with_deletions(tmp_path, key, 
     upload = calls[-1][2]
     assert upload["repo_type"] == "space" and upload["folder_path"] == str(folders[space.name])
     assert upload["delete_patterns"] == ["*"]
-
-
-# --- what the fleet sets is what the Space runs ------------------------------------------------------------
-
-THINKING = GOOD.replace(
-    "\n[spaces.beta]",
-    """
-[spaces.alpha.chat_template]
-enable_thinking = true
-
-[spaces.alpha.limits]
-max_output_tokens = 2048
-max_questions = 7
-
-[spaces.alpha.hardware]
-chat_duration_max_s = 90
-
-[spaces.beta]""",
-)
-
-
-def test_a_built_space_runs_with_thinking_on_and_its_limits(tmp_path, demo_dir):
-    """Build a Space whose table sets enable_thinking and limits, then resolve its space_config.py exactly as
-    app.py does (`resolve_space(space_config)`) and build its chat engine as app.py does: all took effect."""
-    needs_shared_files()
-    from blink.generate.chat_engine import ChatEngine
-    from blink.model.loading import load
-    from blink.settings import resolve_space
-
-    (tmp_path / "spaces.toml").write_text(THINKING)
-    build.build(build.load(tmp_path / "spaces.toml", only=["alpha"]), tmp_path / "dist")
-    config = load_module("space_config_thinking", tmp_path / "dist" / "alpha" / "space_config.py")
-    settings, space = resolve_space(config, env={})
-    assert settings.enable_thinking is True
-    assert (settings.max_output_tokens, settings.max_questions, space.chat_duration_max_s) == (2048, 7, 90)
-    # the chat template sees it: thinking off renders an empty <think></think> block, thinking on does not
-    loaded = load(str(demo_dir))
-    messages = [{"role": "user", "content": "Hi"}]
-
-    def prompt(thinking: bool) -> str:
-        engine = ChatEngine(
-            loaded, settings.limits, max_output_tokens=settings.max_output_tokens, enable_thinking=thinking
-        )
-        return loaded.tokenizer.decode(engine.render(messages).ids)
-
-    assert prompt(settings.enable_thinking) != prompt(False)
-    assert "</think>" in prompt(False) and "</think>" not in prompt(settings.enable_thinking)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -1,7 +1,7 @@
 """blink in front of `vllm-router` in front of real vLLM replicas: the two replicas test_vllm.py uses (conftest.py's
-session-scoped `vllm_replicas`; conftest.py runs this file just before test_vllm.py, whose last tests kill one),
-vllm-router 0.1.17 (.venv-router, built by ci/router-venv.sh on first use: ~20 s) in front of them, and blink's
-real `serve --engine vllm --engine-url ROUTER` in front of it: the router is one replica to blink.
+session-scoped `vllm_replicas`; conftest.py runs this file just before test_vllm.py and test_vllm_serve.py, whose
+last tests kill one), vllm-router 0.1.17 (.venv-router, built by ci/router-venv.sh on first use: ~20 s) in front of
+them, and blink's real `serve --engine vllm --engine-url ROUTER` in front of it: the router is one replica to blink.
 
 The router's flags are the ones docs/scale-out.md gives: `--policy round_robin` (its default, cache_aware, sends
 every request to one replica once blink's prompts share a long head) and a request timeout as long as the longest chat
@@ -51,7 +51,7 @@ DECISION = {
 @pytest.fixture(scope="module")
 def replica_urls(vllm_replicas) -> list[str]:
     dead = [url for url, proc in vllm_replicas if proc.poll() is not None]
-    assert not dead, f"replicas {dead} were stopped: test_router.py runs before test_vllm.py's failover tests"
+    assert not dead, f"replicas {dead} were stopped: test_router.py runs before test_vllm_serve.py's failover tests"
     return [url for url, _ in vllm_replicas]
 
 

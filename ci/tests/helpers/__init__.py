@@ -20,9 +20,10 @@ every name from here (`from helpers import running`); each lives in a module of 
   @gradio/client (`js_decide`).
 
 The scripted stand-in network for chat (`ScriptedModel`, its tools and scripts) imports torch, so it lives in
-helpers/scripted.py and is imported as `helpers.scripted`; helpers/vllm.py (real vLLM replicas) and
+helpers/scripted.py and is imported as `helpers.scripted`; helpers/vllm.py (real vLLM replicas),
 helpers/tiny_app.py (blink's Endpoint around handlers that report what reached them, for the wire layer's
-in-process tests) likewise. This package imports neither torch nor blink.
+in-process tests) and helpers/fleet.py (build.py as the build tests load it: it imports blink) likewise. This
+package imports neither torch nor blink.
 """
 
 from helpers.bodies import MB, WORDS, png, probabilities, random_request, text_of, uncached, worst

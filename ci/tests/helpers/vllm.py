@@ -3,12 +3,15 @@
 - `vllm_replicas_running(model_dir)`: builds .venv-vllm (`ci/vllm-venv.sh`; fails loudly, never skips), starts two
   vLLM CPU replicas of `model_dir` side by side (`ci/vllm-serve.sh`, fp32, `-O0`), sends each its first request
   (which compiles its kernels) and yields `[(url, process)]`; stops them after. conftest.py holds them in the
-  session-scoped `vllm_replicas` fixture, so test_router.py and test_vllm.py share one pair (two CPU replicas
-  already fill two cores). Its timings land in `VLLM_TIMING` and, once the replicas are stopped, in
-  ci/artifacts/vllm-timing.json.
+  session-scoped `vllm_replicas` fixture, so test_router.py, test_vllm.py and test_vllm_serve.py share one pair
+  (two CPU replicas already fill two cores). Its timings land in `VLLM_TIMING` and, once the replicas are stopped,
+  in ci/artifacts/vllm-timing.json.
 - `wait_up`: a vLLM process answering `/health`, or its log when it died or took too long.
 - `router_running(worker_urls, *flags)`: `vllm-router` (built into .venv-router by `ci/router-venv.sh` when
   missing) on a free loopback port in front of `worker_urls`; yields its URL once it answers `/health`.
+- `LONG_STATE` and `DECISIONS` (a long state, every question type, the two-letter labels past Z): what
+  test_vllm.py and test_vllm_serve.py send through the replicas; `max_difference`: the largest difference between
+  two scores of the same prompts (per prompt, per read, per label).
 
 Imports neither torch nor blink (bench/ uses it too).
 """
@@ -102,3 +105,51 @@ def router_running(worker_urls: list[str], *flags: str, log_dir: Path = ARTIFACT
         yield url
     finally:
         stop_group(proc)
+
+
+LONG_STATE = (
+    "Order 4471 arrived with a cracked screen. The customer attached photos, says the box was dented, "
+    "and wants a replacement before Friday because it is a birthday present. "
+) * 6
+DECISIONS = [
+    {
+        "state": "The parcel never arrived and the tracking page has not changed in nine days.",
+        "questions": {"late": {"type": "noul", "instructions": "Is the parcel late?"}},
+    },
+    {
+        "state": LONG_STATE,
+        "questions": {
+            "route": {
+                "type": "choice",
+                "instructions": "Which team should handle this?",
+                "criteria": {
+                    "returns": "Damaged or wrong items",
+                    "billing": "Charges and refunds",
+                    "shipping": "Late or lost parcels",
+                },
+            },
+            "urgent": {"type": "noul", "instructions": "Does this need a reply today?"},
+            "tone": {
+                "type": "score",
+                "instructions": "How upset is the customer?",
+                "criteria": ["Calm", "Annoyed", "Angry", "Furious"],
+            },
+            "gift": {"type": "noul", "instructions": "Is it a present?"},
+        },
+    },
+    # past Z: the two-letter single-token labels
+    {
+        "state": {"ticket": 19, "text": "Which city should the package go to?"},
+        "questions": {
+            "city": {
+                "type": "choice",
+                "instructions": "Pick the city.",
+                "criteria": {f"city {i}": None for i in range(40)},
+            }
+        },
+    },
+]
+
+
+def max_difference(a, b) -> float:
+    return max(abs(x - y) for pa, pb in zip(a, b) for ra, rb in zip(pa, pb) for x, y in zip(ra, rb))
