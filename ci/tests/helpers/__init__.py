@@ -18,6 +18,8 @@ every name from here (`from helpers import running`); each lives in a module of 
 The scripted stand-in network for chat (`ScriptedModel`, its tools and scripts) imports torch, so it lives in
 helpers/scripted.py and is imported as `helpers.scripted`; helpers/vllm.py (real vLLM replicas) likewise. This
 package imports neither torch nor blink.
+helpers/images.py (the photo questions `QUESTIONS` and `vision_serve`, the vision demo's `blink serve`) is the
+image tests' own and is imported as `helpers.images`.
 """
 
 from helpers.bodies import MB, WORDS, png, probabilities, random_request, text_of, uncached, worst
