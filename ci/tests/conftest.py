@@ -1,4 +1,5 @@
-"""Shared fixtures: the demo model (built once per run, offline) and real servers on loopback.
+"""Shared fixtures: the demo models (the text one and demo-vision, each built once per run, offline) and real
+servers on loopback.
 
 Servers are real processes (`python -m blink serve ...`), reached over HTTP by real clients. The helpers the
 fixtures and the tests share live in ci/tests/helpers/ (a test file imports those, never another test file or
@@ -74,6 +75,15 @@ def demo_root(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def demo_dir(demo_root) -> Path:
     return demo_root / "demo-model"
+
+
+@pytest.fixture(scope="session")
+def vision_root(demo_root):
+    """The same folder, with `demo-vision` built in it too (test_images.py and test_image_limits.py serve it)."""
+    from blink.model.demo import demo_model_dir
+
+    demo_model_dir(vision=True)  # built once, before any server starts
+    return demo_root
 
 
 @pytest.fixture(scope="session")

@@ -24,6 +24,8 @@ helpers/scripted.py and is imported as `helpers.scripted`; helpers/vllm.py (real
 helpers/tiny_app.py (blink's Endpoint around handlers that report what reached them, for the wire layer's
 in-process tests) and helpers/fleet.py (build.py as the build tests load it: it imports blink) likewise. This
 package imports neither torch nor blink.
+helpers/images.py (the photo questions `QUESTIONS` and `vision_serve`, the vision demo's `blink serve`) is the
+image tests' own and is imported as `helpers.images`.
 """
 
 from helpers.bodies import MB, WORDS, png, probabilities, random_request, text_of, uncached, worst
