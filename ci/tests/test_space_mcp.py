@@ -10,27 +10,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import httpx
 import pytest
 
-from helpers import ROOT, mcp_call, npm_installed, running, uncached
+from helpers import APP, QUESTIONS, ROOT, STATE, mcp_call, npm_installed, running, systemone, uncached
 
 KEY = "sk-space-mcp-Kq72-unusual"
-APP = [sys.executable, str(ROOT / "app.py")]
 SPACE_ENV = {"BLINK_MODEL": "demo", "BLINK_MAX_OUTPUT_TOKENS": "64"}
 ENDPOINTS = ["/mcp", "/gradio_api/mcp/"]
-STATE = {"ticket": "My parcel never arrived and I was charged twice. Please help today."}
-QUESTIONS = {
-    "spam": {"type": "noul", "instructions": "Is this message spam?"},
-    "topic": {
-        "type": "choice",
-        "instructions": "What is it about?",
-        "criteria": {"billing": "money, invoices", "shipping": None, "other": None},
-    },
-    "urgency": {"type": "score", "instructions": "How urgent is it?", "criteria": ["low", "medium", "high"]},
-}
 
 
 @pytest.fixture(scope="module")
@@ -44,15 +32,6 @@ def keyed_space(demo_root):
     env = {**SPACE_ENV, "BLINK_API_KEY": KEY, "BLINK_GRADIO_API_NEEDS_KEY": "true"}
     with running(APP, demo_root, env=env, name="space-mcp-keyed") as url:
         yield url
-
-
-def systemone(url: str, key: str | None = None, **fields) -> dict:
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    reply = httpx.post(
-        url + "/v1/systemone", json={"state": STATE, "questions": QUESTIONS, **fields}, headers=headers, timeout=180
-    )
-    assert reply.status_code == 200, reply.text
-    return uncached(reply.json())
 
 
 async def list_and_call(mcp):
