@@ -1,4 +1,5 @@
-"""`python -m blink serve ...`, `python -m blink calibrate ...` and `python -m blink make-demo-model [DIR]`.
+"""`python -m blink serve ...`, `python -m blink run-batch ...`, `python -m blink calibrate ...` and
+`python -m blink make-demo-model [DIR]`.
 
 Nothing from the Hugging Face libraries is imported before the arguments are read: serving a local folder
 must switch them offline first (they read their settings once, at import).
@@ -63,6 +64,15 @@ def run_command(argv: list[str] | None) -> None:
     )
     add_calibrate_arguments(calibrate)
 
+    from blink.batch.command import add_arguments as add_batch_arguments
+
+    batch = commands.add_parser(
+        "run-batch",
+        help="decide an OpenAI batch file (-i IN -o OUT) or a table (--table IN --state-column C --questions Q.json "
+        "-o OUT) in this process; resumable: run it again to finish (docs/batch.md)",
+    )
+    add_batch_arguments(batch)
+
     args = parser.parse_args(argv)
     logging.basicConfig(level=getattr(args, "log_level", "info").upper(), format="%(asctime)s %(name)s %(message)s")
 
@@ -78,6 +88,11 @@ def run_command(argv: list[str] | None) -> None:
         from blink.decide.calibrate_command import run as calibrate
 
         sys.exit(calibrate(args))
+
+    if args.command == "run-batch":
+        from blink.batch.command import run as run_batch
+
+        sys.exit(run_batch(args))
 
     settings, listen = from_args(args, Settings), from_args(args, Listen)
     for secret in ("--api-key", "--engine-api-key"):

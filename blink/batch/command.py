@@ -1,0 +1,244 @@
+"""`python -m blink run-batch`: an OpenAI batch file (`-i IN -o OUT`, vLLM's flags) or a table (`--table IN
+--state-column C --questions Q.json -o OUT`) decided in this process, through the same routes `serve` answers.
+
+What can be refused without the model is refused before it loads (a missing column, names the columns there are;
+questions that are not valid, say why); then the model loads, the sidecar is checked (blink.batch.journal) and
+the rows not yet written are decided. Exit status: 0 when every row has its line (answers or errors), 1 for a
+refusal before any work, 3 when stopped by a signal (run it again with the same arguments to finish).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+
+import orjson
+
+from blink.errors import StartupError
+
+STOPPED = 3
+# serve's defaults are for interactive callers (no window: the first request goes at once); a batch keeps the
+# engine fed instead: many decisions per model call (600 demo rows: ~130 rows/s with a 10 ms window, ~55 without).
+# No prefix-state cache: a table's states are new row after row, and saving each costs more than it ever gives back
+# (the same 600 rows: ~23 rows/s with the default cache); --prefix-cache-mib turns it on for tables that repeat states
+BATCH_DEFAULTS = {"batch_window_ms": 10.0, "max_batch_requests": 64, "max_queued_requests": 64, "prefix_cache_mib": 0}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from blink.batch.tables import FORMATS
+    from blink.settings import Settings
+    from blink.settings import add_arguments as add_settings
+
+    io = parser.add_argument_group("input and output")
+    io.add_argument("-i", "--input-file", help="an OpenAI batch file: JSON lines {custom_id, method, url, body}")
+    io.add_argument("--table", help="a table to label instead (CSV, JSONL or Parquet): one decision per row")
+    io.add_argument("-o", "--output-file", required=True, help="batch output lines, or the labelled table")
+    io.add_argument(
+        "--state-column",
+        action="append",
+        help="the table's column that is the state (repeat it: several columns make a JSON state)",
+    )
+    io.add_argument("--questions", help="a JSON file holding a System One `questions` object, asked of every row")
+    io.add_argument("--table-format", choices=FORMATS, help="the table's format (default: its extension)")
+    io.add_argument("--output-format", choices=FORMATS, help="the output table's format (default: its extension)")
+    io.add_argument(
+        "--answer-prefix",
+        default="blink",
+        help="the answer columns' prefix (default blink; another "
+        "is chosen when an input column already starts with it)",
+    )
+    io.add_argument("--chunk-rows", type=int, default=256, help="rows per chunk: the unit written and resumed")
+    io.add_argument("--overwrite", action="store_true", help="start again: remove the output and its progress")
+    io.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    add_settings(parser.add_argument_group("the model and the engine (serve's flags)"), Settings)
+    parser.set_defaults(**{k: v for k, v in BATCH_DEFAULTS.items() if f"BLINK_{k.upper()}" not in os.environ})
+
+
+def run(args) -> int:
+    from blink.settings import Settings, from_args
+
+    settings = dataclasses.replace(from_args(args, Settings), api_key=None, metrics=False)
+    plan = Plan(args, settings)  # refusals that need no model
+    from blink.model.loading import go_offline_if_local
+
+    go_offline_if_local(settings.model)
+    return plan.execute()
+
+
+class Plan:
+    def __init__(self, args, settings):
+        from blink.batch import tables
+
+        self.args, self.settings = args, settings
+        if bool(args.input_file) == bool(args.table):
+            raise StartupError("run-batch: give either -i/--input-file (a batch file) or --table (a table)")
+        self.input = args.input_file or args.table
+        if not os.path.isfile(self.input):
+            raise StartupError(f"{self.input}: no such file")
+        if os.path.getsize(self.input) == 0:
+            raise StartupError(f"{self.input} is empty: there is nothing to decide")
+        if args.chunk_rows < 1:
+            raise StartupError("--chunk-rows must be at least 1")
+        self.table = self.questions = None
+        if args.table:
+            self.table = tables.Table(self.input, tables.format_of(self.input, args.table_format), self._max_bytes)
+            self.out_format = tables.format_of(args.output_file, args.output_format)
+            self._check_table_arguments()
+
+    @property
+    def _max_bytes(self) -> int:
+        from blink.batch.requests_file import ENVELOPE_BYTES
+
+        return self.settings.max_body_bytes + ENVELOPE_BYTES
+
+    def _check_table_arguments(self) -> None:
+        args, columns = self.args, self.table.columns
+        if not args.state_column:
+            raise StartupError(f"--table needs --state-column (the columns of {self.input}: {', '.join(columns)})")
+        missing = [c for c in args.state_column if c not in columns]
+        if missing:
+            raise StartupError(
+                f"{self.input} has no column {', '.join(map(repr, missing))}; its columns: {', '.join(columns)}"
+            )
+        if not args.questions:
+            raise StartupError("--table needs --questions (a JSON file holding a System One `questions` object)")
+        try:
+            with open(args.questions, "rb") as fh:
+                self.questions = orjson.loads(fh.read())
+        except (OSError, orjson.JSONDecodeError) as error:
+            raise StartupError(f"--questions {args.questions}: {error}") from None
+        if isinstance(self.questions, dict) and isinstance(self.questions.get("questions"), dict):
+            self.questions = self.questions["questions"]  # a whole request's file: its questions
+        if not isinstance(self.questions, dict) or not self.questions:
+            raise StartupError(
+                f"--questions {args.questions}: a JSON object of questions by id, e.g. "
+                '{"urgent": {"type": "noul", "instructions": "Is it urgent?"}}'
+            )
+
+    def execute(self) -> int:
+        from blink.batch.inproc import InProcess
+        from blink.batch.journal import Journal
+        from blink.server import build_context, create_app, load_served
+
+        served = load_served(self.settings)
+        ctx = build_context(self.settings, served)
+        self.answers = self._answers(ctx) if self.table is not None else None
+        journal = Journal(self.args.output_file, self._facts(ctx, served), self.args.overwrite)
+        if journal.complete:
+            if not self.args.quiet:
+                print(f"run-batch: {self.args.output_file} is complete already (nothing to do)", flush=True)
+            return 0
+        client = InProcess(create_app(ctx, metrics=False))
+        return asyncio.run(self._run(ctx, client, journal))
+
+    def _answers(self, ctx):
+        from blink.batch.tables import Answers
+        from blink.errors import InvalidRequest
+
+        try:
+            checked = ctx.planner.check({"state": "-", "questions": self.questions})
+        except InvalidRequest as error:
+            raise StartupError(f"--questions {self.args.questions}: {error.message}") from None
+        return Answers(self.questions, checked.decision.questions, self.table.columns, self.args.answer_prefix)
+
+    def _facts(self, ctx, served) -> dict:
+        from blink.batch.journal import input_identity
+        from blink.decide.calibration import weights_fingerprint
+        from blink.server import calibration_for
+
+        s = self.settings
+        facts = {
+            "mode": "table" if self.table is not None else "requests",
+            "input": input_identity(self.input),
+            "chunk_rows": self.args.chunk_rows,
+            "model": s.model,
+            "revision": s.revision,
+            "adapter": [s.adapter, s.adapter_revision],
+            "engine": s.engine,
+            "weights": weights_fingerprint(served.loaded.root, s.adapter, s.adapter_revision),
+            "calibration": calibration_for(s, served.loaded).health(),
+            "answers": {"x_order": s.x_order, "x_calibration": s.x_calibration, "prior_states": list(s.prior_states)},
+            "limits": vars(s.limits),
+            "moderation": ctx.health.get("moderation"),
+            "rerank_question": s.rerank_question,
+            "served_name": s.served_name,
+        }
+        if self.table is not None:
+            facts.update(
+                questions=self.questions,
+                state_columns=self.args.state_column,
+                output_format=self.out_format,
+                answer_columns=[name for name, _ in self.answers.columns],
+            )
+        return facts
+
+    async def _run(self, ctx, client, journal) -> int:
+        from blink.batch.progress import Progress, count_lines
+        from blink.batch.runner import Runner, join
+
+        sink, chunks = self._source(ctx)
+        progress = Progress(None, self.args.quiet)
+        counting = asyncio.get_running_loop().run_in_executor(None, self._total, count_lines)
+        counting.add_done_callback(lambda f: f.exception() is None and f.result() and progress.set_total(f.result()))
+        s = self.settings
+        room = s.max_batch_requests + s.max_queued_requests
+        if s.max_places_per_caller:
+            room = min(room, s.max_places_per_caller)
+        runner = Runner(client, journal, sink, progress, room, max(1, s.max_concurrent_chats))
+        seen = []
+        stopped = await runner.run(counted(chunks, seen))
+        if stopped:
+            progress.close(stopped=True)
+            if not self.args.quiet:
+                print("run-batch: stopped; run the same command again to finish", flush=True)
+            return STOPPED
+        await asyncio.to_thread(join, journal, sink, len(seen))
+        summary = progress.summary()
+        journal.finished(summary)
+        progress.close(summary)
+        return 0
+
+    def _total(self, count_lines) -> int | None:
+        if self.table is not None and self.table.format == "parquet":
+            import pyarrow.parquet as pq
+
+            return pq.ParquetFile(self.input).metadata.num_rows
+        lines = count_lines(self.input)
+        return max(lines - 1, 0) if self.table is not None and self.table.format == "csv" else lines
+
+    def _source(self, ctx):
+        """(the part writer, the chunks: (k, rows, the chunk as Arrow or None))."""
+        from blink.batch.parts import RequestsParts, TableParts
+        from blink.batch.requests_file import RequestsFile
+        from blink.batch.tables import decision_rows
+
+        size = self.args.chunk_rows
+        if self.table is None:
+            return RequestsParts(), chunked(RequestsFile(self.input, self.settings.max_body_bytes).rows(), size)
+        sink = TableParts(self.answers, self.table.format, self.out_format)
+        columns, model = self.args.state_column, ctx.served_name
+
+        def chunks():
+            for k, (rows, arrow) in enumerate(self.table.chunks(size)):
+                yield k, decision_rows(rows, k * size, columns, self.questions, model), arrow
+
+        return sink, chunks()
+
+
+def chunked(rows, size: int):
+    chunk, k = [], 0
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) == size:
+            yield k, chunk, None
+            chunk, k = [], k + 1
+    if chunk:
+        yield k, chunk, None
+
+
+def counted(chunks, seen: list):
+    for item in chunks:
+        seen.append(item[0])
+        yield item

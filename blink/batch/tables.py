@@ -1,0 +1,202 @@
+"""Tables in (CSV, JSONL, Parquet; pyarrow): each row a System One decision of the same questions, its state the
+named column (several columns: a JSON object of them); the answers as columns after the row's own.
+
+Rows are read in chunks, never the whole file at once: CSV with pyarrow's streaming reader (every column as
+text, so a CSV written back holds the cells as they were), Parquet by record batches (its types kept), JSONL line
+by line (a row is any JSON object).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from blink.batch.requests_file import Row, lines
+from blink.errors import StartupError
+
+FORMATS = ("csv", "jsonl", "parquet")
+
+
+def format_of(path: str, given: str | None = None) -> str:
+    """A table's format: as given, else its file name's extension."""
+    if given:
+        return given
+    ext = os.path.splitext(path)[1].lower().lstrip(".")
+    ext = {"json": "jsonl", "ndjson": "jsonl", "pq": "parquet", "tsv": "csv"}.get(ext, ext)
+    if ext not in FORMATS:
+        raise StartupError(f"{path}: say which format it is (--table-format / --output-format: csv, jsonl, parquet)")
+    return ext
+
+
+class Table:
+    """One input table: its columns (known before any row is decided) and its rows in chunks."""
+
+    def __init__(self, path: str, fmt: str, max_bytes: int):
+        self.path, self.format, self.max_bytes = path, fmt, max_bytes
+        self.columns = self._columns()
+
+    def _columns(self) -> list[str]:
+        try:
+            if self.format == "csv":
+                import pyarrow.csv as pcsv
+
+                with pcsv.open_csv(self.path) as reader:
+                    return list(reader.schema.names)
+            if self.format == "parquet":
+                import pyarrow.parquet as pq
+
+                return list(pq.ParquetFile(self.path).schema_arrow.names)
+            with open(self.path, "rb") as fh:
+                for raw, number in lines(fh, self.max_bytes):
+                    row = json_row(raw, number)
+                    return list(row) if isinstance(row, dict) else []
+            return []
+        except (OSError, ValueError) as error:  # pyarrow's errors are ValueErrors (ArrowInvalid)
+            raise StartupError(f"{self.path}: cannot read it as {self.format}: {error}") from None
+
+    def chunks(self, size: int) -> Iterator[tuple[list, Any]]:
+        """(rows, the chunk as Arrow where the table is Parquet, else None); each row a dict or, for a JSONL line
+        that is not an object, the error saying so."""
+        if self.format == "parquet":
+            import pyarrow.parquet as pq
+
+            for batch in pq.ParquetFile(self.path).iter_batches(batch_size=size):
+                yield batch.to_pylist(), batch
+        elif self.format == "csv":
+            yield from self._csv_chunks(size)
+        else:
+            yield from self._jsonl_chunks(size)
+
+    def _csv_chunks(self, size: int):
+        import pyarrow as pa
+        import pyarrow.csv as pcsv
+
+        types = {name: pa.string() for name in self.columns}
+        convert = pcsv.ConvertOptions(column_types=types, strings_can_be_null=False)
+        pending: list = []
+        with pcsv.open_csv(self.path, convert_options=convert) as reader:
+            for batch in reader:
+                pending.extend(batch.to_pylist())
+                while len(pending) >= size:
+                    yield pending[:size], None
+                    pending = pending[size:]
+        if pending:
+            yield pending, None
+
+    def _jsonl_chunks(self, size: int):
+        pending: list = []
+        with open(self.path, "rb") as fh:
+            for raw, number in lines(fh, self.max_bytes):
+                pending.append(json_row(raw, number))
+                if len(pending) == size:
+                    yield pending, None
+                    pending = []
+        if pending:
+            yield pending, None
+
+
+def json_row(raw: bytes | None, number: int):
+    if raw is None:
+        return ValueError(f"line {number} is too long")
+    try:
+        row = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        return ValueError(f"line {number} is not JSON ({error})")
+    return row if isinstance(row, dict) else ValueError(f"line {number} is not a JSON object")
+
+
+class Answers:
+    """The answer columns of a table: for each question its answer and one column per option's probability, then an
+    error column; named under a prefix that no input column starts with."""
+
+    def __init__(self, questions: dict, parsed: list, input_columns: list[str], prefix: str = "blink"):
+        self.questions, self.parsed = questions, parsed
+        taken = set(input_columns)
+        base, n = prefix, 1
+        while any(c == base or c.startswith(base + ".") for c in taken):
+            n += 1
+            base = f"{prefix}_{n}"
+        self.prefix = base
+        self.columns: list[tuple[str, str]] = []  # (name, "float" | "string")
+        for q in parsed:
+            self.columns.append((self.name(q.name), "string" if q.type == "choice" else "float"))
+            if q.type != "noul":
+                self.columns += [(self.name(q.name, option), "float") for option in q.options]
+        self.columns.append((self.error_column, "string"))
+
+    @property
+    def error_column(self) -> str:
+        return f"{self.prefix}.error"
+
+    def name(self, qid: str, option: str | None = None) -> str:
+        return f"{self.prefix}.{qid}" if option is None else f"{self.prefix}.{qid}.p.{option}"
+
+    def empty(self, error: str | None) -> dict:
+        out = {name: None for name, _ in self.columns}
+        out[self.error_column] = error
+        return out
+
+    def of(self, answered) -> dict:
+        """A row's answer columns from what /v1/systemone answered (an error body's message in the error column)."""
+        body = answered.body if isinstance(answered.body, dict) else {}
+        if answered.status != 200:
+            error = body.get("error") if isinstance(body.get("error"), dict) else body
+            message = error.get("message") if isinstance(error, dict) else None
+            return self.empty(f"{answered.status}: {message or answered.body}")
+        out = self.empty(None)
+        for q in self.parsed:
+            answer = body["answers"][q.name]
+            out[self.name(q.name)] = answer.get(q.type)
+            for option, p in (answer.get("probabilities") or {}).items():
+                out[self.name(q.name, option)] = p
+        return out
+
+
+def state_of(row, columns: list[str]) -> tuple[Any, str | None]:
+    """A row's state: the one column's value as it is, or a JSON object of several; or why it has none."""
+    if isinstance(row, Exception):
+        return None, str(row)
+    missing = [c for c in columns if c not in row]
+    if missing:
+        return None, f"the row has no column {', '.join(map(repr, missing))}"
+    if len(columns) == 1:
+        return jsonable(row[columns[0]]), None
+    return {c: jsonable(row[c]) for c in columns}, None
+
+
+def jsonable(value):
+    """A cell as JSON takes it (Parquet's dates, decimals and bytes as text)."""
+    if value is None or isinstance(value, (str, int, float, bool, list, dict)):
+        return value
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def decision_rows(chunk: list, start: int, columns: list[str], questions: dict, model: str) -> list[Row]:
+    """The chunk's rows as System One requests (`start`: the first row's index in the table)."""
+    out = []
+    for i, row in enumerate(chunk):
+        state, error = state_of(row, columns)
+        if error is not None:
+            out.append(Row(start + i, error={"code": "invalid_row", "message": error}, key=row))
+            continue
+        body = orjson.dumps({"model": model, "state": state, "questions": questions}, default=str)
+        out.append(Row(start + i, "/v1/systemone", body, key=row))
+    return out
+
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_safe(value):
+    """A text cell a spreadsheet would run as a formula, escaped with a leading apostrophe (OWASP's advice)."""
+    if isinstance(value, str) and value.startswith(FORMULA_START):
+        return "'" + value
+    return value
+
+
+def csv_writer(fh):
+    return csv.writer(fh, lineterminator="\n")
