@@ -20,8 +20,10 @@ Every example talks to `http://127.0.0.1:7860` as written (the Space's first com
 answers as `blink-4b`); here that address is replaced by a fresh Space's on a free port, and the examples run one
 after another in file order (README first), so the prefix-state cache's counts come out the same on every run.
 What differs from run to run by design (a response's random `id`, `created`) is masked when a shown output is
-compared with the run's (`masked`): a page is rewritten only when something else changed, so its ids are a real
-run's, not placeholders.
+compared with the run's (`masked`), and numbers compare within 1e-6 (`same`: absolute for numbers up to 1 in size,
+relative above; float kernels differ across CPUs and thread counts in the 8th or 9th digit), everything else
+exactly: a page is rewritten only when something else changed, so its ids and digits are a real run's, not
+placeholders.
 
     python ci/examples.py            # run them; exit 1 with a diff if a shown output is not what the run printed
     python ci/examples.py --write    # rewrite the shown outputs from the run
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import math
 import os
 import re
 import subprocess
@@ -61,6 +64,9 @@ VOLATILE = [
     (re.compile(r'"created":\d+'), '"created":<time>'),
 ]
 NOTE = "  ("  # an output's note starts here, in a print line's comment
+# a number as printed (JSON, Python, JS), its sign with it: `-0.25`, `3`, `1e-07`, `2.5E+3`
+NUMBER = re.compile(r"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
+TOLERANCE = 1e-6
 
 
 @dataclass
@@ -114,6 +120,15 @@ def masked(text: str) -> str:
     for pattern, mask in VOLATILE:
         text = pattern.sub(mask, text)
     return text
+
+
+def same(shown: str, ran: str) -> bool:
+    """Whether a page as shown and as run say the same: every number within TOLERANCE of its counterpart (absolute
+    for numbers up to 1 in size, relative above), the text around the numbers character for character."""
+    a, b = NUMBER.split(shown), NUMBER.split(ran)
+    if len(a) != len(b) or a[0::2] != b[0::2]:
+        return False
+    return all(math.isclose(float(x), float(y), rel_tol=TOLERANCE, abs_tol=TOLERANCE) for x, y in zip(a[1::2], b[1::2]))
 
 
 # --- how outputs are shown ---------------------------------------------------------------------------------
@@ -278,7 +293,7 @@ def main() -> int:
             if not examples(text.split("\n"), page):
                 continue
             new = refreshed(page, url)
-            if masked(new) == masked(text):
+            if same(masked(text), masked(new)):
                 continue
             if a.write:
                 page.write_text(new)

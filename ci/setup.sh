@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Creates .venv with the CPU test environment: torch first and pinned (the local CPU build; an unpinned
-# torch would pull a multi-GB CUDA build), then everything else from ci/requirements.txt. Idempotent.
+# torch would pull a multi-GB CUDA build), then everything else from ci/requirements.txt. Idempotent. Installs
+# nothing through apt and needs no root: the tests that need a system tool fetch it themselves
+# (ci/promtool-setup.sh, ci/browser-setup.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -22,9 +24,4 @@ fi
 if .venv/bin/python -c "import triton" 2>/dev/null; then
   echo "triton is installed in .venv: remove it (CPU forwards crash with it)" >&2
   exit 1
-fi
-# promtool (Debian's prometheus package) checks /metrics in ci/tests/test_metrics.py
-if ! command -v promtool >/dev/null; then
-  SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
-  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus
 fi

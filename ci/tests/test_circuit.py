@@ -10,10 +10,9 @@ import time
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
-from test_replicas_sim import body, start_scripted
 
 from blink.vllm.circuit import CLOSED, HALF_OPEN, OPEN, Circuit
-from helpers import blink_serve, running, stop_group
+from helpers import blink_serve, body, running, start_scripted, stop_group
 
 INTERVAL_S = 0.5  # --engine-health-interval-s: the background checks, fast for the test
 

@@ -6,9 +6,8 @@ its own (to the next replica in the same order); bench/frontends.py measures the
 from __future__ import annotations
 
 import httpx
-from test_replicas_sim import start_scripted
 
-from helpers import blink_serve, running, stop_group
+from helpers import blink_serve, running, start_scripted, stop_group
 
 
 def served(replicas: list[str]) -> list[int]:

@@ -15,7 +15,7 @@ import time
 import httpx
 import pytest
 
-from helpers import blink_serve, running, start_scripted, stop_group
+from helpers import blink_serve, body, running, start_scripted, stop_group
 
 ENGINE_TIMEOUT_S = 3.0  # the cap on one call; the hung replica's requests take about this long, then move on
 
@@ -34,10 +34,6 @@ def scripted():
             except ProcessLookupError:
                 pass
             stop_group(proc)
-
-
-def body(i: int) -> dict:
-    return {"state": f"Ticket {i}: parcel {i} has not moved.", "questions": {"q": {"type": "noul"}}}
 
 
 def test_a_hung_replica_stalls_nobody_else(demo_root, scripted):

@@ -1,5 +1,6 @@
-"""Request bodies and answers: random System One requests, the numbers in an answer and the largest difference
-between two, an answer without the cache's note, plain text and PNGs of a given size."""
+"""Request bodies and answers: random System One requests, the numbered one-question request of the scripted-replica
+tests, the numbers in an answer and the largest difference between two, an answer without the cache's note, plain
+text and PNGs of a given size."""
 
 from __future__ import annotations
 
@@ -33,6 +34,10 @@ def random_request(rng: random.Random, n_questions: int) -> dict:
                 "criteria": [rng.choice(WORDS) for _ in range(rng.randint(2, 10))],
             }
     return {"state": state, "questions": questions}
+
+
+def body(i: int) -> dict:
+    return {"state": f"Ticket {i}: parcel {i} has not moved.", "questions": {"q": {"type": "noul"}}}
 
 
 def probabilities(value) -> list[float]:

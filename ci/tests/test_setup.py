@@ -1,0 +1,51 @@
+"""ci/setup.sh, the README's first command, on a machine without root: it sets up .venv through pip alone and runs
+nothing through apt, dpkg or sudo (the system tools one test needs, promtool and chromium, are fetched by that
+test's own script: ci/promtool-setup.sh, ci/browser-setup.sh). It runs against the .venv already there (setup.sh
+is idempotent: pip finds everything installed), so it takes seconds."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from helpers import ROOT
+
+# what a root-only install goes through: hidden, and a stand-in for each that logs its call and fails
+ROOT_ONLY = ("apt", "apt-get", "apt-cache", "dpkg", "dpkg-deb", "sudo")
+# hidden with no stand-in, so that an "install it when it is missing" step would run on a machine that has them
+TOOLS = ("promtool", "chromium", "chromedriver")
+SYSTEM_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+
+
+def path_without_apt(tmp: Path) -> tuple[str, Path]:
+    """A PATH of the system's commands less ROOT_ONLY and TOOLS, with a stand-in for each of ROOT_ONLY that logs its
+    call and fails; and the log."""
+    shadow, stand_ins, log = tmp / "bin", tmp / "stand-ins", tmp / "calls.log"
+    shadow.mkdir()
+    stand_ins.mkdir()
+    for folder in SYSTEM_DIRS:
+        if not os.path.isdir(folder):
+            continue
+        for name in os.listdir(folder):
+            link = shadow / name
+            if name in ROOT_ONLY + TOOLS or name.startswith(("apt", "dpkg")) or link.exists() or link.is_symlink():
+                continue
+            link.symlink_to(os.path.join(folder, name))
+    for name in ROOT_ONLY:
+        stand_in = stand_ins / name
+        stand_in.write_text(f'#!/bin/sh\necho "{name} $*" >> "{log}"\nexit 1\n')
+        stand_in.chmod(0o755)
+    return f"{stand_ins}{os.pathsep}{shadow}", log
+
+
+def test_setup_installs_nothing_through_apt(tmp_path):
+    assert (ROOT / ".venv" / "bin" / "python").exists(), "run bash ci/setup.sh once first"
+    path, log = path_without_apt(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("PATH", "PYTHON")}
+    ran = subprocess.run(
+        ["bash", str(ROOT / "ci" / "setup.sh")], env={**env, "PATH": path}, capture_output=True, text=True, timeout=300
+    )
+    calls = log.read_text() if log.exists() else ""
+    assert ran.returncode == 0, (ran.returncode, ran.stderr[-3000:], calls)
+    assert calls == "", calls
