@@ -87,12 +87,19 @@ class Journal:
         shutil.rmtree(self.parts, ignore_errors=True)
 
 
-def differences(recorded: dict, now: dict) -> list[str]:
-    out = []
-    for key in sorted(set(recorded) | set(now)):
-        if recorded.get(key) != now.get(key):
-            out.append(f"{key}: {short(recorded.get(key))} then, {short(now.get(key))} now")
-    return out
+def differences(recorded, now, where: str = "") -> list[str]:
+    """What differs, by path (`questions.urgent`): objects are compared key by key, anything else whole."""
+    if isinstance(recorded, dict) and isinstance(now, dict):
+        out = []
+        for key in [*recorded, *(k for k in now if k not in recorded)]:
+            out += differences(recorded.get(key, ABSENT), now.get(key, ABSENT), f"{where}.{key}" if where else key)
+        return out
+    if recorded == now:
+        return []
+    return [f"{where}: {short(recorded)} then, {short(now)} now"]
+
+
+ABSENT = "(absent)"
 
 
 def short(value) -> str:

@@ -1,0 +1,232 @@
+"""`python -m blink run-batch` on the demo model, run as a command: an OpenAI batch file with every route kind and
+every kind of bad line answers what `serve` answers to the same requests sent one by one (floats within 1e-6), in
+OpenAI's batch output shape, one output line per input line; a table in each format (CSV, JSONL, Parquet) comes back
+with its columns in order, then the answers, read by pandas and `datasets`; what needs no model is refused before it
+loads. Resuming after SIGKILL and SIGTERM: test_run_batch_resume.py."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from helpers.batch import QUESTIONS, close, read_lines, run_batch, tickets
+
+pytestmark = pytest.mark.e2e
+
+STATE = {"message": "I was charged twice. Please fix this today."}
+GOOD = [
+    ("/v1/systemone", {"model": "demo", "state": STATE, "questions": QUESTIONS}),
+    ("/v1/systemone", {"model": "demo", "state": "The router blinks red.", "questions": QUESTIONS}),
+    ("/v1/systemone", {"model": "demo", "state": "no questions"}),  # the route's own 422
+    (
+        "/v1/decisions",
+        {
+            "model": "demo",
+            "input": "The parcel arrived crushed.",
+            "questions": [
+                {"type": "predicate", "name": "damaged", "instructions": "Was the item damaged?"},
+                {"type": "choice", "instructions": "Which team?", "choices": [{"value": "returns"}, {"value": "bill"}]},
+            ],
+        },
+    ),
+    ("/v1/rerank", {"model": "demo", "query": "reset my password", "documents": ["Forgot password link", "Router"]}),
+    ("/v2/rerank", {"model": "demo", "query": "refund", "documents": ["We refund in 5 days", "Office hours"]}),
+    ("/rerank", {"model": "demo", "query": "late parcel", "documents": ["Shipping takes a week"], "top_n": 1}),
+    ("/v1/score", {"model": "demo", "text_1": "refund policy", "text_2": ["Money back in 30 days", "Hours"]}),
+    ("/score", {"model": "demo", "text_1": "a", "text_2": "b"}),
+    ("/v1/moderations", {"model": "demo", "input": ["I will find you.", "Nice weather today."]}),
+    ("/v1/completions", {"model": "demo", "prompt": "The sky is blue", "echo": True, "logprobs": 1, "max_tokens": 0}),
+    (
+        "/v1/chat/completions",
+        {"model": "demo", "messages": [{"role": "user", "content": "Say hello"}], "max_tokens": 6, "temperature": 0},
+    ),
+    ("/v1/responses", {"model": "demo", "input": "Say hi", "max_output_tokens": 6, "temperature": 0}),
+    ("/tokenize", {"model": "demo", "prompt": "Hello world"}),
+    ("/detokenize", {"model": "demo", "tokens": [9707, 1879]}),
+    ("/v1/rerank", {"model": "demo", "query": "x", "documents": []}),  # the route's own 4xx
+]
+
+
+def batch_line(custom_id: str, url: str, body: dict) -> str:
+    return json.dumps({"custom_id": custom_id, "method": "POST", "url": url, "body": body})
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory, demo_root):
+    """A batch file of every route kind, good and bad lines between them, and run-batch's output."""
+    folder = tmp_path_factory.mktemp("run-batch-mixed")
+    lines = [batch_line(f"good-{i}", url, body) for i, (url, body) in enumerate(GOOD)]
+    bad = [
+        (b"this is not json", "invalid_json_line", None),
+        (json.dumps({"method": "POST", "url": "/v1/systemone", "body": {}}).encode(), "missing_custom_id", None),
+        (batch_line("good-0", *GOOD[0]).encode(), "duplicate_custom_id", "good-0"),
+        (batch_line("bad-url", "/v1/embeddings", {"input": "x"}).encode(), "invalid_url", "bad-url"),
+        (json.dumps({"custom_id": "get", "method": "GET", "url": "/v1/models"}).encode(), "invalid_method", "get"),
+        (batch_line("stream", "/v1/chat/completions", {**GOOD[11][1], "stream": True}).encode(), "invalid_body", None),
+        (
+            json.dumps({"custom_id": "list", "method": "POST", "url": "/tokenize", "body": [1]}).encode(),
+            "invalid_body",
+            0,
+        ),
+        (b'{"custom_id": "latin", "body": "caf\xe9"}', "invalid_json_line", None),
+        (batch_line("huge", "/v1/systemone", {"state": "x" * 300_000}).encode(), "line_too_large", None),
+    ]
+    raw = [line.encode() for line in lines]
+    for k, (line, _, _) in enumerate(bad):  # interleaved with the good lines
+        raw.insert(2 * k + 1, line)
+    raw.insert(5, b"")  # blank lines are not rows
+    path = folder / "in.jsonl"
+    path.write_bytes(b"\n".join(raw) + b"\n")
+    out = folder / "out.jsonl"
+    done = run_batch(demo_root, "-i", str(path), "-o", str(out), "--max-body-bytes", "65536", "--chunk-rows", "5")
+    assert done.returncode == 0, done.stderr[-4000:]
+    return raw, bad, read_lines(out), done
+
+
+def test_every_line_has_one_output_line_in_order(mixed):
+    raw, bad, out, done = mixed
+    rows = [line for line in raw if line.strip()]
+    assert len(out) == len(rows)
+    for line in out:
+        assert set(line) == {"id", "custom_id", "response", "error"}
+        assert line["id"].startswith("batch_req_")
+        assert (line["response"] is None) != (line["error"] is None)
+    assert len({line["id"] for line in out}) == len(out)
+    assert "run-batch done" in done.stderr and f"{len(rows)} rows" in done.stderr
+
+
+def test_bad_lines_are_their_own_error_lines(mixed):
+    raw, bad, out, _ = mixed
+    errors = [line for line in out if line["error"] is not None]
+    assert [e["error"]["code"] for e in errors] == [code for _, code, _ in bad]
+    duplicate = next(e for e in errors if e["error"]["code"] == "duplicate_custom_id")
+    assert duplicate["custom_id"] == "good-0" and "on line 1" in duplicate["error"]["message"]
+    latin = errors[[code for _, code, _ in bad].index("invalid_json_line", 1)]
+    assert latin["error"]["message"].endswith("is not UTF-8")
+    assert "/v1/systemone" in next(e for e in errors if e["error"]["code"] == "invalid_url")["error"]["message"]
+
+
+def test_each_answer_is_what_serve_answers(mixed, server):
+    _, _, out, _ = mixed
+    answered = {line["custom_id"]: line for line in out if line["error"] is None}
+    for i, (url, body) in enumerate(GOOD):
+        line = answered[f"good-{i}"]
+        sent = httpx.post(server + url, json=body, timeout=120)
+        response = line["response"]
+        assert response["status_code"] == sent.status_code, (url, response, sent.text)
+        assert response["request_id"].startswith("req_")
+        close(response["body"], sent.json(), f"good-{i} {url}")
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory, demo_root):
+    """The same 40-row table as CSV, Parquet and JSONL, each decided into another format."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path_factory.mktemp("run-batch-tables")
+    rows = tickets(40)
+    with open(folder / "t.csv", "w", newline="", encoding="utf-8") as fh:
+        import csv
+
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    pq.write_table(pa.Table.from_pylist(rows), folder / "t.parquet")
+    (folder / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (folder / "q.json").write_text(json.dumps(QUESTIONS), encoding="utf-8")
+    outs = {}
+    for src, dst in (("csv", "parquet"), ("parquet", "jsonl"), ("jsonl", "csv")):
+        out = folder / f"from-{src}.{dst}"
+        args = ("--table", str(folder / f"t.{src}"), "--state-column", "text", "--questions", str(folder / "q.json"))
+        done = run_batch(demo_root, *args, "-o", str(out), "--chunk-rows", "16")
+        assert done.returncode == 0, done.stderr[-4000:]
+        outs[dst] = out
+    return rows, outs
+
+
+ANSWER_COLUMNS = [
+    "blink.refund",
+    "blink.team",
+    "blink.team.p.billing",
+    "blink.team.p.technical",
+    "blink.anger",
+    "blink.anger.p.0",
+    "blink.anger.p.1",
+    "blink.anger.p.2",
+    "blink.error",
+]
+
+
+def test_tables_come_back_in_every_format(tables):
+    import datasets
+    import pandas as pd
+
+    rows, outs = tables
+    frames = {
+        "parquet": pd.read_parquet(outs["parquet"]),
+        "jsonl": pd.read_json(outs["jsonl"], lines=True, dtype={"ticket": str}),
+        "csv": pd.read_csv(outs["csv"], dtype={"ticket": str}, keep_default_na=False, na_values={"blink.error": [""]}),
+    }
+    for fmt, frame in frames.items():
+        assert list(frame.columns) == ["ticket", "text", "note", *ANSWER_COLUMNS], fmt
+        assert list(frame["ticket"]) == [r["ticket"] for r in rows], fmt
+        assert frame["blink.error"].isna().all(), fmt
+        probabilities = frame["blink.team.p.billing"] + frame["blink.team.p.technical"]
+        assert ((probabilities - 1).abs() < 1e-6).all(), fmt
+    for fmt in ("jsonl", "csv"):
+        for column in ANSWER_COLUMNS[:-1]:
+            a, b = frames["parquet"][column], frames[fmt][column]
+            if column == "blink.team":
+                assert list(a) == list(b)
+            else:
+                assert ((a - b).abs() <= 1e-6).all(), (fmt, column)
+    cache = str(outs["csv"].parent / "hf-cache")
+    loaders = {"csv": datasets.Dataset.from_csv, "parquet": datasets.Dataset.from_parquet}
+    loaders["jsonl"] = datasets.Dataset.from_json
+    for fmt, load in loaders.items():
+        data = load(str(outs[fmt]), cache_dir=cache)
+        assert data.num_rows == len(rows) and data.column_names[-len(ANSWER_COLUMNS) :] == ANSWER_COLUMNS
+
+
+def test_a_csv_cell_never_runs_as_a_formula(tables):
+    rows, outs = tables
+    text = outs["csv"].read_text(encoding="utf-8")
+    assert "=1+1" in json.dumps(rows) and ",=1+1," not in text and ",'=1+1," in text
+    # the JSONL and Parquet outputs keep the cell as it was
+    assert '"note":"=1+1"' in outs["jsonl"].read_text(encoding="utf-8")
+
+
+def test_a_row_answers_what_systemone_answers(tables, server):
+    rows, outs = tables
+    out = read_lines(outs["jsonl"])
+    for i in (0, 13, 39):
+        sent = httpx.post(server + "/v1/systemone", json={"state": rows[i]["text"], "questions": QUESTIONS}, timeout=60)
+        answers = sent.json()["answers"]
+        assert abs(out[i]["blink.refund"] - answers["refund"]["noul"]) <= 1e-6
+        assert out[i]["blink.team"] == answers["team"]["choice"]
+        assert abs(out[i]["blink.anger"] - answers["anger"]["score"]) <= 1e-6
+        for level, p in answers["anger"]["probabilities"].items():
+            assert abs(out[i][f"blink.anger.p.{level}"] - p) <= 1e-6
+
+
+def test_refused_before_the_model_loads(tmp_path, demo_root):
+    table = tmp_path / "t.csv"
+    table.write_text("id,body\n1,hello\n", encoding="utf-8")
+    (tmp_path / "q.json").write_text(json.dumps(QUESTIONS), encoding="utf-8")
+    out = str(tmp_path / "out.csv")
+    base = ("--table", str(table), "--questions", str(tmp_path / "q.json"), "-o", out)
+    missing = run_batch(demo_root, *base, "--state-column", "text", timeout=120)
+    assert missing.returncode == 1 and "has no column 'text'; its columns: id, body" in missing.stderr
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    nothing = run_batch(demo_root, "-i", str(empty), "-o", str(tmp_path / "o.jsonl"), timeout=120)
+    assert nothing.returncode == 1 and "is empty" in nothing.stderr
+    both = run_batch(demo_root, "-i", str(empty), *base, timeout=120)
+    assert both.returncode == 1 and "either" in both.stderr
+    (tmp_path / "bad.json").write_text('{"q": {"type": "choice", "instructions": "?"}}', encoding="utf-8")
+    questions = str(tmp_path / "bad.json")
+    bad = run_batch(demo_root, "--table", str(table), "--state-column", "body", "--questions", questions, "-o", out)
+    assert bad.returncode == 1 and "criteria" in bad.stderr and not (tmp_path / "out.csv").exists()
