@@ -3,6 +3,8 @@
 An example is a fenced code block right after a marker line `<!-- example <runner> -->`:
 - `curl` (a ```bash block of curl commands): run by bash; the ```json block after it shows what it printed, one
   line on the wire, laid out by `wire_layout` (one answer, one result or one score a line, wrapped to the width);
+- `shell` (a ```bash block of commands, run by bash in a fresh folder holding a link to `.venv`, the demo model's
+  folder in `BLINK_DEMO_DIR`): the ```text block after it shows what it printed, as printed;
 - `python` / `python-mcp` / `python-labels` (a ```python block, run by `.venv` / `.venv-mcp`, built by
   ci/mcp-venv.sh: Gradio pins the server's `mcp` below 2 / `.venv-labels`, built by ci/labels-venv.sh: LiteLLM,
   LlamaIndex, run with `LITELLM_LOCAL_MODEL_COST_MAP=True`) and `node` (a ```js block, run in ci/js with the JS
@@ -95,6 +97,14 @@ def run(code: str, runner: str, url: str) -> str:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     if runner == "curl":
         argv = ["bash", "-c", code]
+    elif runner == "shell":  # commands that write files: in a folder of their own, `.venv` linked into it
+        with tempfile.TemporaryDirectory() as folder:
+            os.symlink(ROOT / ".venv", Path(folder) / ".venv")
+            demo = os.environ.get("BLINK_TEST_DEMO_ROOT") or str(Path.home() / ".cache" / "blink")
+            env = {**env, "BLINK_DEMO_DIR": demo, "HF_HUB_OFFLINE": "1"}
+            argv = ["bash", "-c", code]
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=folder)
+        return checked(proc, code)
     elif runner == "node":  # in ci/js, whose node_modules hold the pinned JS clients (package.json)
         script = JS / f".example-{os.getpid()}.mjs"
         script.write_text(code + "\nprocess.exit(0);\n")  # @gradio/client's open stream would keep node running
@@ -246,6 +256,12 @@ def refreshed(page: Path, url: str) -> str:
     for k in range(len(examples(lines, page))):
         ex = examples(lines, page)[k]  # found again: a block grows or shrinks with its outputs
         block = lines[ex.start : ex.end]
+        if ex.runner == "shell":
+            printed = run("\n".join(block), "shell", url)
+            assert lines[ex.end + 1] == "" and lines[ex.end + 2] == "```text", f"{page.name}: no ```text after shell"
+            close = next(j for j in range(ex.end + 3, len(lines)) if lines[j].startswith("```"))
+            lines[ex.end + 3 : close] = printed.rstrip("\n").split("\n")
+            continue
         if ex.runner == "curl":
             printed = run("\n".join(block), "curl", url)
             assert lines[ex.end + 1] == "" and lines[ex.end + 2] == "```json", f"{page.name}: no ```json after curl"
