@@ -222,7 +222,7 @@ class Plan:
 
         def chunks():
             for k, (rows, arrow) in enumerate(self.table.chunks(size)):
-                yield k, decision_rows(rows, k * size, columns, self.questions, model), arrow
+                yield k, decision_rows(rows, k * size, columns, self.questions, model, self.answers), arrow
 
         return sink, chunks()
 

@@ -60,7 +60,17 @@ class Table:
 
     def chunks(self, size: int) -> Iterator[tuple[list, Any]]:
         """(rows, the chunk as Arrow where the table is Parquet, else None); each row a dict or, for a JSONL line
-        that is not an object, the error saying so."""
+        that is not an object, the error saying so. A file that stops being readable part way (text that is not
+        UTF-8, a ragged CSV row, a truncated Parquet file) stops the run with pyarrow's reason, the parts written so
+        far kept."""
+        import pyarrow as pa
+
+        try:
+            yield from self._chunks(size)
+        except (pa.ArrowInvalid, OSError) as error:
+            raise StartupError(f"{self.path}: cannot read on: {error}") from None
+
+    def _chunks(self, size: int) -> Iterator[tuple[list, Any]]:
         if self.format == "parquet":
             import pyarrow.parquet as pq
 
@@ -175,11 +185,17 @@ def jsonable(value):
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def decision_rows(chunk: list, start: int, columns: list[str], questions: dict, model: str) -> list[Row]:
-    """The chunk's rows as System One requests (`start`: the first row's index in the table)."""
+def decision_rows(chunk: list, start: int, columns: list[str], questions: dict, model: str, answers: Answers) -> list:
+    """The chunk's rows as System One requests (`start`: the first row's index in the table). A JSON row with a key
+    that is an answer column's name (the prefix is chosen from the first row's keys) gets an error, not answers that
+    would overwrite its own value."""
+    names = {name for name, _ in answers.columns}
     out = []
     for i, row in enumerate(chunk):
         state, error = state_of(row, columns)
+        clash = [k for k in row if k in names] if isinstance(row, dict) else []
+        if clash:
+            error = f"its column {clash[0]!r} has an answer column's name: rename it, or choose --answer-prefix"
         if error is not None:
             out.append(Row(start + i, error={"code": "invalid_row", "message": error}, key=row))
             continue

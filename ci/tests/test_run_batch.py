@@ -230,3 +230,49 @@ def test_refused_before_the_model_loads(tmp_path, demo_root):
     questions = str(tmp_path / "bad.json")
     bad = run_batch(demo_root, "--table", str(table), "--state-column", "body", "--questions", questions, "-o", out)
     assert bad.returncode == 1 and "criteria" in bad.stderr and not (tmp_path / "out.csv").exists()
+
+
+def test_rows_without_a_state_or_with_an_answer_columns_name_are_error_rows(tmp_path, demo_root):
+    rows = [{"text": "I was charged twice."}, {"body": "no text column"}, {"text": "hi", "blink.refund": "mine"}, 7]
+    table = tmp_path / "t.jsonl"
+    table.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (tmp_path / "q.json").write_text(json.dumps({"questions": QUESTIONS}), encoding="utf-8")  # a whole request's file
+    out = tmp_path / "out.jsonl"
+    done = run_batch(
+        demo_root,
+        "--table",
+        str(table),
+        "--state-column",
+        "text",
+        "--questions",
+        str(tmp_path / "q.json"),
+        "-o",
+        str(out),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    first, missing, clash, scalar = read_lines(out)
+    assert first["blink.error"] is None and 0 < first["blink.refund"] < 1
+    assert missing["body"] == "no text column" and missing["blink.error"] == "the row has no column 'text'"
+    assert missing["blink.refund"] is None
+    assert clash["blink.refund"] == "mine" and "answer column's name" in clash["blink.error"]  # its own value kept
+    assert "line 4 is not a JSON object" in scalar["blink.error"]
+    assert "4 rows, 3 errors" in done.stderr
+
+
+def test_a_table_that_stops_being_readable_stops_the_run_in_words(tmp_path, demo_root):
+    table = tmp_path / "t.csv"
+    table.write_bytes(b"id,text\n1,fine\n2,caf\xe9 au lait\n")
+    (tmp_path / "q.json").write_text(json.dumps(QUESTIONS), encoding="utf-8")
+    done = run_batch(
+        demo_root,
+        "--table",
+        str(table),
+        "--state-column",
+        "text",
+        "--questions",
+        str(tmp_path / "q.json"),
+        "-o",
+        str(tmp_path / "out.csv"),
+    )
+    assert done.returncode == 1 and "cannot read on" in done.stderr and "UTF8" in done.stderr
+    assert "Traceback" not in done.stderr
