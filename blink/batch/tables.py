@@ -137,6 +137,10 @@ class Answers:
             if q.type != "noul":
                 self.columns += [(self.name(q.name, option), "float") for option in q.options]
         self.columns.append((self.error_column, "string"))
+        names = [name for name, _ in self.columns]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise StartupError(f"the questions' ids give two answer columns the name {twice[0]!r}: rename one")
 
     @property
     def error_column(self) -> str:
