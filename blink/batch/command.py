@@ -19,6 +19,7 @@ import orjson
 from blink.errors import StartupError
 
 STOPPED = 3
+MAX_CHUNK_ROWS = 65536
 # serve's defaults are for interactive callers (no window: the first request goes at once); a batch keeps the
 # engine fed instead: many decisions per model call (600 demo rows: ~130 rows/s with a 10 ms window, ~55 without).
 # No prefix-state cache: a table's states are new row after row, and saving each costs more than it ever gives back
@@ -79,8 +80,10 @@ class Plan:
             raise StartupError(f"{self.input}: no such file")
         if os.path.getsize(self.input) == 0:
             raise StartupError(f"{self.input} is empty: there is nothing to decide")
-        if args.chunk_rows < 1:
-            raise StartupError("--chunk-rows must be at least 1")
+        if not 1 <= args.chunk_rows <= MAX_CHUNK_ROWS:  # a chunk's rows are held until it is written
+            raise StartupError(f"--chunk-rows must be between 1 and {MAX_CHUNK_ROWS}")
+        if os.path.exists(args.output_file) and os.path.samefile(self.input, args.output_file):
+            raise StartupError(f"{args.output_file} is the input: write the output to another file")
         self.table = self.questions = None
         if args.table:
             self.table = tables.Table(self.input, tables.format_of(self.input, args.table_format), self._max_bytes)

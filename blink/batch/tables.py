@@ -26,7 +26,7 @@ def format_of(path: str, given: str | None = None) -> str:
     if given:
         return given
     ext = os.path.splitext(path)[1].lower().lstrip(".")
-    ext = {"json": "jsonl", "ndjson": "jsonl", "pq": "parquet", "tsv": "csv"}.get(ext, ext)
+    ext = {"json": "jsonl", "ndjson": "jsonl", "pq": "parquet"}.get(ext, ext)
     if ext not in FORMATS:
         raise StartupError(f"{path}: say which format it is (--table-format / --output-format: csv, jsonl, parquet)")
     return ext

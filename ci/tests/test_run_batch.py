@@ -226,6 +226,22 @@ def test_refused_before_the_model_loads(tmp_path, demo_root):
     assert nothing.returncode == 1 and "is empty" in nothing.stderr
     both = run_batch(demo_root, "-i", str(empty), *base, timeout=120)
     assert both.returncode == 1 and "either" in both.stderr
+    itself = run_batch(
+        demo_root,
+        "--table",
+        str(table),
+        "--state-column",
+        "body",
+        "--questions",
+        str(tmp_path / "q.json"),
+        "-o",
+        str(table),
+        "--overwrite",
+        timeout=120,
+    )
+    assert itself.returncode == 1 and "is the input" in itself.stderr and table.read_text().startswith("id,body")
+    huge = run_batch(demo_root, *base, "--state-column", "body", "--chunk-rows", "10000000", timeout=120)
+    assert huge.returncode == 1 and "--chunk-rows must be between 1 and 65536" in huge.stderr
     (tmp_path / "bad.json").write_text('{"q": {"type": "choice", "instructions": "?"}}', encoding="utf-8")
     questions = str(tmp_path / "bad.json")
     bad = run_batch(demo_root, "--table", str(table), "--state-column", "body", "--questions", questions, "-o", out)
