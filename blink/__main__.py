@@ -90,9 +90,13 @@ def run_command(argv: list[str] | None) -> None:
         sys.exit(calibrate(args))
 
     if args.command == "run-batch":
+        from blink.batch.command import STOPPED
         from blink.batch.command import run as run_batch
 
-        sys.exit(run_batch(args))
+        try:
+            sys.exit(run_batch(args))
+        except KeyboardInterrupt:  # before any row was sent (loading the model): nothing to finish
+            sys.exit(STOPPED)
 
     settings, listen = from_args(args, Settings), from_args(args, Listen)
     for secret in ("--api-key", "--engine-api-key"):
