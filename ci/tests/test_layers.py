@@ -34,7 +34,8 @@ LAYERS = [
     ("decide", ["decide"]),
     ("context", ["context"]),
     ("api", ["api"]),
-    ("assembly", ["server", "__main__"]),
+    # run-batch assembles a server in its process (blink.server) and calls its routes
+    ("assembly", ["server", "batch", "__main__"]),
 ]
 RANK = {name: rank for rank, (_, names) in enumerate(LAYERS) for name in names}
 
