@@ -311,7 +311,10 @@ def routes(ctx: Context) -> list[Route]:
     async def model(call: Call) -> dict:
         name = call.request.path_params["name"].removeprefix("models/")
         if not name:
-            raise NoRoute(f"name a model: GET /v1beta/models/{{name}}; this server serves models/{ctx.served_name}")
+            serves = f"this server serves models/{ctx.served_name}"
+            raise NoRoute(
+                f"name a model: GET /v1beta/models/{{name}}; {serves}", loc=["body", "model"], kind="model_not_found"
+            )
         return model_entry(ctx, name)  # any name answers: the one model served answers every request
 
     decisions = Endpoint(
