@@ -45,6 +45,7 @@ def past_the_context(route: str) -> dict:
     return {
         "/v1/systemone": {"state": text, "questions": {"q": QUESTION}},
         "/v1/decisions": {"model": "demo", "input": text, "questions": q},
+        "/v1beta/decisions": {"model": "models/demo", "input": text, "questions": {"q": QUESTION}},
         "/v1/chat/completions": {"model": "demo", "max_tokens": 2, "messages": [{"role": "user", "content": text}]},
         "/v1/responses": {"model": "demo", "max_output_tokens": 2, "input": text},
         "/v1/completions": {"model": "demo", "max_tokens": 2, "prompt": text},
@@ -152,6 +153,17 @@ def case_aspect_png(s: Server) -> dict:
                     }
                 ],
                 "questions": [{"type": "predicate", "name": "q", "instructions": "weather?"}],
+            },
+        ),
+        (
+            "/v1beta/decisions",
+            {
+                "model": "models/demo",
+                "input": [
+                    {"type": "text", "text": "Look"},
+                    {"type": "image", "mime_type": "image/png", "data": body["assets"]["<img0>"]["data_base64"]},
+                ],
+                "questions": {"q": {"type": "noul", "instructions": "weather?"}},
             },
         ),
     ):
