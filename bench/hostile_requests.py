@@ -200,7 +200,7 @@ def case_png_memory(s: Server, concurrency: int = 8) -> dict:
 
 def case_state_at_limit(s: Server, margin: int = 400, questions: int = 4) -> dict:
     """The largest text request the default limits accept: one state `margin` tokens under max_context_tokens
-    (32,768; room for the template and the question), `questions` questions (at most 128)."""
+    (32,768; room for the template and the question), `questions` questions (at most max_questions)."""
     from transformers import AutoTokenizer
 
     from blink.limits import Limits
