@@ -157,7 +157,7 @@ def _block_text(block: Any, loc: tuple, images: list | None) -> str:
         return _image(block, images, loc)
     if kind in NOT_READ or kind == "image":
         where = "`input`" if images is not None else "instructions"
-        message = f"a `{kind}` block is not read in {where}: {READS}"
+        message = f"this `{kind}` block is not read in {where}: {READS}"
         raise bad(message, *loc, "type", kind="unsupported_content")
     raise bad(f"unsupported content block type {kind!r}: {READS}", *loc, "type")
 
