@@ -26,6 +26,7 @@ from typing import Any
 
 from starlette.routing import Route
 
+from blink.api import catalog
 from blink.context import Context
 from blink.errors import BlinkError, InvalidRequest, NoRoute, param_of
 from blink.web.endpoint import CHEAP_CHECK_BYTES, Body, Call, Endpoint, Wire
@@ -301,6 +302,7 @@ def model_entry(ctx: Context, name: str) -> dict:
         "inputTokenLimit": ctx.limits.max_context_tokens,
         "outputTokenLimit": 0,
         "supportedGenerationMethods": ["createDecision"],
+        "x_limits": catalog.limits(ctx),
     }
 
 

@@ -138,6 +138,8 @@ def test_google_genai_lists_the_served_model(genai_venv, server):
     assert listed["names"] == ["models/demo"]
     assert listed["get"]["name"] == "models/demo" and listed["get"]["actions"] == ["createDecision"]
     assert listed["get"]["input_token_limit"] > 0
+    entry = httpx.get(server + "/v1beta/models/demo", timeout=30).json()
+    assert entry["x_limits"] == httpx.get(server + "/v1/models", timeout=30).json()["limits"]
 
 
 def test_an_image_block_is_read_as_systemone_reads_the_image(genai_venv, tight_vision):
