@@ -108,3 +108,16 @@ def test_past_the_defaults_each_wire_refuses_naming_the_limit(server, wire):
         wide = {"type": "score", "instructions": "?", "criteria": [f"{i}" for i in range(256)]}
         levels = http.post(path, json=make({"q0": wide}))
         assert 400 <= levels.status_code < 500 and "at most 255" in levels.text, levels.text[:300]
+
+
+@pytest.mark.parametrize("wire", list(WIRES))
+def test_past_the_request_token_budget_each_wire_refuses_naming_it(server, wire):
+    """400 questions of ~180 tokens each run ~72k tokens, past the default budget of 65,536 per request: refused with
+    the wire's 4xx naming the budget, nothing truncated, and the server keeps serving."""
+    path, _, make, _ = WIRES[wire]
+    long = " ".join(f"word{i}" for i in range(90))
+    questions = {f"q{i}": {"type": "noul", "instructions": f"Question {i}: {long}?"} for i in range(400)}
+    with httpx.Client(base_url=server, timeout=300) as http:
+        r = http.post(path, json=make(questions))
+        assert 400 <= r.status_code < 500 and "65536 per request" in r.text, r.text[:300]
+        assert http.post(path, json=make({"q0": question(0)})).status_code == 200
