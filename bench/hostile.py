@@ -54,6 +54,7 @@ CASES = {
         for route in (
             "/v1/systemone",
             "/v1/decisions",
+            "/v1beta/decisions",
             "/v1/chat/completions",
             "/v1/responses",
             "/v1/completions",

@@ -45,6 +45,7 @@ def past_the_context(route: str) -> dict:
     return {
         "/v1/systemone": {"state": text, "questions": {"q": QUESTION}},
         "/v1/decisions": {"model": "demo", "input": text, "questions": q},
+        "/v1beta/decisions": {"model": "models/demo", "input": text, "questions": {"q": QUESTION}},
         "/v1/chat/completions": {"model": "demo", "max_tokens": 2, "messages": [{"role": "user", "content": text}]},
         "/v1/responses": {"model": "demo", "max_output_tokens": 2, "input": text},
         "/v1/completions": {"model": "demo", "max_tokens": 2, "prompt": text},
@@ -154,6 +155,17 @@ def case_aspect_png(s: Server) -> dict:
                 "questions": [{"type": "predicate", "name": "q", "instructions": "weather?"}],
             },
         ),
+        (
+            "/v1beta/decisions",
+            {
+                "model": "models/demo",
+                "input": [
+                    {"type": "text", "text": "Look"},
+                    {"type": "image", "mime_type": "image/png", "data": body["assets"]["<img0>"]["data_base64"]},
+                ],
+                "questions": {"q": {"type": "noul", "instructions": "weather?"}},
+            },
+        ),
     ):
         status, secs, text = timed_post(s.url, path, json=payload)
         out[path] = (status, round(secs, 2), text)
@@ -188,7 +200,7 @@ def case_png_memory(s: Server, concurrency: int = 8) -> dict:
 
 def case_state_at_limit(s: Server, margin: int = 400, questions: int = 4) -> dict:
     """The largest text request the default limits accept: one state `margin` tokens under max_context_tokens
-    (32,768; room for the template and the question), `questions` questions (at most 128)."""
+    (32,768; room for the template and the question), `questions` questions (at most max_questions)."""
     from transformers import AutoTokenizer
 
     from blink.limits import Limits

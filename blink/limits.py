@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Limits:
-    max_questions: int = 128  # questions per request
+    max_questions: int = 1000  # questions per request (Gemini's documented maximum; OpenAI's is 400)
     max_prompts: int = 128  # prompts per completion request (a list of prompts, one choice each)
     max_options: int = 255  # options per choice question (TypeSafe's documented maximum)
-    max_levels: int = 10  # levels per score question (TypeSafe's documented maximum)
+    max_levels: int = 255  # levels per score question (Gemini's documented maximum, as options)
     max_context_tokens: int = 32768  # one prompt: the state plus one question, rendered
     max_request_tokens: int = 65536  # tokens the model runs for the whole request (shared prefix counted once)
     max_body_bytes: int = 16 * 1024 * 1024  # the body as sent (compressed or not)

@@ -19,7 +19,7 @@ from pathlib import Path
 DEFAULT_FILE = Path(__file__).resolve().parent / "policies" / "openai.toml"
 FORMAT = "blink-moderation-policy"
 VERSION = 1
-MAX_CATEGORIES = 128  # the default max_questions: every category is one question of the same decision
+MAX_CATEGORIES = 128  # every category is one question of the same decision (within the default max_questions)
 MAX_NAME_CHARS = 64
 MAX_DEFINITION_CHARS = 2000
 CATEGORY_FIELDS = ("definition", "threshold")

@@ -262,22 +262,23 @@ def calibration_for(settings: Settings, loaded):
 def api_routes(ctx: Context, metrics: bool = True) -> list:
     """Every API route; `metrics`: `GET /metrics` too (the `metrics` knob: on for `serve`, off on a Space unless
     set)."""
-    from blink.api import catalog, moderations, openai, rerank, systemone
+    from blink.api import catalog, gemini, moderations, openai, rerank, systemone
     from blink.api.openai import protocol, tokenize
     from blink.web.endpoint import not_routed
 
     routes = catalog.routes(ctx) + systemone.routes(ctx) + openai.routes(ctx) + tokenize.routes(ctx)
-    routes += rerank.routes(ctx) + moderations.routes(ctx)
+    routes += rerank.routes(ctx) + moderations.routes(ctx) + gemini.routes(ctx)
     if metrics:
         routes.append(catalog.metrics_route(ctx))
     # the more specific prefix first: /v1/systemone* answers in System One's shape, rerank and score in theirs
     # (root paths too), the rest of /v1/ in OpenAI's; /v2/ (Cohere's and vLLM's versioned paths) is no Gradio
-    # path, so the Space answers it in OpenAI's shape too
+    # path, so the Space answers it in OpenAI's shape too; /v1beta/ is Gemini's, in Google's shape
     return routes + [
         not_routed(ctx, "/v1/systemone", systemone.WIRE, routes),
         *rerank.not_routed_here(ctx, routes),
         not_routed(ctx, "/v1/", protocol.WIRE, routes),
         not_routed(ctx, "/v2/", protocol.WIRE, routes),
+        not_routed(ctx, "/v1beta/", gemini.WIRE, routes),
     ]
 
 

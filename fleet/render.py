@@ -126,6 +126,7 @@ Base URL: `{base}` (this Space is `{owner}/{space.name}` on the Hub).
 |---|---|
 | `POST /v1/systemone` | a decision: typed questions (`noul`, `choice`, `score`), a probability per option |
 | `POST /v1/decisions` | the same decisions for OpenAI SDK users (`client.decisions.create`) |
+| `POST /v1beta/decisions` | the same decisions for Gemini's clients (`google-genai`'s `client.decisions.create`) |
 | `POST /v1/chat/completions` | OpenAI chat completions (streaming too) |
 | `GET /v1/models` | the served model names (TypeSafe and OpenAI shapes in one body) |
 | `GET /healthz` | liveness and what is loaded |

@@ -4,7 +4,8 @@
 SDK) and TypeSafe's `models[].name/description/release_date` (its SDKs, jevcompat). Each reads its keys
 and ignores the others'; its errors (a 401) carry both shapes at once too. Each model says what it reads and
 writes (`architecture.input_modalities` / `output_modalities`, as OpenRouter lists them): gateways find
-decision models by `"decisions"`. `GET /v1/models/{id}` is one model: every request may name any model and the
+decision models by `"decisions"`, and `limits` says what one decision request may ask (questions, options,
+levels, tokens), the same on every wire. `GET /v1/models/{id}` is one model: every request may name any model and the
 one served answers it, so any id a request could name has its card (one not listed says which model answers it,
 under `root`, as vLLM's cards do); only an empty id is 404, in OpenAI's shape.
 
@@ -49,6 +50,12 @@ def model_card(ctx: Context, name: str) -> dict:
     }
 
 
+def limits(ctx: Context) -> dict:
+    """What one decision request may ask, on every wire (blink.limits; each a knob)."""
+    kept = ("max_questions", "max_options", "max_levels", "max_context_tokens", "max_request_tokens", "max_body_bytes")
+    return {name: getattr(ctx.limits, name) for name in kept}
+
+
 def listing(ctx: Context) -> dict:
     return {
         "object": "list",
@@ -56,6 +63,7 @@ def listing(ctx: Context) -> dict:
         "models": [
             {"name": name, "description": ctx.description, "release_date": ctx.release_date} for name in names(ctx)
         ],
+        "limits": limits(ctx),
     }
 
 

@@ -52,7 +52,13 @@ from blink.web.bodies import parse_body, received
 
 log = logging.getLogger("blink")
 
-UNAUTHORIZED = "missing or invalid API key: send Authorization: Bearer <key>"
+
+def unauthorized(key_headers: tuple[str, ...] = ()) -> str:
+    """The 401's message: every header the route reads the key from (`key_headers`), then the bearer token."""
+    other = "".join(f"{name}: <key> or " for name in key_headers)
+    return f"missing or invalid API key: send {other}Authorization: Bearer <key>"
+
+
 # a decision body this small is parsed and checked in microseconds: on the event loop, not in a thread
 CHEAP_CHECK_BYTES = 16 * 1024
 
@@ -173,6 +179,7 @@ class Endpoint:
         inline_below: int = 0,
         arriving: Callable[[], Any] | None = None,
         units: Callable[[Any], int] | None = None,
+        key_headers: tuple[str, ...] = (),
     ):
         """`body`: None for routes that read none; `check(call)`: the route's validation, before admission;
         `admit`: the kind of work it does (blink.web.admission), or a function of the checked request that says
@@ -183,17 +190,19 @@ class Endpoint:
         key is all here (its body read), before it is parsed; what it returns (`call.arrival`: a decision counted
         on its way to the batcher, blink.decide.batching.OnItsWay) is released as the exchange ends unless its work
         did so; `units(checked)`: the places of `admit` the request holds, one per decision it asks for (default
-        one)."""
+        one); `key_headers`: headers that may carry the API key itself, beside `Authorization: Bearer` (Gemini's
+        `x-goog-api-key`)."""
         self.ctx, self.wire, self.handler = ctx, wire, handler
         self.auth, self.body, self.check, self.admit = auth, body, check, admit
         self.cancel_on_disconnect, self.inline_below, self.arriving = cancel_on_disconnect, inline_below, arriving
         self.units = units or 1
+        self.key_headers = key_headers
 
     async def _read(self, call: Call) -> None:
         """Steps 1-3 of the pipeline: the key, the body read, parsed and checked in one thread hop."""
         ctx, request = self.ctx, call.request
-        if self.auth and not ctx.auth.allows(request.headers.get("authorization")):
-            raise Unauthorized(UNAUTHORIZED)
+        if self.auth and not self._key_shown(request):
+            raise Unauthorized(unauthorized(self.key_headers))
         if self.body is not None:
             started = time.perf_counter()
             async with received(request, ctx.limits, ctx.body_budget) as raw:
@@ -214,6 +223,13 @@ class Endpoint:
             call.kind = self.admit(call.checked) if callable(self.admit) else self.admit
             call.units = units_of(self.units, call.checked)
             self.ctx.admission.gate(call.kind).check_units(call.units)
+
+    def _key_shown(self, request: Request) -> bool:
+        """The API key as a bearer token, or in one of the route's `key_headers` (any, when no key is set)."""
+        key, headers = self.ctx.auth, request.headers
+        if key.allows(headers.get("authorization")):
+            return True
+        return any(key.matches(headers.get(name)) for name in self.key_headers)
 
     def _arrived(self, call: Call) -> None:
         """The request is all here: the route counts it from now (before any thread hop) until the exchange ends.

@@ -54,7 +54,7 @@ CASES = {
         422,
         ["body", "questions", "the-q"],
     ),
-    "11 levels": (q(type="score", criteria=[str(i) for i in range(11)]), 422, ["body", "questions", "the-q"]),
+    "256 levels": (q(type="score", criteria=[str(i) for i in range(256)]), 422, ["body", "questions", "the-q"]),
     "score map": (q(type="score", criteria={"0": "a", "1": "b"}), 422, ["body", "questions", "the-q"]),
     "null level": (q(type="score", criteria=["a", None]), 422, ["body", "questions", "the-q", "score", "criteria", 1]),
     "instructions number": (q(type="noul", instructions=5), 422, ["body", "questions", "the-q"]),

@@ -119,6 +119,49 @@ def wire_bodies(surrogates: bool = False) -> dict:
             "questions": st.lists(st.one_of(decision_question, junk), min_size=0, max_size=3),
         }
     )
+    block = st.one_of(
+        st.fixed_dictionaries({"type": st.just("text"), "text": text}),
+        st.fixed_dictionaries(
+            {"type": st.sampled_from(["image", "audio", "video", "document", "file"])},
+            optional={
+                "data": st.one_of(text, st.just("iVBORw0KGgo="), junk),
+                "mime_type": st.one_of(st.sampled_from(["image/png", "audio/wav"]), junk),
+                "uri": text,
+            },
+        ),
+        junk,
+    )
+    instructions = st.one_of(text, block, st.lists(block, max_size=2))
+    gemini_question = st.one_of(
+        st.fixed_dictionaries(
+            {"type": st.just("noul"), "instructions": instructions},
+            optional={
+                "criteria": st.one_of(
+                    st.fixed_dictionaries({}, optional={"true_description": text, "false_description": text}), junk
+                )
+            },
+        ),
+        choice.map(
+            lambda q: {
+                **q,
+                "criteria": q["criteria"]
+                if not isinstance(q["criteria"], dict)
+                else {k: v or "" for k, v in q["criteria"].items()},
+            }
+        ),
+        score,
+        junk,
+    )
+    gemini = st.fixed_dictionaries(
+        {
+            "model": st.one_of(st.sampled_from(["models/demo", "demo", "models/"]), text),
+            "input": st.one_of(text, block, st.lists(block, max_size=3)),
+            "questions": st.dictionaries(
+                st.one_of(st.text(min_size=1, max_size=12), text), gemini_question, min_size=1, max_size=3
+            ),
+        },
+        optional={"x_calibration": st.one_of(st.sampled_from(["raw", "fitted"]), junk)},
+    )
     chat = st.fixed_dictionaries(
         {
             "model": st.just("demo"),
@@ -141,12 +184,13 @@ def wire_bodies(surrogates: bool = False) -> dict:
             ("/v1/systemone", systemone),
             ("/v1/decisions", decisions),
             ("/v1/chat/completions", chat),
+            ("/v1beta/decisions", gemini),
         )
     }
 
 
 BODIES = wire_bodies()
-systemone_body, decisions_body, chat_body = BODIES.values()
+systemone_body, decisions_body, chat_body, gemini_body = BODIES.values()
 
 
 def encode(body) -> bytes:
@@ -179,6 +223,9 @@ def check(r: httpx.Response, wire: str) -> None:
         body = r.json()
         if wire == "systemone":
             assert isinstance(body.get("error"), str) and "detail" in body, body
+        elif wire == "google":  # Gemini's wire: Google's shape
+            error = body["error"]
+            assert error["code"] == r.status_code and error["status"].isupper() and isinstance(error["message"], str)
         else:
             assert isinstance(body.get("error"), dict) and isinstance(body["error"].get("message"), str), body
 
@@ -214,6 +261,13 @@ def test_fuzz_decisions(client, body):
     check(r, decisions_wire(body))
 
 
+@FUZZ
+@given(body=gemini_body)
+def test_fuzz_gemini(client, body):
+    r = client.post("/v1beta/decisions", content=encode(body), headers={"content-type": "application/json"})
+    check(r, "google")
+
+
 @CHAT_FUZZ
 @given(body=chat_body)
 def test_fuzz_chat(client, body):
@@ -233,14 +287,18 @@ def test_fuzz_invalid_unicode_on_every_route(client, data, route):
     body = data.draw(wire_bodies(surrogates=True)[route])
     check(
         client.post(route, content=encode(body), headers={"content-type": "application/json"}),
-        "systemone" if route == "/v1/systemone" else "openai",
+        {"/v1/systemone": "systemone", "/v1beta/decisions": "google"}.get(route, "openai"),
     )
 
 
 @FUZZ
-@given(content=raw_bytes, route=st.sampled_from(["/v1/systemone", "/v1/decisions", "/v1/chat/completions"]))
+@given(
+    content=raw_bytes,
+    route=st.sampled_from(["/v1/systemone", "/v1/decisions", "/v1/chat/completions", "/v1beta/decisions"]),
+)
 def test_fuzz_raw_bytes_on_every_route(client, content, route):
-    wire = {"/v1/systemone": "systemone", "/v1/decisions": decisions_wire(content)}.get(route, "openai")
+    wires = {"/v1/systemone": "systemone", "/v1/decisions": decisions_wire(content), "/v1beta/decisions": "google"}
+    wire = wires.get(route, "openai")
     check(client.post(route, content=content, headers={"content-type": "application/json"}), wire)
 
 

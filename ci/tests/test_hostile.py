@@ -70,12 +70,15 @@ def test_deeply_nested_json_is_a_4xx(hostile):
     healthy(hostile.url)
 
 
-@pytest.mark.parametrize("route", ["/v1/systemone", "/v1/decisions", "/v1/chat/completions"])
+@pytest.mark.parametrize("route", ["/v1/systemone", "/v1/decisions", "/v1beta/decisions", "/v1/chat/completions"])
 def test_a_lone_surrogate_is_a_4xx_on_every_route(hostile, route):
     bodies = {
         "/v1/systemone": b'{"state": "hi \\ud800 there", "questions": {"q": ' + json.dumps(QUESTION).encode() + b"}}",
         "/v1/decisions": b'{"model": "demo", "input": "hi \\ud800 there", "questions": [{"type": "predicate", '
         b'"name": "q", "instructions": "ok?"}]}',
+        "/v1beta/decisions": b'{"model": "models/demo", "input": "hi \\ud800 there", "questions": {"q": '
+        + json.dumps(QUESTION).encode()
+        + b"}}",
         "/v1/chat/completions": b'{"model": "demo", "max_tokens": 2, "messages": [{"role": "user", '
         b'"content": "hi \\udfff"}]}',
     }

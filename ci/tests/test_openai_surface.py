@@ -290,9 +290,12 @@ def test_decisions_refuse_a_bad_systemone_body_as_systemone_does(surface, body):
 
 
 def test_decisions_with_input_stay_openai(surface, name):
-    """`input` makes a body OpenAI's, whatever else it carries: its errors stay in OpenAI's shape."""
-    body = {"model": name, "input": "x", "questions": SYSTEMONE_BODY["questions"]}
+    """`input` makes a body OpenAI's unless its `questions` is an object (then it is Gemini's, answered in Google's
+    shape: ci/tests/test_gemini.py): its errors stay in OpenAI's shape."""
+    body = {"model": name, "input": "x", "questions": "Is it a refund?"}
     r = httpx.post(surface + "/v1/decisions", json=body, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["param"] == "questions"
+    gemini = httpx.post(surface + "/v1/decisions", json={**body, "questions": SYSTEMONE_BODY["questions"]}, timeout=60)
+    assert gemini.status_code == 200 and set(gemini.json()["answers"]) == set(SYSTEMONE_BODY["questions"])
     r = httpx.post(surface + "/v1/decisions", json={"model": name, "questions": []}, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["param"] == "input"

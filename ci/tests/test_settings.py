@@ -167,7 +167,7 @@ def test_overriding_the_model_drops_the_configured_revision_and_adapter():
 def test_public_settings_never_show_the_key():
     public = Settings.from_values({"api_key": "sk-never-shown-123"}, env={}).public()
     assert public["api_key_required"] is True and "sk-never-shown-123" not in repr(public)
-    assert public["max_questions"] == 128 and "api_key" not in public
+    assert public["max_questions"] == 1000 and "api_key" not in public
 
 
 def test_every_space_knob_has_a_fleet_key_and_every_default_parses():

@@ -113,6 +113,7 @@ def test_models_body_serves_both_families(server):
     body = httpx.get(server + "/v1/models").json()
     assert body["object"] == "list" and body["data"][0]["id"] == "demo"
     assert all(isinstance(m[k], str) for m in body["models"] for k in ("name", "description", "release_date"))
+    assert body["limits"]["max_questions"] == 1000 and body["limits"]["max_levels"] == 255  # the defaults
 
 
 def test_healthz_fields(server):

@@ -5,7 +5,11 @@ probabilities for the same question. System One's validation errors come back wi
 
 The route also takes System One's body (`state` and a `questions` object; JSON or TypeSafe's multipart) and answers
 it exactly as `/v1/systemone` does, errors in System One's shape: LiveKit Agents' `inference.DecisionModel` posts
-that to `{base_url}/decisions`. The shapes never collide: an OpenAI body always carries `input` and a list.
+that to `{base_url}/decisions`. And Gemini's (`input` and a `questions` object), answered as `/v1beta/decisions`
+answers it (blink.api.gemini), errors in Google's shape: google-genai posts there with `api_version="v1"`, and sends
+its key as `x-goog-api-key`, which this route reads too. The shapes never collide: an OpenAI body always carries
+`input` and a list, System One's a `state` and never `input`. What is refused before the body is read (the key,
+the body's size) is answered in OpenAI's shape.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any
 
 from starlette.routing import Route
 
-from blink.api import systemone
+from blink.api import gemini, systemone
 from blink.api.openai.protocol import IMAGE_PARTS, WIRE, bad, data_url, input_items, require_model
 from blink.context import Context
 from blink.errors import InvalidRequest
@@ -340,10 +344,13 @@ JSON_ONLY = Body("OpenAI decision requests")
 
 
 def routes(ctx: Context) -> list[Route]:
-    def check(call: Call) -> tuple[Mapped | None, Any]:
+    def check(call: Call) -> tuple[Mapped | None, Any] | gemini.Checked:
         if systemone_shaped(call.body, call.parts):
             call.wire = systemone.WIRE  # answered, errors too, as /v1/systemone answers
             return None, ctx.service.check(call.body, call.parts, call.arrival)
+        if gemini.shaped(call.body):
+            call.wire = gemini.WIRE  # answered, errors too, as /v1beta/decisions answers
+            return gemini.check(ctx, call)
         JSON_ONLY.refuse_parts(call.parts)
         mapped = to_systemone(call.body, ctx.model_names())
         try:
@@ -352,6 +359,8 @@ def routes(ctx: Context) -> list[Route]:
             raise mapped.relocate(error) from None
 
     async def decisions(call: Call) -> dict:
+        if isinstance(call.checked, gemini.Checked):
+            return await gemini.decide(ctx, call)
         mapped, checked = call.checked
         if mapped is None:
             return systemone.response_body(ctx, await ctx.service.run(checked, call.ticket, call.caller, call.timing))
@@ -383,5 +392,6 @@ def routes(ctx: Context) -> list[Route]:
         admit="decide",
         inline_below=CHEAP_CHECK_BYTES,
         arriving=ctx.service.on_its_way,
+        key_headers=gemini.KEY_HEADERS,
     )
     return [Route("/v1/decisions", endpoint, methods=["POST"])]
