@@ -186,6 +186,7 @@ def main() -> None:
         ssr_mode=False,
         theme=theme.THEME,
         css=theme.CSS,
+        head=theme.HEAD,
         footer_links=["api", "gradio", "settings"],
         # the API and blink's /mcp grafted ahead of Gradio's routes
         app_kwargs={

@@ -1,6 +1,6 @@
 """The blink Spaces' Gradio theme and CSS: the one canonical copy (build.py copies it byte-for-byte).
 
-Gradio 6 takes both at `launch(theme=THEME, css=CSS)` (not `gr.Blocks(...)`). System fonts only: a Space
+Gradio 6 takes them at `launch(theme=THEME, css=CSS, head=HEAD)` (not `gr.Blocks(...)`). System fonts only: a Space
 must render without fetching fonts from a third party.
 """
 
@@ -30,8 +30,9 @@ CSS = (
 .blink-results { display: flex; flex-direction: column; gap: .9rem; }
 .blink-question h4 { margin: 0 0 .35rem 0; font-size: 1rem; }
 .blink-question .blink-summary { font-size: .85rem; opacity: .8; margin-bottom: .35rem; }
-.blink-bar { display: grid; grid-template-columns: minmax(6rem, 14rem) 1fr 4.2rem; align-items: center;
+.blink-bar { display: grid; grid-template-columns: minmax(0, 14rem) minmax(4rem, 1fr) 4.2rem; align-items: center;
              gap: .5rem; margin: .15rem 0; font-size: .9rem; }
+.blink-bar .blink-option { min-width: 0; overflow-wrap: anywhere; }
 .blink-bar .blink-track { background: rgba(100, 116, 139, .18); border-radius: 4px; height: .9rem;
                           overflow: hidden; }
 .blink-bar .blink-fill { background: """
@@ -48,10 +49,37 @@ CSS = (
 .blink-bar .blink-desc { display: block; font-size: .75rem; opacity: .7; }
 .blink-legend { font-size: .78rem; opacity: .75; }
 .blink-confidence { text-decoration: underline dotted; cursor: help; }
-.blink-rank .blink-bar { grid-template-columns: minmax(8rem, 1fr) minmax(6rem, 12rem) 4.2rem; }
+.blink-rank .blink-bar { grid-template-columns: minmax(0, 1fr) minmax(6rem, 12rem) 4.2rem; }
 .blink-bar .blink-track { position: relative; }
-.blink-bar .blink-mark { position: absolute; top: 0; bottom: 0; width: 2px; margin-left: -1px; background: #111827; }
+.blink-bar .blink-mark { position: absolute; top: 0; bottom: 0; width: 2px; margin-left: -1px;
+                         background: var(--body-text-color, #111827); }
 .blink-bar.blink-flagged .blink-fill { background: #dc2626; }
 .blink-bar.blink-flagged .blink-option { font-weight: 600; color: #b91c1c; }
+/* the chat's example prompts, drawn as the buttons they are */
+#blink-chatbot button.example { border: 1px solid var(--border-color-primary); border-radius: 8px;
+                                background: var(--background-fill-secondary); cursor: pointer; }
+#blink-chatbot button.example:hover { border-color: """
+    + ACCENT
+    + """; }
+/* a phone: each bar's name on a line of its own, the track and the value under it; the header and the tabs compact
+   (every tab on the screen), so that a view's first box is on the first screen */
+@media (max-width: 640px) {
+  .blink-bar, .blink-rank .blink-bar { grid-template-columns: minmax(4rem, 1fr) 3.6rem; row-gap: .15rem; }
+  .blink-bar .blink-option { grid-column: 1 / -1; }
+  .blink-demo { font-size: .8rem; padding: .35rem .55rem; }
+  .blink-header h1 { font-size: 1.25rem; }
+  .blink-header p { font-size: .82rem; }
+  #blink-tabs [role="tab"] { padding-left: .55rem; padding-right: .55rem; }
+  .blink-caveat, .blink-note { font-size: .82rem; padding: .35rem .55rem; }
+  #blink-chat-speed { font-size: .82rem; }
+  #blink-chatbot { height: 26vh !important; }
+}
 """
+)
+
+# Gradio scopes CSS's media rules inside its page's content (`.gradio-container .contain ...`): the page's own
+# margins, outside it, are set from the head
+HEAD = (
+    "<style>@media (max-width: 640px) "
+    "{ .gradio-container .main.app { padding-left: .75rem; padding-right: .75rem; } }</style>"
 )

@@ -45,7 +45,8 @@ def build(
         if demo_model:
             gr.HTML(f'<div class="blink-demo" id="blink-demo-banner">{html.escape(DEMO_BANNER)}</div>')
         gr.HTML(f'<div class="blink-header"><h1>{html.escape(title)}</h1><p>{html.escape(description)}</p></div>')
-        with gr.Tabs():
+        # on a narrow screen the tabs wrap onto a second row rather than hide behind a "more" menu
+        with gr.Tabs(elem_id="blink-tabs", overflow_behavior="wrap"):
             with gr.Tab("Decide", id="decide"):
                 decide_tab(ctx, caveat)
             with gr.Tab("Rank", id="rank"):

@@ -154,7 +154,8 @@ def chat_tab(ctx: Context, max_tokens: int) -> None:
     gr.ChatInterface(
         fn=ui_chat,
         # no label: its badge sat over the first message
-        chatbot=gr.Chatbot(show_label=False, scale=1, elem_id="blink-chatbot"),
+        # at most ~a third of the window: the message box under it stays on the first screen, laptop or phone
+        chatbot=gr.Chatbot(show_label=False, scale=1, height="min(400px, 34vh)", elem_id="blink-chatbot"),
         api_name="chat",
         examples=CHAT_EXAMPLES,
         cache_examples=False,

@@ -31,7 +31,7 @@ from space.ui_form import (
     state_value,
     wire_error_message,
 )
-from space.ui_shared import PRIVATE, caveat_html, error_html, ui_class
+from space.ui_shared import PRIVATE, caveat_html, error_html, reveal_js, ui_class
 
 log = logging.getLogger("blink.space")
 
@@ -264,4 +264,4 @@ def decide_tab(ctx: Context, caveat: str) -> None:
         validator=check_form,
         show_progress_on=results,
         api_visibility=PRIVATE,
-    )
+    ).then(None, js=reveal_js("blink-results"))  # the answer (or the error) brought into view

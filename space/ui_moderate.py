@@ -17,7 +17,7 @@ from blink.context import Context
 from blink.errors import BlinkError
 from blink.moderation_policy import DEFAULT_FILE, Policy
 from space.ui_answers import bar_html
-from space.ui_shared import PRIVATE, caveat_html, error_html, ui_class
+from space.ui_shared import PRIVATE, caveat_html, error_html, reveal_js, ui_class
 
 log = logging.getLogger("blink.space")
 
@@ -136,7 +136,7 @@ def moderate_tab(ctx: Context, caveat: str) -> None:
         api_name="moderate_form",
         show_progress_on=results,
         api_visibility=PRIVATE,
-    )
+    ).then(None, js=reveal_js("moderate-results"))  # the answer (or the error) brought into view
 
 
 def policy_name(ctx: Context) -> str:

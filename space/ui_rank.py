@@ -13,7 +13,7 @@ from blink.api.rerank import render, rerank_body
 from blink.context import Context
 from blink.errors import BlinkError
 from space.ui_answers import bar_html
-from space.ui_shared import PRIVATE, caveat_html, error_html, ui_class
+from space.ui_shared import PRIVATE, caveat_html, error_html, reveal_js, ui_class
 
 log = logging.getLogger("blink.space")
 SHOWN_CHARS = 400  # of a document, under its bar
@@ -146,4 +146,4 @@ def rank_tab(ctx: Context, caveat: str) -> None:
         api_name="rank_form",
         show_progress_on=results,
         api_visibility=PRIVATE,
-    )
+    ).then(None, js=reveal_js("rank-results"))  # the answer (or the error) brought into view

@@ -20,6 +20,21 @@ def caveat_html(caveat: str) -> str:
     return f'<div class="blink-caveat">{html.escape(caveat)}</div>' if caveat else ""
 
 
+def reveal_js(results_id: str) -> str:
+    """The page's step after an action: when the first thing its answer shows (a note, an error, a bar) is outside
+    the window, the answer's box is scrolled to the top of it (on a laptop the answers sit beside the form, above
+    its button; on a phone under it). Scrolling moves no keyboard focus: the button keeps it."""
+    return (
+        "() => { setTimeout(() => {"
+        f" const box = document.getElementById({results_id!r});"
+        " const first = box && box.querySelector('.blink-note, .blink-error, .blink-summary, .blink-bar');"
+        " if (!first) return;"
+        " const at = first.getBoundingClientRect();"
+        " if (at.top < 0 || at.bottom > window.innerHeight) box.scrollIntoView({block: 'start'});"
+        " }, 50); }"
+    )
+
+
 def ui_class(ctx: Context, request: gr.Request | None) -> str:
     """With a key set, a UI caller is keyed only after logging in with it (`gradio_ui_needs_key`); otherwise
     anonymous, and never takes the places kept for keyed API traffic (blink.web.admission)."""
