@@ -55,6 +55,7 @@ CSS = (
                          background: var(--body-text-color, #111827); }
 .blink-bar.blink-flagged .blink-fill { background: #dc2626; }
 .blink-bar.blink-flagged .blink-option { font-weight: 600; color: #b91c1c; }
+.dark .blink-bar.blink-flagged .blink-option, .dark .blink-error { color: #f87171; }
 /* the chat's example prompts, drawn as the buttons they are */
 #blink-chatbot button.example { border: 1px solid var(--border-color-primary); border-radius: 8px;
                                 background: var(--background-fill-secondary); cursor: pointer; }
