@@ -49,6 +49,7 @@ CSS = (
 .blink-bar .blink-desc { display: block; font-size: .75rem; opacity: .7; }
 .blink-legend { font-size: .78rem; opacity: .75; }
 .blink-confidence { text-decoration: underline dotted; cursor: help; }
+.blink-how summary { cursor: pointer; text-decoration: underline dotted; width: fit-content; }
 .blink-rank .blink-bar { grid-template-columns: minmax(0, 1fr) minmax(6rem, 12rem) 4.2rem; }
 .blink-bar .blink-track { position: relative; }
 .blink-bar .blink-mark { position: absolute; top: 0; bottom: 0; width: 2px; margin-left: -1px;

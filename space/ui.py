@@ -52,7 +52,7 @@ def build(
             with gr.Tab("Rank", id="rank"):
                 rank_tab(ctx, caveat)
             with gr.Tab("Moderate", id="moderate"):
-                moderate_tab(ctx, caveat)
+                moderate_tab(ctx, caveat, demo_model)
             with gr.Tab("Chat", id="chat"):
                 chat_tab(ctx, chat_max_tokens)
             with gr.Tab("API", id="api"):

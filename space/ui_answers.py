@@ -2,8 +2,12 @@
 
 import html
 
-# the formulas the wire's `confidence` uses (blink.decide.answers: transformers.decision.Question.answer's),
-# told per type: choice and score measure it differently
+# what the wire's `confidence` says, in plain words per type, then the formula it uses (blink.decide.answers:
+# transformers.decision.Question.answer's): choice and score measure it differently
+CONFIDENCE_WORDS = {
+    "choice": "Confidence (choice): 1 when all the probability is on one option, 0 when it is spread evenly.",
+    "score": "Confidence (score): 1 when all the probability is on one level, 0 when it strays far from the top level.",
+}
 CONFIDENCE_NOTES = {
     "choice": (
         "Confidence (choice) = (p_max − 1/n) / (1 − 1/n), with p_max the top option's probability and n the number of "
@@ -18,8 +22,21 @@ CONFIDENCE_NOTES = {
 
 
 def confidence_html(confidence: float, kind: str) -> str:
-    note = html.escape(CONFIDENCE_NOTES[kind])
+    note = html.escape(CONFIDENCE_WORDS[kind])
     return f'<span class="blink-confidence" title="{note}">confidence {confidence:.3f}</span>'
+
+
+def confidence_notes_html(kinds: list[str]) -> str:
+    """Under the answers: what confidence means for each type answered, in words; the formulas behind a
+    disclosure."""
+    if not kinds:
+        return ""
+    words = "".join(f"<div>{html.escape(CONFIDENCE_WORDS[k])}</div>" for k in kinds)
+    formulas = "".join(f"<p>{html.escape(CONFIDENCE_NOTES[k])}</p>" for k in kinds)
+    return (
+        f'<div class="blink-legend">{words}<details class="blink-how"><summary>How is this computed?</summary>'
+        f"{formulas}</details></div>"
+    )
 
 
 def descriptions_of(question: dict) -> dict:
@@ -81,8 +98,9 @@ def bars_html(answers: dict, questions: dict) -> str:
         for option, p in probs.items():
             parts.append(bar_html(option, p, top=option == top, desc=described.get(option)))
         parts.append("</div>")
-    for kind in CONFIDENCE_NOTES:  # the formula of each type answered, under the answers
-        if any(ans.get("type") == kind for ans in answers.values()):
-            parts.append(f'<div class="blink-legend">{html.escape(CONFIDENCE_NOTES[kind])}</div>')
+    # what confidence means for each type answered, under the answers (the formulas one click away)
+    parts.append(
+        confidence_notes_html([k for k in CONFIDENCE_NOTES if any(a.get("type") == k for a in answers.values())])
+    )
     parts.append("</div>")
     return "".join(parts)

@@ -177,7 +177,8 @@ def decide_tab(ctx: Context, caveat: str) -> None:
                 elem_id="blink-state",
                 placeholder="The text (or JSON) the questions are about",
             )
-            state_box_note = gr.HTML(state_note_html(""), elem_id="blink-state-note", padding=False, container=False)
+            # nothing on a fresh page: the note comes once the person empties the box (or presses Decide with it empty)
+            state_box_note = gr.HTML("", visible=False, elem_id="blink-state-note", padding=False, container=False)
             with gr.Row():
                 example_buttons = {
                     name: gr.Button(name, size="sm", elem_id="example-" + name.split()[0].lower()) for name in EXAMPLES

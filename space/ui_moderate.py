@@ -49,6 +49,21 @@ def form_problem(text: str, image=None) -> str | None:
     return None
 
 
+def form_check(text: str, *image):
+    """Before the request: an empty form shown on the Text box, as Decide shows its own (`image`: the Image box's
+    value, where the view has one). With one input Gradio takes one result, not a list of one."""
+    problem = form_problem(text, image[0] if image else None) or ""
+    checks = [gr.validate(not problem, problem)] + [gr.validate(True, "") for _ in image]
+    return checks if image else checks[0]
+
+
+DEMO_NOTE = (
+    "This Space serves blink's demo model: its random weights put every category's score near 0.5, at or above "
+    "most thresholds, so any text is flagged, harmless or not. Real weights score each category on what the text "
+    "says."
+)
+
+
 def error_message(error: BlinkError) -> str:
     """A refusal from the moderation wire, naming the box (Text or Image) rather than the API field."""
     loc = list(getattr(error, "loc", None) or [])
@@ -95,8 +110,9 @@ async def moderate(ctx: Context, request: gr.Request | None, text: str, image=No
     return categories_html(ctx.moderation, response["results"][0]), response
 
 
-def moderate_tab(ctx: Context, caveat: str) -> None:
-    """A text (and an image where the model reads images), one-click examples; a bar per category."""
+def moderate_tab(ctx: Context, caveat: str, demo_model: bool = False) -> None:
+    """A text (and an image where the model reads images), one-click examples; a bar per category. `demo_model`:
+    the view says why the demo's random weights flag everything."""
     reads_images = ctx.service.planner.accepts_images
 
     async def ui_moderate(request: gr.Request, text: str, image=None):
@@ -117,6 +133,8 @@ def moderate_tab(ctx: Context, caveat: str) -> None:
             gr.Markdown(f"Policy: {len(ctx.moderation.categories)} categories ({html.escape(policy_name(ctx))}).")
         with gr.Column(scale=1):
             gr.HTML(caveat_html(caveat))
+            if demo_model:
+                gr.HTML(f'<div class="blink-demo" id="moderate-demo-note">{html.escape(DEMO_NOTE)}</div>')
             results = gr.HTML(elem_id="moderate-results", value="")
             raw = gr.JSON(label="Raw response (what POST /v1/moderations returns)", elem_id="moderate-raw")
 
@@ -134,6 +152,7 @@ def moderate_tab(ctx: Context, caveat: str) -> None:
         inputs,
         [results, raw],
         api_name="moderate_form",
+        validator=form_check,
         show_progress_on=results,
         api_visibility=PRIVATE,
     ).then(None, js=reveal_js("moderate-results"))  # the answer (or the error) brought into view

@@ -56,6 +56,12 @@ def form_problem(query: str, documents: list[str], most: int) -> str | None:
     return None
 
 
+def form_check(query: str, documents: str, most: int) -> list:
+    """Before the request: the form's gap shown on its box (Query or Documents), as Decide shows its own."""
+    problem = form_problem(query, documents_of(documents), most) or ""
+    return [gr.validate(not problem.startswith(box), problem) for box in ("Query:", "Documents:")]
+
+
 def error_message(error: BlinkError) -> str:
     """A refusal from the rerank wire, naming the box (and the document's line) rather than the API field."""
     loc = list(getattr(error, "loc", None) or [])
@@ -63,6 +69,13 @@ def error_message(error: BlinkError) -> str:
     if loc[:2] == ["body", "query"]:
         return f"Query: {message}"
     if loc[:2] == ["body", "documents"] and len(loc) > 2 and isinstance(loc[2], int):
+        if error.kind == "context_length_exceeded":  # the wire's advice names its fields: here, what the page offers
+            limit = re.search(r"limit of (\d[\d,]*) tokens", message)
+            most = f" ({limit.group(1)} tokens for the document, the query and the framing together)" if limit else ""
+            return (
+                f"Document {loc[2] + 1}: too long to rank with this query on this Space{most}. Nothing was cut: "
+                "shorten the line, or split it over several lines (each line is a document of its own)."
+            )
         return f"Document {loc[2] + 1}: " + re.sub(r"documents\[\d+\]", "this document", message)
     if loc[:2] == ["body", "documents"]:
         return f"Documents: {message}"
@@ -144,6 +157,7 @@ def rank_tab(ctx: Context, caveat: str) -> None:
         [query, documents],
         [results, raw],
         api_name="rank_form",
+        validator=lambda q, docs: form_check(q, docs, ctx.limits.max_documents),
         show_progress_on=results,
         api_visibility=PRIVATE,
     ).then(None, js=reveal_js("rank-results"))  # the answer (or the error) brought into view

@@ -13,7 +13,8 @@ PRIVATE = "private"  # the page's own events: hidden from the API docs, gradio_c
 
 
 def error_html(message: str) -> str:
-    return f'<div class="blink-error">{html.escape(message)}</div>'
+    """An error as the page shows it: plain text (the wire's markdown backticks left out)."""
+    return f'<div class="blink-error">{html.escape(message.replace("`", ""))}</div>'
 
 
 def caveat_html(caveat: str) -> str:

@@ -178,7 +178,7 @@ def test_ui_says_so_when_the_state_is_empty_and_answers_as_the_api_does(space):
     assert "The state is empty" not in bars and "blink-bar" in bars
     config = httpx.get(space + "/config", timeout=30).json()
     (note,) = [c["props"] for c in config["components"] if c.get("props", {}).get("elem_id") == "blink-state-note"]
-    assert "The state is empty" in note["value"]  # the page opens with an empty state
+    assert not note["value"] and note["visible"] is False  # a fresh page: nothing done yet, nothing told
 
 
 def test_ui_answers_name_the_level_and_warn_about_broken_json(space):
@@ -219,10 +219,13 @@ def test_the_rank_and_moderate_views_answer_as_their_routes_do(space):
     assert bars.count("blink-flagged") == len(flagged)
     # one queued request each: a rerank's documents are queued together, a moderation's input is one decision
     assert httpx.get(space + "/healthz").json()["batching"]["requests"] == before + 4
-    bars, raw = page_call(space, "rank_form", "  ", "a document")
-    assert bars.startswith('<div class="blink-error">Query:') and raw is None
-    bars, raw = page_call(space, "rank_form", "q", "\n".join(["doc"] * 1000))
-    assert "Documents: 1000 lines; this Space ranks at most" in bars and raw is None
+    # the form's gaps are refused before any request, each on its box (the page's validator, as Decide's)
+    with pytest.raises(PageValidationError, match="^Query: write what the documents are ranked for"):
+        page_call(space, "rank_form", "  ", "a document")
+    with pytest.raises(PageValidationError, match="^Documents: 1000 lines; this Space ranks at most"):
+        page_call(space, "rank_form", "q", "\n".join(["doc"] * 1000))
+    with pytest.raises(PageValidationError, match="^Text: write the text to moderate"):
+        page_call(space, "moderate_form", " \n")
     bars, raw = page_call(space, "moderate_form", "word " * 40_000)  # past the context: refused, nothing cut
     assert bars.startswith('<div class="blink-error">Text: ') and "blink-bar" not in bars
     assert raw is not None and raw["error"]["message"], raw

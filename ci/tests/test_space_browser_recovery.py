@@ -42,6 +42,12 @@ def bars(browser) -> list:
     return browser.find_elements(By.CSS_SELECTOR, "#blink-results .blink-bar")
 
 
+def d_notes(browser) -> list:
+    from selenium.webdriver.common.by import By
+
+    return browser.find_elements(By.ID, "blink-state-note")
+
+
 def decide_an_example(browser, wait, example: str = "example-ticket") -> None:
     from selenium.webdriver.common.by import By
 
@@ -58,8 +64,13 @@ def test_decide_leaves_no_stale_answers(space, browser):
 
     wait = WebDriverWait(browser, 90)
     browser.get(space + "/")
-    # the page opens with an empty state, and says so beside the box; an example's state takes the note away
-    wait.until(lambda d: "The state is empty" in d.find_element(By.ID, "blink-state-note").text)
+    # a fresh page tells nothing (nothing done yet); emptying the box says so beside it; an example's state takes the
+    # note away
+    assert not any("The state is empty" in e.text for e in d_notes(browser))
+    state = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#blink-state textarea"))
+    state.send_keys("x")
+    state.send_keys(Keys.BACKSPACE)
+    wait.until(lambda d: any("The state is empty" in e.text for e in d_notes(d)))
     decide_an_example(browser, wait)
     wait.until(lambda d: not any("The state is empty" in e.text for e in d.find_elements(By.ID, "blink-state-note")))
     summary = browser.find_element(By.ID, "blink-results").text
@@ -104,6 +115,9 @@ def test_decide_leaves_no_stale_answers(space, browser):
     wait.until(lambda d: len(bars(d)) == 5)
     summary = browser.find_element(By.ID, "blink-results").text
     assert "on a scale of 0 (Very negative) to 4 (Very positive)" in summary and "of 1" not in summary
+    assert "Confidence (score): 1 when" in summary and "Σ" not in summary  # words first
+    browser.find_element(By.CSS_SELECTOR, "#blink-results .blink-how summary").click()  # the formula one click away
+    summary = browser.find_element(By.ID, "blink-results").text
     assert "Confidence (score) = 1 − Σ" in summary and "entropy" not in summary
     shot(browser, "score-zero-based")
 

@@ -197,6 +197,7 @@ def contrast(a: str, b: str) -> float:
 @pytest.mark.parametrize("theme", ["light", "dark"])
 def test_moderate_bars_and_threshold_lines(space, browser, screen, theme):
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
 
     with screenshot_on_failure(browser, f"{screen}-moderate-{theme}"):
         wait = open_page(browser, space, screen, theme)
@@ -213,6 +214,19 @@ def test_moderate_bars_and_threshold_lines(space, browser, screen, theme):
             assert line["width"] >= 2 and line["height"] >= 8
             assert track["left"] <= line["left"] and line["right"] <= track["right"] + 1
             assert contrast(mark.value_of_css_property("background-color"), page) >= 3, theme
+        # the demo model says, on the view, why everything is flagged
+        assert (
+            "random weights put every category's score near 0.5"
+            in browser.find_element(By.ID, "moderate-demo-note").text
+        )
+        # no text: the error on the Text box, in the window, the focus still on the button
+        text = browser.find_element(By.CSS_SELECTOR, "#moderate-text textarea")
+        text.send_keys(Keys.CONTROL, "a")
+        text.send_keys(Keys.DELETE)
+        browser.find_element(By.ID, "moderate-button").click()
+        error = wait.until(lambda d: visible_text(d, "write the text to moderate"))
+        wait.until(lambda d: in_view(d, error))
+        assert browser.execute_script("return document.activeElement.id") == "moderate-button"
 
 
 def test_every_tab_is_reached_by_a_click_on_a_phone(space, browser):

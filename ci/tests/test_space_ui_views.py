@@ -150,19 +150,25 @@ def test_the_rank_view_reads_one_document_a_line_and_shows_them_in_the_answers_o
     """The Rank view's form (no model): one document per non-empty line, the form's gaps named by box, the wire's
     refusals told by box and line, and the documents drawn in the answer's order, each with its bar."""
     from blink.errors import InvalidRequest
-    from space import ui_rank
+    from space import ui_rank, ui_shared
 
     assert ui_rank.documents_of("first\n\n  \nsecond \n") == ["first", "second"]
     assert ui_rank.form_problem(" ", ["a"], 4).startswith("Query:")
     assert ui_rank.form_problem("q", [], 4).startswith("Documents:")
     assert "5 lines; this Space ranks at most 4" in ui_rank.form_problem("q", list("abcde"), 4)
     assert ui_rank.form_problem("q", ["a"], 4) is None
+    # the page's validator: the gap on its box (Query, Documents)
+    assert [c["is_valid"] for c in ui_rank.form_check(" ", "a", 4)] == [False, True]
+    assert [c["is_valid"] for c in ui_rank.form_check("q", "\n \n", 4)] == [True, False]
     refused = InvalidRequest(
         "documents[2] with the query makes a prompt past this server's context limit of 512 tokens",
         loc=["body", "documents", 2],
         kind="context_length_exceeded",
     )
-    assert ui_rank.error_message(refused).startswith("Document 3: this document with the query makes a prompt")
+    told = ui_rank.error_message(refused)
+    assert told.startswith("Document 3: too long to rank with this query on this Space (512 tokens for the document")
+    assert "`" not in told and "max_tokens_per_doc" not in told and "split it over several lines" in told
+    assert ui_shared.error_html("set `x`") == '<div class="blink-error">set x</div>'
     response = {
         "results": [
             {"index": 2, "relevance_score": 0.9, "document": {"text": "third"}},
@@ -197,6 +203,12 @@ def test_the_moderate_view_draws_each_threshold_and_marks_what_it_flags():
     assert item.types == ["text", "image"] and set(item.body["questions"]) == {"spam", "hate"}
     assert ui_moderate.form_problem(" ") == "Text: write the text to moderate."
     assert ui_moderate.form_problem(" ", Image.new("RGB", (4, 4))) is None
+    assert ui_moderate.form_check(" ") == {
+        "__type__": "validate",
+        "is_valid": False,
+        "message": ui_moderate.form_problem(" "),
+    }
+    assert [c["is_valid"] for c in ui_moderate.form_check(" ", Image.new("RGB", (4, 4)))] == [True, True]
     result = {"categories": {"spam": False, "hate": True}, "category_scores": {"spam": 0.49, "hate": 0.3}}
     page = ui_moderate.categories_html(policy, result)
     assert page.index('data-option="spam"') < page.index('data-option="hate"')
