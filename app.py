@@ -198,6 +198,7 @@ def main() -> None:
         mcp_server=True,  # Gradio's MCP server at /gradio_api/mcp/: the `decide` endpoint as a tool (space/tool.py)
         max_file_size=SETTINGS.image_limits.max_image_bytes,  # an upload bigger than one image is refused
         prevent_thread_lock=True,
+        quiet=True,  # Gradio's start-up advice (a public link with share=True) does not apply to a Space
         auth=auth.login_with(CTX.auth) if SPACE.gradio_ui_needs_key else None,
         auth_message=auth.LOGIN_MESSAGE if SPACE.gradio_ui_needs_key else None,
     )
@@ -205,6 +206,7 @@ def main() -> None:
     # server (the request head's deadline stays with Hugging Face's proxy: blink/web/guard.py) and keep keys out of
     # the access log
     guard.tune(demo.server.config)
+    log.info("the web UI and the API on %s (MCP: %smcp and %sgradio_api/mcp/)", *[demo.local_url] * 3)
     if demo.mcp_server_obj is not None:  # Gradio's MCP server: decide typed as at /mcp, answered in JSON
         space_tool.typed_mcp(demo.mcp_server_obj)
     logging.getLogger("uvicorn.access").addFilter(guard.ScrubQuery())

@@ -268,8 +268,8 @@ def api_routes(ctx: Context, metrics: bool = True) -> list:
 
     routes = catalog.routes(ctx) + systemone.routes(ctx) + openai.routes(ctx) + tokenize.routes(ctx)
     routes += rerank.routes(ctx) + moderations.routes(ctx) + gemini.routes(ctx)
-    if metrics:
-        routes.append(catalog.metrics_route(ctx))
+    # off (a Space's default), /metrics still answers: in the API's error shape, saying how to turn it on
+    routes.append(catalog.metrics_route(ctx) if metrics else metrics_off_route(ctx))
     # the more specific prefix first: /v1/systemone* answers in System One's shape, rerank and score in theirs
     # (root paths too), the rest of /v1/ in OpenAI's; /v2/ (Cohere's and vLLM's versioned paths) is no Gradio
     # path, so the Space answers it in OpenAI's shape too; /v1beta/ is Gemini's, in Google's shape
@@ -280,6 +280,27 @@ def api_routes(ctx: Context, metrics: bool = True) -> list:
         not_routed(ctx, "/v2/", protocol.WIRE, routes),
         not_routed(ctx, "/v1beta/", gemini.WIRE, routes),
     ]
+
+
+METRICS_OFF = (
+    "GET /metrics is off on this server (a Space's default). Turn it on with BLINK_METRICS=true: on a Space, a "
+    "variable in its settings; `python -m blink serve`: --metrics true."
+)
+
+
+def metrics_off_route(ctx: Context):
+    """`GET /metrics` while the `metrics` knob is off: a 404 in the API's error shape that says how to turn it on
+    (rather than the bare 404 of a path nothing serves)."""
+    from starlette.routing import Route
+
+    from blink.api import catalog
+    from blink.errors import NoRoute
+    from blink.web.endpoint import Endpoint
+
+    async def off(call):
+        raise NoRoute(METRICS_OFF, kind="metrics_off")
+
+    return Route("/metrics", Endpoint(ctx, catalog.WIRE, off, auth=False), methods=["GET"])
 
 
 def mcp_endpoint(ctx: Context):

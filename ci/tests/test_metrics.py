@@ -273,7 +273,14 @@ def test_the_route_list_follows_the_knob(demo_dir):
 
     ctx = scripted_context(demo_dir, "blink-metrics").ctx
     assert "/metrics" in [r.path for r in api_routes(ctx)]
-    assert "/metrics" not in [r.path for r in api_routes(ctx, metrics=False)]  # what the Space grafts by default
+    # what the Space grafts by default: /metrics says it is off and how to turn it on, in the API's error shape
+    from starlette.applications import Starlette
+    from starlette.testclient import TestClient
+
+    with TestClient(Starlette(routes=api_routes(ctx, metrics=False))) as client:
+        off = client.get("/metrics")
+    assert off.status_code == 404 and off.json()["error"]["code"] == "metrics_off", off.text
+    assert "BLINK_METRICS=true" in off.json()["error"]["message"]
 
 
 def test_scored_prompts_count_their_tokens_and_the_prefixes_they_resume(tight):
