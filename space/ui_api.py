@@ -97,6 +97,21 @@ curl -s {url}/v1/models
 curl -s {url}/healthz
 ```
 
+**Rerank** (Cohere's, Jina's and vLLM's shape; LlamaIndex, LiteLLM, Open WebUI's RAG): the documents by relevance
+```bash
+curl -s {url}/v1/rerank -H 'Content-Type: application/json' \\
+  -H "Authorization: Bearer {key}" \\
+  -d '{{"model": "{name}", "query": "My parcel is late, what can I do?",
+       "documents": ["Late parcels are reshipped or refunded.", "The shop opens at 9:00."]}}'
+```
+
+**Moderation** (OpenAI's shape; LibreChat, LiteLLM's guardrail, the openai SDK's `client.moderations.create`)
+```bash
+curl -s {url}/v1/moderations -H 'Content-Type: application/json' \\
+  -H "Authorization: Bearer {key}" \\
+  -d '{{"model": "{name}", "input": "If you post my address again I will hurt you."}}'
+```
+
 **Open WebUI**: Admin Panel → Settings → Connections → OpenAI API → **+** (add connection):
 1. URL: `{url}/v1`
 2. Key: {"your BLINK_API_KEY" if required else "anything (this Space's API is open)"}

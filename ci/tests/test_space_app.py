@@ -408,3 +408,19 @@ def test_a_stalled_body_on_the_space_gets_408_and_its_connection_ends(space):
     assert reply.startswith(b"HTTP/1.1 408"), reply[:300]
     assert b'"error_type":"request_timeout"' in reply
     assert 8 < took < 30, took
+
+
+def test_the_api_tabs_shell_snippets_run_as_written(space):
+    """The API tab's shell snippets (System One, rerank, moderation), with this Space's URL filled in as the page
+    fills it, run as a person pastes them into a shell: each prints its route's answer."""
+    import re
+    import subprocess
+
+    snippets, *_ = page_call(space, "ui_load")
+    blocks = re.findall(r"```bash\n(.*?)```", snippets, re.S)
+    assert len(blocks) == 3 and all(space in block for block in blocks)
+    printed = [
+        subprocess.run(["bash", "-c", block], capture_output=True, text=True, timeout=120, check=True).stdout
+        for block in blocks
+    ]
+    assert '"answers"' in printed[0] and '"relevance_score"' in printed[1] and '"category_scores"' in printed[2]
