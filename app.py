@@ -199,6 +199,7 @@ def main() -> None:
         max_file_size=SETTINGS.image_limits.max_image_bytes,  # an upload bigger than one image is refused
         prevent_thread_lock=True,
         quiet=True,  # Gradio's start-up advice (a public link with share=True) does not apply to a Space
+        i18n=ui.STATUS_WORDS,  # a screen reader hears "Done", not Gradio's untranslated "common.complete"
         auth=auth.login_with(CTX.auth) if SPACE.gradio_ui_needs_key else None,
         auth_message=auth.LOGIN_MESSAGE if SPACE.gradio_ui_needs_key else None,
     )

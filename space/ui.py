@@ -21,6 +21,10 @@ from space.ui_moderate import moderate_tab
 from space.ui_rank import rank_tab
 from space.ui_shared import PRIVATE
 
+# what a screen reader hears when an event completes: Gradio 6.31's status tracker reads the key `common.complete`,
+# which its English strings lack (it says "common.complete"); launch(i18n=STATUS_WORDS) supplies it
+STATUS_WORDS = gr.I18n(en={"common.complete": "Done"})
+
 DEMO_BANNER = (
     "This Space serves blink's demo model: random weights, so its answers and replies are meaningless. "
     "Everything around them (the API, the batching, the UI) is real."

@@ -5,7 +5,8 @@ Chromium (selenium, as test_space_browser.py) with the window's size and kind em
 On both screens, every view: each probability bar of Decide, Rank and Moderate is as wide as its probability says (a
 share of its track) and wider than nothing; after pressing a view's button its first answer row, or its error, is
 inside the window and the button keeps the keyboard focus; Moderate's threshold lines stand out from the page in the
-light and the dark theme; the chat's message box is inside the first screen of its tab. On the phone every tab is
+light and the dark theme; the chat's message box is inside the first screen of its tab; the page's status region
+(what a screen reader hears) speaks words, not an untranslated key. On the phone every tab is
 reached by a click, none hidden behind a menu or past the screen's edge.
 
 A failing test leaves a screenshot of what the page showed in ci/artifacts/space-screen-<screen>-<view>.png."""
@@ -111,6 +112,15 @@ def press(browser, wait, button_id: str, results_id: str, count: int) -> None:
     first = browser.find_element(By.CSS_SELECTOR, f"#{results_id} .blink-bar")
     wait.until(lambda d: in_view(d, first))
     assert browser.execute_script("return document.activeElement.id") == button_id
+    assert_status_in_words(browser)
+
+
+def assert_status_in_words(browser) -> None:
+    """What a screen reader hears from the page's status region is words, never an untranslated key."""
+    from selenium.webdriver.common.by import By
+
+    heard = [e.get_attribute("textContent") for e in browser.find_elements(By.CSS_SELECTOR, "[role='status']")]
+    assert not [h for h in heard if "common." in h], heard
 
 
 def load_example(browser, wait, button_id: str, box_css: str) -> None:
@@ -243,6 +253,7 @@ def test_every_tab_is_reached_by_a_click_on_a_phone(space, browser):
             box = rect(browser, tab)
             assert tab.is_displayed() and 0 <= box["left"] and box["right"] <= width, (name, box)
             open_tab(browser, wait, name)
+        assert_status_in_words(browser)
 
 
 @pytest.mark.parametrize("screen", SCREENS)
