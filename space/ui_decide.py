@@ -31,7 +31,7 @@ from space.ui_form import (
     state_value,
     wire_error_message,
 )
-from space.ui_shared import PRIVATE, caveat_html, error_html, reveal_js, ui_class
+from space.ui_shared import PRIVATE, caveat_html, error_html, reveal_js, reveal_refused_js, ui_class
 
 log = logging.getLogger("blink.space")
 
@@ -257,6 +257,7 @@ def decide_tab(ctx: Context, caveat: str) -> None:
         api_visibility=PRIVATE,
     )
     # the previous answers go first, whatever follows: new answers, a refusal next to its box, or an error
+    decide_button.click(None, None, None, js=reveal_refused_js(), api_visibility=PRIVATE)  # a refused box into view
     decide_button.click(lambda: ("", None), None, [results, raw], queue=False, api_visibility=PRIVATE).then(
         ui_decide,
         [state, count, *[c for slot in slots for c in slot], calibration],

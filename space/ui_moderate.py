@@ -17,7 +17,7 @@ from blink.context import Context
 from blink.errors import BlinkError
 from blink.moderation_policy import DEFAULT_FILE, Policy
 from space.ui_answers import bar_html
-from space.ui_shared import PRIVATE, caveat_html, error_html, reveal_js, ui_class
+from space.ui_shared import PRIVATE, caveat_html, error_html, reveal_js, reveal_refused_js, ui_class
 
 log = logging.getLogger("blink.space")
 
@@ -147,6 +147,7 @@ def moderate_tab(ctx: Context, caveat: str, demo_model: bool = False) -> None:
             api_visibility=PRIVATE,
         )
     # the previous bars go first, whatever follows: new ones or an error
+    moderate_button.click(None, None, None, js=reveal_refused_js(), api_visibility=PRIVATE)  # a refused box into view
     moderate_button.click(lambda: ("", None), None, [results, raw], queue=False, api_visibility=PRIVATE).then(
         ui_moderate,
         inputs,

@@ -13,7 +13,7 @@ from blink.api.rerank import render, rerank_body
 from blink.context import Context
 from blink.errors import BlinkError
 from space.ui_answers import bar_html
-from space.ui_shared import PRIVATE, caveat_html, error_html, reveal_js, ui_class
+from space.ui_shared import PRIVATE, caveat_html, error_html, reveal_js, reveal_refused_js, ui_class
 
 log = logging.getLogger("blink.space")
 SHOWN_CHARS = 400  # of a document, under its bar
@@ -152,6 +152,7 @@ def rank_tab(ctx: Context, caveat: str) -> None:
             api_visibility=PRIVATE,
         )
     # the previous ranking goes first, whatever follows: a new one or an error
+    rank_button.click(None, None, None, js=reveal_refused_js(), api_visibility=PRIVATE)  # a refused box into view
     rank_button.click(lambda: ("", None), None, [results, raw], queue=False, api_visibility=PRIVATE).then(
         ui_rank,
         [query, documents],

@@ -36,6 +36,20 @@ def reveal_js(results_id: str) -> str:
     )
 
 
+def reveal_refused_js() -> str:
+    """The page's step when an action's button is pressed, beside the action: if the form's check refuses a box
+    (its message on the box, within a few seconds) and that box is outside the window, it is scrolled to the
+    middle of it; the button keeps the keyboard focus. (A refused form runs none of the action's later steps.)"""
+    return (
+        "() => { const until = Date.now() + 5000; const look = () => {"
+        " const refused = [...document.querySelectorAll('div.validation-error')].find(e => e.offsetParent);"
+        " if (refused) { const at = refused.getBoundingClientRect();"
+        " if (at.top < 0 || at.bottom > window.innerHeight)"
+        " refused.closest('.block').scrollIntoView({block: 'center'}); return; }"
+        " if (Date.now() < until) setTimeout(look, 100); }; setTimeout(look, 100); }"
+    )
+
+
 def ui_class(ctx: Context, request: gr.Request | None) -> str:
     """With a key set, a UI caller is keyed only after logging in with it (`gradio_ui_needs_key`); otherwise
     anonymous, and never takes the places kept for keyed API traffic (blink.web.admission)."""

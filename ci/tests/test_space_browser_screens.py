@@ -132,6 +132,9 @@ def load_example(browser, wait, button_id: str, box_css: str) -> None:
 
 @pytest.mark.parametrize("screen", SCREENS)
 def test_decide_bars_and_answer_in_view(space, browser, screen):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
     with screenshot_on_failure(browser, f"{screen}-decide"):
         wait = open_page(browser, space, screen)
         load_example(browser, wait, "example-ticket", "#blink-state textarea")
@@ -141,6 +144,14 @@ def test_decide_bars_and_answer_in_view(space, browser, screen):
         load_example(browser, wait, "example-sentiment", "#blink-state textarea")
         press(browser, wait, "blink-decide", "blink-results", 5)
         check_bars(browser, "blink-results", 5)
+        # a refused form: the message on its box (far above the button), brought into the window, the focus kept
+        instructions = browser.find_element(By.CSS_SELECTOR, "#q0-instructions textarea")
+        instructions.send_keys(Keys.CONTROL, "a")
+        instructions.send_keys(Keys.DELETE)
+        browser.find_element(By.ID, "blink-decide").send_keys(Keys.ENTER)
+        error = wait.until(lambda d: visible_text(d, "Write the question"))
+        wait.until(lambda d: in_view(d, error))
+        assert browser.execute_script("return document.activeElement.id") == "blink-decide"
 
 
 @pytest.mark.parametrize("screen", SCREENS)
