@@ -11,7 +11,7 @@ import json
 import httpx
 import pytest
 
-from helpers.batch import QUESTIONS, close, read_lines, run_batch, tickets
+from helpers.batch import QUESTIONS, close, read_lines, run_batch, run_table, tickets
 
 pytestmark = pytest.mark.e2e
 
@@ -254,17 +254,7 @@ def test_rows_without_a_state_or_with_an_answer_columns_name_are_error_rows(tmp_
     table.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     (tmp_path / "q.json").write_text(json.dumps({"questions": QUESTIONS}), encoding="utf-8")  # a whole request's file
     out = tmp_path / "out.jsonl"
-    done = run_batch(
-        demo_root,
-        "--table",
-        str(table),
-        "--state-column",
-        "text",
-        "--questions",
-        str(tmp_path / "q.json"),
-        "-o",
-        str(out),
-    )
+    done = run_table(demo_root, table, tmp_path / "q.json", out)
     assert done.returncode == 0, done.stderr[-3000:]
     first, missing, clash, scalar = read_lines(out)
     assert first["blink.error"] is None and 0 < first["blink.refund"] < 1
@@ -279,16 +269,6 @@ def test_a_table_that_stops_being_readable_stops_the_run_in_words(tmp_path, demo
     table = tmp_path / "t.csv"
     table.write_bytes(b"id,text\n1,fine\n2,caf\xe9 au lait\n")
     (tmp_path / "q.json").write_text(json.dumps(QUESTIONS), encoding="utf-8")
-    done = run_batch(
-        demo_root,
-        "--table",
-        str(table),
-        "--state-column",
-        "text",
-        "--questions",
-        str(tmp_path / "q.json"),
-        "-o",
-        str(tmp_path / "out.csv"),
-    )
+    done = run_table(demo_root, table, tmp_path / "q.json", tmp_path / "out.csv")
     assert done.returncode == 1 and "cannot read on" in done.stderr and "UTF8" in done.stderr
     assert "Traceback" not in done.stderr

@@ -26,6 +26,12 @@ def run_batch(demo_root: Path, *args: str, timeout: float = 600) -> subprocess.C
     return subprocess.run(argv, capture_output=True, text=True, env=server_env(demo_root), timeout=timeout)
 
 
+def run_table(demo_root: Path, table: Path, questions: Path, out: Path, *args: str, column: str = "text"):
+    """run-batch over a table: the column `column` is the state, `questions` the file of questions."""
+    table_args = ("--table", str(table), "--state-column", column, "--questions", str(questions), "-o", str(out))
+    return run_batch(demo_root, *table_args, *args)
+
+
 def start_batch(demo_root: Path, *args: str) -> subprocess.Popen:
     argv = [sys.executable, "-m", "blink", "run-batch", "--model", "demo", *args]
     env = server_env(demo_root)
