@@ -29,3 +29,11 @@ class ImageLimits:
     max_image_bytes: int = 8 * 1024 * 1024
     max_image_pixels: int = 1920 * 1088  # after resizing: larger images are scaled down to this
     max_image_source_pixels: int = 20_000_000  # declared size before decoding: larger is refused
+
+
+PUBLIC = ("max_questions", "max_options", "max_levels", "max_context_tokens", "max_request_tokens", "max_body_bytes")
+
+
+def public(limits: Limits) -> dict:
+    """What one decision request may ask, on every wire (each a knob): what /v1/models and /v1beta/models list."""
+    return {name: getattr(limits, name) for name in PUBLIC}

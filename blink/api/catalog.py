@@ -22,6 +22,7 @@ from blink.api import systemone
 from blink.api.openai import protocol
 from blink.context import Context
 from blink.errors import BlinkError, NoRoute
+from blink.limits import public as public_limits
 from blink.web import metrics
 from blink.web.endpoint import Call, Endpoint, Wire
 
@@ -50,12 +51,6 @@ def model_card(ctx: Context, name: str) -> dict:
     }
 
 
-def limits(ctx: Context) -> dict:
-    """What one decision request may ask, on every wire (blink.limits; each a knob)."""
-    kept = ("max_questions", "max_options", "max_levels", "max_context_tokens", "max_request_tokens", "max_body_bytes")
-    return {name: getattr(ctx.limits, name) for name in kept}
-
-
 def listing(ctx: Context) -> dict:
     return {
         "object": "list",
@@ -63,7 +58,7 @@ def listing(ctx: Context) -> dict:
         "models": [
             {"name": name, "description": ctx.description, "release_date": ctx.release_date} for name in names(ctx)
         ],
-        "limits": limits(ctx),
+        "limits": public_limits(ctx.limits),
     }
 
 

@@ -26,9 +26,9 @@ from typing import Any
 
 from starlette.routing import Route
 
-from blink.api import catalog
 from blink.context import Context
 from blink.errors import BlinkError, InvalidRequest, NoRoute, param_of
+from blink.limits import public as public_limits
 from blink.web.endpoint import CHEAP_CHECK_BYTES, Body, Call, Endpoint, Wire
 
 KEY_HEADERS = ("x-goog-api-key",)
@@ -302,7 +302,7 @@ def model_entry(ctx: Context, name: str) -> dict:
         "inputTokenLimit": ctx.limits.max_context_tokens,
         "outputTokenLimit": 0,
         "supportedGenerationMethods": ["createDecision"],
-        "x_limits": catalog.limits(ctx),
+        "x_limits": public_limits(ctx.limits),
     }
 
 
