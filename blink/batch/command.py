@@ -144,12 +144,11 @@ class Plan:
             checked = ctx.planner.check({"state": "-", "questions": self.questions})
         except InvalidRequest as error:
             raise StartupError(f"--questions {self.args.questions}: {error.message}") from None
-        return Answers(self.questions, checked.decision.questions, self.table.columns, self.args.answer_prefix)
+        return Answers(checked.decision.questions, self.table.columns, self.args.answer_prefix)
 
     def _facts(self, ctx, served) -> dict:
         from blink.batch.journal import input_identity
         from blink.decide.calibration import weights_fingerprint
-        from blink.server import calibration_for
 
         s = self.settings
         facts = {
@@ -161,7 +160,7 @@ class Plan:
             "adapter": [s.adapter, s.adapter_revision],
             "engine": s.engine,
             "weights": weights_fingerprint(served.loaded.root, s.adapter, s.adapter_revision),
-            "calibration": calibration_for(s, served.loaded).health(),
+            "calibration": ctx.health["calibration"],  # what build_context read for these weights
             "answers": {"x_order": s.x_order, "x_calibration": s.x_calibration, "prior_states": list(s.prior_states)},
             "limits": vars(s.limits),
             "moderation": ctx.health.get("moderation"),

@@ -123,8 +123,8 @@ class Answers:
     """The answer columns of a table: for each question its answer and one column per option's probability, then an
     error column; named under a prefix that no input column starts with."""
 
-    def __init__(self, questions: dict, parsed: list, input_columns: list[str], prefix: str = "blink"):
-        self.questions, self.parsed = questions, parsed
+    def __init__(self, parsed: list, input_columns: list[str], prefix: str = "blink"):
+        self.parsed = parsed
         taken = set(input_columns)
         base, n = prefix, 1
         while any(c == base or c.startswith(base + ".") for c in taken):

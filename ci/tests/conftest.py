@@ -110,6 +110,15 @@ def surface(demo_root):
     SERVERS.stop("surface")
 
 
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium for one browser test file (test_space_browser*.py), quit after its last test."""
+    from helpers import headless_chromium
+
+    with headless_chromium() as driver:
+        yield driver
+
+
 @pytest.fixture(scope="session")
 def engine(demo_dir):
     """The engine in-process (for executor and engine-level checks)."""

@@ -89,7 +89,7 @@ def test_answer_columns_never_take_an_input_columns_name(columns):
             "team", {"type": "choice", "instructions": "?", "criteria": {"a": None, "b": None}}, config
         ),
     ]
-    answers = Answers({}, parsed, columns)
+    answers = Answers(parsed, columns)
     names = [name for name, _ in answers.columns]
     assert not set(names) & set(columns)
     assert names[-1] == answers.error_column and len(names) == len(set(names)) == 5
@@ -104,7 +104,7 @@ def test_questions_whose_columns_would_clash_are_refused():
         Question.from_request("a", {"type": "choice", "instructions": "?", "criteria": {"x": None, "y": None}}, config),
     ]
     with pytest.raises(StartupError, match="'blink.a.p.x'"):
-        Answers({}, parsed, [])
+        Answers(parsed, [])
 
 
 @given(json_values, json_values)

@@ -11,15 +11,9 @@ import sys
 
 import pytest
 
-from helpers import ARTIFACTS, ROOT, headless_chromium, running
+from helpers import ARTIFACTS, ROOT, running
 
 pytestmark = [pytest.mark.e2e, pytest.mark.space, pytest.mark.browser, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with headless_chromium() as driver:
-        yield driver
 
 
 @pytest.fixture(scope="module")

@@ -11,15 +11,9 @@ import sys
 
 import pytest
 
-from helpers import ARTIFACTS, ROOT, headless_chromium, running
+from helpers import ARTIFACTS, ROOT, running
 
 CONTEXT = 256  # a small context window, so a long chat message is refused
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with headless_chromium() as driver:
-        yield driver
 
 
 @pytest.fixture(scope="module")

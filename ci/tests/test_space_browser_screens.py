@@ -18,18 +18,12 @@ from contextlib import contextmanager
 
 import pytest
 
-from helpers import ARTIFACTS, ROOT, headless_chromium, running
+from helpers import ARTIFACTS, ROOT, running
 
 pytestmark = [pytest.mark.e2e, pytest.mark.space, pytest.mark.browser, pytest.mark.slow]
 
 SCREENS = {"phone": (390, 844, True), "laptop": (1280, 800, False)}
 TABS = ["Decide", "Rank", "Moderate", "Chat", "API"]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with headless_chromium() as driver:
-        yield driver
 
 
 @pytest.fixture(scope="module")
