@@ -5,7 +5,8 @@
 # Idempotent: a finished venv is marked with .venv-genai/.ready and reused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-V=.venv-genai
+. ci/venv-home.sh
+venv_home .venv-genai ci/genai-venv.sh
 GENAI=3.3.0
 if [ -f "$V/.ready" ] && "$V/bin/python" -c "from google import genai; from google.genai import decisions" 2>/dev/null; then
   exit 0
@@ -14,4 +15,4 @@ PY=${PYTHON:-python3}
 [ -x "$V/bin/python" ] || "$PY" -m venv "$V"
 "$V/bin/pip" install -q "google-genai==$GENAI"
 "$V/bin/python" -c "import importlib.metadata as m; assert m.version('google-genai') == '$GENAI', m.version('google-genai')"
-touch "$V/.ready"
+venv_ready "$V"

@@ -9,7 +9,8 @@
 # Idempotent: a finished venv is marked with .venv-labels/.ready and reused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-V=.venv-labels
+. ci/venv-home.sh
+venv_home .venv-labels ci/labels-venv.sh
 if [ -f "$V/.ready" ] && "$V/bin/python" -c "import litellm, openai, llama_index.postprocessor.jinaai_rerank, open_webui" 2>/dev/null; then
   exit 0
 fi
@@ -26,4 +27,4 @@ PY=${PYTHON:-python3}
   "authlib==1.7.2" "mcp==2.3.0" "redis==8.0.1" "alembic==1.18.4" "bcrypt==5.0.0" "validators==0.35.0" \
   "langchain-core==1.4.8" "pytz==2026.2" "sqlalchemy[asyncio]==2.0.50"
 "$V/bin/pip" install -q --no-deps "open-webui==0.12.4"
-touch "$V/.ready"
+venv_ready "$V"

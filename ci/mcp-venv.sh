@@ -4,7 +4,8 @@
 # Idempotent: a finished venv is marked with .venv-mcp/.ready and reused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-V=.venv-mcp
+. ci/venv-home.sh
+venv_home .venv-mcp ci/mcp-venv.sh
 MCP=2.3.0
 if [ -f "$V/.ready" ] && "$V/bin/python" -c "import mcp.client.streamable_http as m; m.streamable_http_client" 2>/dev/null; then
   exit 0
@@ -13,4 +14,4 @@ PY=${PYTHON:-python3}
 [ -x "$V/bin/python" ] || "$PY" -m venv "$V"
 "$V/bin/pip" install -q "mcp==$MCP"
 "$V/bin/python" -c "import importlib.metadata as m; assert m.version('mcp') == '$MCP', m.version('mcp')"
-touch "$V/.ready"
+venv_ready "$V"

@@ -5,7 +5,8 @@
 # Idempotent: a finished venv is marked with .venv-router/.ready and reused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-V=.venv-router
+. ci/venv-home.sh
+venv_home .venv-router ci/router-venv.sh
 if [ -f "$V/.ready" ] && [ -x "$V/bin/vllm-router" ]; then
   exit 0
 fi
@@ -16,4 +17,4 @@ if ! "$V/bin/vllm-router" --help >/dev/null; then
   echo "vllm-router was installed into $V but its command does not run (see above)" >&2
   exit 1
 fi
-touch "$V/.ready"
+venv_ready "$V"

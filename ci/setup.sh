@@ -6,20 +6,25 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-# A whole run builds ~13 GB of venvs beside the checkout (the client suites' own environments, ZeroGPU's CUDA torch
-# the largest) and up to ~5 GB of pytest temp files; short of that, dozens of tests error far from the cause.
+# A whole run builds ~13 GB of venvs the first time (the client suites' own environments, ZeroGPU's CUDA torch the
+# largest; kept outside the checkout, ci/venv-home.sh) and up to ~5 GB of pytest temp files; short of that, dozens
+# of tests error far from the cause.
 FREE_GB=$(df -Pk . | awk 'NR == 2 { print int($4 / 1048576) }')
 if [ "${FREE_GB:-0}" -lt 20 ]; then
   echo "ci: only ${FREE_GB} GB free on the disk holding $(pwd); a full run needs ~20 GB (venvs and temp files):" \
     "expect errors from whichever test runs out of space" >&2
 fi
-if [ ! -x .venv/bin/python ]; then
-  "$PY" -m venv .venv
+# built once per set of pins outside the checkout, .venv linking to it (ci/venv-home.sh)
+. ci/venv-home.sh
+venv_home .venv ci/setup.sh ci/requirements.txt ci/requirements-nodeps.txt
+if [ ! -f "$V/.ready" ] || ! "$V/bin/python" -c "import torch, transformers, gradio" 2>/dev/null; then
+  [ -x "$V/bin/python" ] || "$PY" -m venv "$V"
+  "$V/bin/pip" install -q --upgrade pip
+  "$V/bin/pip" install -q "torch==2.13.0"
+  "$V/bin/pip" install -q -r ci/requirements.txt
+  "$V/bin/pip" install -q --no-deps -r ci/requirements-nodeps.txt
+  venv_ready "$V"
 fi
-.venv/bin/pip install -q --upgrade pip
-.venv/bin/pip install -q "torch==2.13.0"
-.venv/bin/pip install -q -r ci/requirements.txt
-.venv/bin/pip install -q --no-deps -r ci/requirements-nodeps.txt
 # flash-linear-attention and triton must never be in the CPU environment (the first forward crashes)
 if .venv/bin/python -c "import triton" 2>/dev/null; then
   echo "triton is installed in .venv: remove it (CPU forwards crash with it)" >&2

