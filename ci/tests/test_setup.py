@@ -1,7 +1,8 @@
 """ci/setup.sh, the README's first command, on a machine without root: it sets up .venv through pip alone and runs
 nothing through apt, dpkg or sudo (the system tools one test needs, promtool and chromium, are fetched by that
 test's own script: ci/promtool-setup.sh, ci/browser-setup.sh). It runs against the .venv already there (setup.sh
-is idempotent: pip finds everything installed), so it takes seconds."""
+is idempotent: the venv built for these pins is there), so it takes seconds. Then the Space starts and answers with
+the same PATH: nothing it runs needs them either."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from helpers import ROOT
+from helpers import APP, ROOT, SPACE_ENV, running, systemone
 
 # what a root-only install goes through: hidden, and a stand-in for each that logs its call and fails
 ROOT_ONLY = ("apt", "apt-get", "apt-cache", "dpkg", "dpkg-deb", "sudo")
@@ -39,7 +40,7 @@ def path_without_apt(tmp: Path) -> tuple[str, Path]:
     return f"{stand_ins}{os.pathsep}{shadow}", log
 
 
-def test_setup_installs_nothing_through_apt(tmp_path):
+def test_setup_installs_nothing_through_apt_and_the_space_serves(tmp_path, demo_root):
     assert (ROOT / ".venv" / "bin" / "python").exists(), "run bash ci/setup.sh once first"
     path, log = path_without_apt(tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in ("PATH", "PYTHON")}
@@ -49,3 +50,8 @@ def test_setup_installs_nothing_through_apt(tmp_path):
     calls = log.read_text() if log.exists() else ""
     assert ran.returncode == 0, (ran.returncode, ran.stderr[-3000:], calls)
     assert calls == "", calls
+    # the README's first command's second half: the Space, on the PATH without apt, dpkg, sudo, promtool, chromium
+    with running(APP, demo_root, env={**SPACE_ENV, "PATH": path}, name="space-no-apt") as url:
+        answers = systemone(url)["answers"]
+    assert set(answers) == {"spam", "topic", "urgency"}
+    assert not log.exists(), log.read_text()
