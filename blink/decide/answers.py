@@ -86,11 +86,12 @@ def read_answers(
     temperatures: dict,
     prior: dict | None = None,
 ) -> dict:
-    """Answers keyed by question id, in request order, from every reading's label logits; with `prior` (question id
+    """Answers keyed by question id, in request order, from every reading's label logits at each question's
+    temperature (`temperatures`: question id -> T, 1 where absent); with `prior` (question id
     -> its content-free prior, blink.decide.prior), each question's probabilities divided by its prior, renormalized."""
     rows = rows_by_question(questions, readings, logits)
     out = {}
     for q in questions:
-        p = probabilities(rows[q.name], temperatures.get(q.type, 1.0))
+        p = probabilities(rows[q.name], temperatures.get(q.name, 1.0))
         out[q.name] = answer_from_probabilities(q, p if prior is None else normalized(p, prior[q.name]))
     return out

@@ -260,7 +260,10 @@ def run(args: argparse.Namespace) -> int:
         "report": report,
     }
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(to_file(temperatures, fingerprint, fit_info), indent=2) + "\n", encoding="utf-8")
+    # the most options each type had in the data: a question past it is served raw (blink.decide.calibration)
+    levels = {kind: max(len(e.rows[0]) for e in by_type[kind]) for kind in temperatures}
+    document = to_file(temperatures, fingerprint, fit_info, levels)
+    out.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     print(report_table(report))
     print("\nwith and without content-free prior normalization (states " + json.dumps(list(states)) + "):")
     print(prior_table(report))

@@ -11,10 +11,13 @@ The file (`calibration.json` beside the weights, or `--calibration FILE`):
     {"format": "blink-calibration", "version": 1,
      "temperatures": {"noul": 1.31, "choice": 0.87},          # types left out are served raw
      "weights": "sha256:…",                                    # optional: refuse other weights
+     "levels": {"noul": 2, "choice": 8, "score": 10},         # the most options per type in the fit's data
      "fit": {...}}                                             # how it was fitted (the calibrate report)
 
 `weights` is a fingerprint of what produces the logits (weight files, adapter, decision config and template): a
-file fitted on other weights refuses to start instead of silently mis-calibrating them.
+file fitted on other weights refuses to start instead of silently mis-calibrating them. `levels` bounds where a
+temperature is known to hold: a question with more options than its type had in the fit is served raw, and the answer
+says so (a file without `levels` was fitted when score questions had at most 10 levels: that bound is assumed).
 
 The fit minimises the negative log-likelihood of the labels over T by golden-section search on log T, which is
 exact and deterministic: as a function of 1/T the NLL of a softmax is convex, so it is unimodal in log T.
@@ -38,6 +41,8 @@ FORMAT, VERSION = "blink-calibration", 1
 FILE_NAME = "calibration.json"
 TYPES = ("noul", "choice", "score")
 BOUNDS = (0.01, 100.0)  # the temperatures a file may hold and the fit searches
+MAX_LEVELS = 255  # the most options a question may have (the limits' default and ceiling)
+LEGACY_LEVELS = {"score": 10}  # what a file without `levels` was fitted on: score questions were capped at 10 then
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 DECISION_FILES = ("decision.json", "decision_template.jinja")
 
@@ -53,15 +58,38 @@ class Calibration:
     temperatures: dict = field(default_factory=dict)
     source: str | None = None
     weights: str | None = None
+    levels: dict = field(default_factory=dict)  # type -> the most options its fit saw (absent: no bound)
 
     def applied(self, raw: bool) -> dict:
         """The temperatures one request gets: none when it asked for `raw` or no file is loaded."""
         return {} if raw else dict(self.temperatures)
 
-    def fact(self, raw: bool) -> dict:
-        """What every response says: `{"applied": bool, "temperatures": {type: T}}`."""
+    def per_question(self, questions: list, raw: bool) -> tuple[dict, dict]:
+        """Each question's temperature (question id -> T) and, for the questions of a calibrated type with more options
+        than its fit saw, why they get none (question id -> reason): a temperature is not known to hold there."""
+        temperatures, not_applied = {}, {}
+        for q in questions:
+            t = None if raw else self.temperatures.get(q.type)
+            if t is None:
+                continue
+            fitted = self.levels.get(q.type, MAX_LEVELS)
+            if len(q.options) > fitted:
+                not_applied[q.name] = (
+                    f"{len(q.options)} options; the calibration was fitted on {q.type} questions of at most {fitted}"
+                )
+            else:
+                temperatures[q.name] = t
+        return temperatures, not_applied
+
+    def fact(self, raw: bool, questions: list = ()) -> dict:
+        """What every response says: `{"applied": bool, "temperatures": {type: T}}`, and `not_applied` (question id ->
+        why) for `questions` past the levels the fit saw. `applied` is whether any answer got a temperature."""
         temperatures = self.applied(raw)
-        return {"applied": bool(temperatures), "temperatures": temperatures}
+        skipped = self.per_question(questions, raw)[1]
+        fact = {"applied": bool(temperatures) and len(skipped) < max(len(questions), 1), "temperatures": temperatures}
+        if skipped:
+            fact["not_applied"] = skipped
+        return fact
 
     def health(self) -> dict:
         """`weights`: the fingerprint the file is bound to (null: a file that applies to any weights)."""
@@ -70,6 +98,7 @@ class Calibration:
             "source": self.source,
             "temperatures": dict(self.temperatures),
             "weights": self.weights,
+            "levels": dict(self.levels),
         }
 
 
@@ -112,7 +141,20 @@ def parse(data: Any, source: str) -> Calibration:
     weights = data.get("weights")
     if weights is not None and not (isinstance(weights, str) and re.fullmatch(r"sha256:[0-9a-f]{64}", weights)):
         raise refuse(f'`weights` must be a fingerprint "sha256:<64 hex>", got {weights!r}')
-    return Calibration({kind: out[kind] for kind in TYPES if kind in out}, source, weights)
+    levels = parse_levels(data.get("levels", LEGACY_LEVELS), refuse)
+    return Calibration({kind: out[kind] for kind in TYPES if kind in out}, source, weights, levels)
+
+
+def parse_levels(levels: Any, refuse) -> dict:
+    """`levels`: question type -> the most options its fit saw, an integer from 2 to MAX_LEVELS."""
+    if not isinstance(levels, dict):
+        raise refuse(f"`levels` must map question types ({', '.join(TYPES)}) to option counts")
+    for kind, value in levels.items():
+        if kind not in TYPES:
+            raise refuse(f"`levels` has {kind!r}; question types are {', '.join(TYPES)}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= MAX_LEVELS:
+            raise refuse(f"`levels` of {kind!r} must be an integer from 2 to {MAX_LEVELS}, got {value!r}")
+    return dict(levels)
 
 
 def read_file(path: str | Path) -> Calibration:
@@ -147,8 +189,15 @@ def for_model(setting: str | None, root: Path, fingerprint: str) -> Calibration:
     return calibration
 
 
-def to_file(temperatures: dict, fingerprint: str, fit: dict) -> dict:
-    return {"format": FORMAT, "version": VERSION, "temperatures": temperatures, "weights": fingerprint, "fit": fit}
+def to_file(temperatures: dict, fingerprint: str, fit: dict, levels: dict) -> dict:
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "temperatures": temperatures,
+        "weights": fingerprint,
+        "levels": levels,
+        "fit": fit,
+    }
 
 
 # the weights' fingerprint ------------------------------------------------------------------------------------

@@ -213,8 +213,8 @@ class DecisionPlanner:
         if prepared.prior_plans:
             prepared.prior.fill(list(prior_scored), self.priors)
         logits = [row for prompt_scores in scores for row in prompt_scores]
-        temperatures = self.calibration.applied(not uses_temperatures(prepared.mode))
         questions, prior = prepared.decision.questions, None
+        temperatures = self.calibration.per_question(questions, not uses_temperatures(prepared.mode))[0]
         if prepared.prior is not None:
             prior = priors(questions, prepared.readings, prepared.prior.logits(), temperatures)
             prepared.prior.answers = {q.name: answer_from_probabilities(q, prior[q.name]) for q in questions}
@@ -223,7 +223,7 @@ class DecisionPlanner:
     def calibration_fact(self, prepared: Prepared) -> dict:
         """`{"applied", "temperatures"}`: what calibration this request's answers got, and `prior` (the states, the
         prior of every question in its answer's shape, the tokens run for it) when they were divided by it."""
-        fact = self.calibration.fact(not uses_temperatures(prepared.mode))
+        fact = self.calibration.fact(not uses_temperatures(prepared.mode), prepared.decision.questions)
         if prepared.prior is not None:
             fact["applied"] = True
             fact["prior"] = {

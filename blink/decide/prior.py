@@ -123,7 +123,7 @@ def priors(questions: list, readings: list, per_state: list[list[list[float]]], 
     for logits in per_state:
         rows = rows_by_question(questions, readings, logits)
         for q in questions:
-            dists[q.name].append(probabilities(rows[q.name], temperatures.get(q.type, 1.0)))
+            dists[q.name].append(probabilities(rows[q.name], temperatures.get(q.name, 1.0)))
     return {name: [math.fsum(column) / len(d) for column in zip(*d)] for name, d in dists.items()}
 
 

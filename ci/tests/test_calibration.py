@@ -42,6 +42,9 @@ TEAMS = {
 }
 
 
+WIDE = {"type": "score", "instructions": "How far along is it?", "criteria": [f"step {i}" for i in range(30)]}
+
+
 def body(i: int, **extra) -> dict:
     """A request with one question of each type about a seeded, different state."""
     rng = random.Random(i)
@@ -103,6 +106,8 @@ def test_argmax_labels_fit_temperatures_below_one_and_lower_the_nll(argmax_fit):
         assert r["after"]["brier"] < r["before"]["brier"], (kind, r)
         assert f"{kind:<7}{24:>7}" in printed  # the printed report: one row per type
     assert calibration["format"] == "blink-calibration" and calibration["version"] == 1
+    # the most options each type had in the data: where the temperatures are known to hold
+    assert calibration["levels"] == {"noul": 2, "choice": len(TEAMS), "score": 4}
 
 
 def test_synthetic_labels_drawn_at_a_known_temperature_are_fitted_back(engine):
@@ -192,6 +197,11 @@ def calibration_file(path: Path, temperatures: dict, weights: str | None) -> Pat
             '{"format": "blink-calibration", "version": 1, "temperatures": {"noul": 2}, "weights": "md5:1"}',
             "fingerprint",
         ),
+        (
+            '{"format": "blink-calibration", "version": 1, "temperatures": {"noul": 2}, "levels": {"score": 256}}',
+            "`levels` of 'score' must be an integer from 2 to 255, got 256",
+        ),
+        ('{"format": "blink-calibration", "version": 1, "temperatures": {"noul": 2}, "levels": [3]}', "`levels` must"),
     ],
 )
 def test_bad_calibration_files_are_refused(demo_dir, tmp_path, content, says):
@@ -237,6 +247,9 @@ def test_calibrated_server_says_so_and_raw_equals_an_uncalibrated_server(server,
             },
             "/v1/decisions",
         ).json()
+        # a score question wider than the file's fit (a file without `levels`: score questions of at most 10)
+        wide = {**request, "questions": {**request["questions"], "wide": WIDE}}
+        calibrated_wide = post(url, wide).json()
         decision_raw = post(
             url,
             {
@@ -262,8 +275,17 @@ def test_calibrated_server_says_so_and_raw_equals_an_uncalibrated_server(server,
         "source": str(path),
         "temperatures": temperatures,
         "weights": weights_fingerprint(demo_dir),
+        "levels": {"score": 10},
     }
     assert decision["calibration"] == {"applied": True, "temperatures": {"predicate": 0.5, "choice": 0.2, "score": 3.0}}
+    # past the levels it was fitted on, a question is served raw and the answer says why; the others as before
+    plain_wide = post(server, wide).json()
+    assert calibrated_wide["x_calibration"]["not_applied"] == {
+        "wide": "30 options; the calibration was fitted on score questions of at most 10"
+    }
+    assert calibrated_wide["x_calibration"]["applied"] is True
+    assert calibrated_wide["answers"]["wide"] == plain_wide["answers"]["wide"]
+    assert calibrated_wide["answers"]["team"] == calibrated["answers"]["team"]
     assert decision_raw["calibration"] == {"applied": False, "temperatures": {}}
     assert decision_raw["answers"][0]["probability"] != decision["answers"][0]["probability"]
 

@@ -327,6 +327,8 @@ def decisions_calibration(fact: dict) -> dict:
     """System One's `x_calibration` in this wire's words (noul questions are `predicate` here)."""
     names = {"noul": "predicate", "choice": "choice", "score": "score"}
     out = {"applied": fact["applied"], "temperatures": {names[k]: t for k, t in fact["temperatures"].items()}}
+    if "not_applied" in fact:  # questions past the levels the calibration was fitted on: served raw, and why
+        out["not_applied"] = fact["not_applied"]
     if "prior" in fact:  # divided by the content-free prior: which states, the tokens run for it in this request
         out["prior"] = {"states": fact["prior"]["states"], "tokens": fact["prior"]["tokens"]}
     return out
