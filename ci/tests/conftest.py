@@ -35,7 +35,7 @@ def give_back_memory() -> None:
 
 
 # the files the two vLLM replicas (`vllm_replicas`) serve, in the order they run
-VLLM_FILES = ("test_router.py", "test_vllm.py", "test_vllm_serve.py")
+VLLM_FILES = ("test_router.py", "test_vllm.py", "test_run_batch_vllm.py", "test_vllm_serve.py")
 
 
 def pytest_collection_modifyitems(session, config, items):

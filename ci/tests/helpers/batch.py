@@ -21,19 +21,21 @@ QUESTIONS = {
 WORDS = "charged twice refund router blinks password reset account locked parcel late crushed invoice angry".split()
 
 
-def run_batch(demo_root: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "blink", "run-batch", "--model", "demo", *args]
+def run_batch(demo_root: Path, *args: str, timeout: float = 600, model: str = "demo") -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "blink", "run-batch", "--model", model, *args]
     return subprocess.run(argv, capture_output=True, text=True, env=server_env(demo_root), timeout=timeout)
 
 
-def run_table(demo_root: Path, table: Path, questions: Path, out: Path, *args: str, column: str = "text"):
+def run_table(
+    demo_root: Path, table: Path, questions: Path, out: Path, *args: str, column: str = "text", model: str = "demo"
+):
     """run-batch over a table: the column `column` is the state, `questions` the file of questions."""
     table_args = ("--table", str(table), "--state-column", column, "--questions", str(questions), "-o", str(out))
-    return run_batch(demo_root, *table_args, *args)
+    return run_batch(demo_root, *table_args, *args, model=model)
 
 
-def start_batch(demo_root: Path, *args: str) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "blink", "run-batch", "--model", "demo", *args]
+def start_batch(demo_root: Path, *args: str, model: str = "demo") -> subprocess.Popen:
+    argv = [sys.executable, "-m", "blink", "run-batch", "--model", model, *args]
     env = server_env(demo_root)
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 

@@ -6,6 +6,7 @@
   session-scoped `vllm_replicas` fixture, so test_router.py, test_vllm.py and test_vllm_serve.py share one pair
   (two CPU replicas already fill two cores). Its timings land in `VLLM_TIMING` and, once the replicas are stopped,
   in ci/artifacts/vllm-timing.json.
+- `one_more_replica(model_dir, name)`: a third replica of its own, for a test that kills one mid-run.
 - `wait_up`: a vLLM process answering `/health`, or its log when it died or took too long.
 - `router_running(worker_urls, *flags)`: `vllm-router` (built into .venv-router by `ci/router-venv.sh` when
   missing) on a free loopback port in front of `worker_urls`; yields its URL once it answers `/health`.
@@ -51,6 +52,32 @@ def first_request(url: str, model: str) -> None:
     httpx.post(url + "/v1/completions", json=payload, timeout=600).raise_for_status()
 
 
+def start_replica(model_dir: Path, name: str) -> tuple[str, subprocess.Popen, Path]:
+    """One vLLM replica of `model_dir` starting on a free loopback port, fp32: (its URL, its process, its log)."""
+    port = free_port()
+    log = ARTIFACTS / f"vllm-{name}-{port}.log"
+    # blink's own context limit (32,768 tokens a prompt), so vLLM never refuses what blink accepted
+    env = {**os.environ, "MAX_MODEL_LEN": "32768"}
+    with open(log, "w") as fh:
+        # -O0: no torch.compile (starts ~40 s sooner per replica; the same numbers)
+        argv = ["bash", "ci/vllm-serve.sh", str(model_dir), str(port), "--dtype", "float32", "-O0"]
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    return f"http://127.0.0.1:{port}", proc, log
+
+
+@contextmanager
+def one_more_replica(model_dir: Path, name: str):
+    """A replica of its own beside the session's two (a test may kill it): `(url, process)` once it has answered its
+    first request; stopped after."""
+    url, proc, log = start_replica(model_dir, name)
+    try:
+        wait_up(url, proc, log, time.time() + START_TIMEOUT_S)
+        first_request(url, str(model_dir))
+        yield url, proc
+    finally:
+        stop_group(proc)
+
+
 @contextmanager
 def vllm_replicas_running(model_dir: Path):
     """Two real vLLM replicas of `model_dir`, fp32 (as the transformers reference), `[(url, process)]`."""
@@ -59,19 +86,9 @@ def vllm_replicas_running(model_dir: Path):
     build_venv("ci/vllm-venv.sh", 3600)  # a clean machine: ~6 min
     VLLM_TIMING["venv_s"] = round(time.perf_counter() - started, 1)
     procs = []
-    # blink's own context limit (32,768 tokens a prompt), so vLLM never refuses what blink accepted
-    env = {**os.environ, "MAX_MODEL_LEN": "32768"}
     try:
         for name in ("a", "b"):
-            port = free_port()
-            log = ARTIFACTS / f"vllm-{name}-{port}.log"
-            with open(log, "w") as fh:
-                # -O0: no torch.compile (starts ~40 s sooner per replica; the same numbers)
-                argv = ["bash", "ci/vllm-serve.sh", str(model_dir), str(port), "--dtype", "float32", "-O0"]
-                proc = subprocess.Popen(
-                    argv, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True
-                )
-            procs.append((f"http://127.0.0.1:{port}", proc, log))
+            procs.append(start_replica(model_dir, name))
         up_from = time.perf_counter()
         deadline = time.time() + START_TIMEOUT_S
         for url, proc, log in procs:
