@@ -73,7 +73,7 @@ def decisions(url: str, text: str, questions: list) -> dict:
 
 
 def built(script: str) -> None:
-    done = subprocess.run(["bash", script], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(["bash", script], cwd=ROOT, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, f"{script} could not build its venv:\n{done.stdout}\n{done.stderr}"
 
 
@@ -195,6 +195,29 @@ def test_typesafeai_cli_asks_each_type_and_lists_models(clients, keyed_server, d
     assert rc == 0 and [m["name"] for m in out["data"]["models"]] == ["demo"], out
 
 
+def test_typesafeai_cli_rank_orders_by_blinks_scores(clients, keyed_server, tmp_path):
+    """`typesafe rank`: one score question per candidate over one state, sorted by each answer's expected score."""
+    query = "How do I get my money back?"
+    texts = {"a": "Refunds take five days.", "b": "Our office is in Oslo.", "c": "Double charges are reversed."}
+    candidates = tmp_path / "candidates.json"
+    candidates.write_text(json.dumps([{"id": k, "text": v} for k, v in texts.items()]))
+    rc, out = cli(keyed_server, "rank", "--query", query, "--candidates-file", str(candidates))
+    assert rc == 0, out
+    levels = ["Not relevant to the query", "Somewhat relevant", "Highly relevant to the query"]  # the CLI's own
+    questions = {
+        k: {
+            "type": "score",
+            "instructions": f"How relevant is candidate `{k}` to the query `{query}`? Judge `candidates.{k}` only.",
+            "criteria": levels,
+        }
+        for k in texts
+    }
+    want = systemone(keyed_server, {"query": query, "candidates": texts}, questions)
+    ranked = out["data"]["ranked"]
+    assert [r["id"] for r in ranked] == sorted(texts, key=lambda k: -want[k]["score"])
+    assert all(close(r["relevance"], want[r["id"]]["score"]) for r in ranked)
+
+
 def test_typesafeai_cli_wrong_key_fails_closed(clients, keyed_server):
     rc, out = cli(keyed_server, "noul", "ok?", "--state", TEXT, key="wrong-key")
     assert rc != 0 and out["status"] == "error", out
@@ -226,11 +249,12 @@ def test_typesafe_mcp_tools_answer_as_blink(clients, keyed_server, direct):
         ("classify", {"state": TEXT, "instructions": TEAM["instructions"], "labels": LABELS_}),
         ("score", {"state": TEXT, "instructions": ANGER["instructions"], "levels": ANGER["criteria"]}),
         ("check", {"state": TEXT, "instructions": REFUND["instructions"]}),
+        ("health", {"live": True}),  # one request of its own to the configured server
     ]
     names, results = mcp_tools(keyed_server, calls)
     assert {"evaluate", "classify", "score", "check", "health"} <= set(names)
     assert not any(r.isError for r in results), [r.content for r in results]
-    evaluated, classified, scored, checked = (r.structuredContent for r in results)
+    evaluated, classified, scored, checked, health = (r.structuredContent for r in results)
     assert evaluated["model"] == "demo" and close(evaluated["answers"]["refund"]["noul"], want["refund"]["noul"])
     for qid in ("team", "anger"):
         same_probabilities(evaluated["answers"][qid]["probabilities"], want[qid]["probabilities"])
@@ -238,6 +262,7 @@ def test_typesafe_mcp_tools_answer_as_blink(clients, keyed_server, direct):
     same_probabilities(classified["answer"]["probabilities"], want["team"]["probabilities"])
     same_probabilities(scored["answer"]["probabilities"], want["anger"]["probabilities"])
     assert close(checked["answer"]["noul"], want["refund"]["noul"])
+    assert health["live"] is True and health["base_url"] == keyed_server and health["model"] == "demo"
 
 
 @pytest.fixture(scope="module")
