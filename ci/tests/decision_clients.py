@@ -46,8 +46,13 @@ def typesafe_eval(job: dict, call: dict) -> dict:
     `typesafe` (System One through typesafe-sdk, at TYPESAFE_BASE_URL)."""
     from typesafe_eval import PresetConfig, TypeSafeEvaluator, evaluate
 
-    os.environ["OPENAI_BASE_URL"] = job["url"] + "/v1"
-    os.environ["TYPESAFE_BASE_URL"] = job["url"]
+    # only the chosen backend's base URL is set: the other one's default is unreachable from here
+    os.environ.pop("OPENAI_BASE_URL", None)
+    os.environ.pop("TYPESAFE_BASE_URL", None)
+    if call["provider"] == "openai":
+        os.environ["OPENAI_BASE_URL"] = job["url"] + "/v1"
+    else:
+        os.environ["TYPESAFE_BASE_URL"] = job["url"]
     preset = PresetConfig(name="blink", questions=call["questions"])
     evaluator = TypeSafeEvaluator(api_key=job["key"], provider=call["provider"], model="demo")
     result = evaluate(call["text"], preset, api_key=job["key"], evaluator=evaluator, cache=False)
