@@ -23,7 +23,7 @@ import offline  # noqa: F401 - first: the repository importable, the Hub off
 # isort: split
 
 import psutil
-from hostile import QUESTION, text_of
+from hostile_harness import QUESTION, text_of
 
 
 def main() -> None:
