@@ -134,7 +134,7 @@ class Settings:
                                     fleet="limits.max_queued_requests")
     pass_cost_tokens: float | None = knob(None, Number(0, 1e6, auto=True), "the fixed cost of one more forward pass, "
                                           "in tokens, against the padding it saves when rows are grouped into "
-                                          "passes (auto: 32 on CPU, 256 on CUDA; bench/gpu.sh sweeps it)",
+                                          "passes (auto: 32 on CPU, 256 on CUDA; bench/gpu/gpu.sh sweeps it)",
                                           fleet="limits.pass_cost_tokens", shown="auto")
     pass_cache_mib: float | None = knob(None, Number(16, 1 << 20, auto=True), "attention cache one forward pass may "
                                         "hold (MiB): passes are cut to fit (auto: 2048 on CPU, 4096 on CUDA)",

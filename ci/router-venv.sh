@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv-router: vllm-router (a Rust load balancer for vLLM replicas, shipped as a Python wheel with its
 # `vllm-router` command) for the tests and the bench that put blink in front of it (ci/tests/test_router.py,
-# bench/router.py). It shares no pins with .venv: the wheel holds the binary and needs nothing else.
+# bench/scale_out/router.py). It shares no pins with .venv: the wheel holds the binary and needs nothing else.
 # Idempotent: a finished venv is marked with .venv-router/.ready and reused.
 set -euo pipefail
 cd "$(dirname "$0")/.."

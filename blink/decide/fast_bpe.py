@@ -3,8 +3,8 @@
 Why: `tokenizers` splits pre-tokens with Oniguruma, about 0.2 µs a character. A 64-token state costs ~110 µs to
 encode back to back and ~260 µs after the thread did other work; tiktoken runs the same pattern over the same ranks
 in ~13 / ~84 µs, and a 1,000-token state in a fraction of a millisecond where `tokenizers` takes ~3 ms
-(`bench/state_encode.py`). A new state is tokenized on every request that brings it, so this is most of what a new
-state costs outside the model.
+(`bench/latency/state_encode.py`). A new state is tokenized on every request that brings it, so this is most of what a
+new state costs outside the model.
 
 When the two agree, and why this checks each condition instead of assuming it:
 - The vocabulary is byte-level BPE whose merges are *every* split of every token into two tokens, listed in the

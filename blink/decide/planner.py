@@ -41,7 +41,7 @@ log = logging.getLogger("blink")
 INLINE_PLAN_CHARS = 4096
 
 # After a call over this many tokens the freed activations go back to the system: glibc would keep ~250 MB of a
-# 32k-token pass otherwise (bench/heap_retention.py); the trim costs milliseconds against a pass of seconds.
+# 32k-token pass otherwise (bench/stress/heap_retention.py); the trim costs milliseconds against a pass of seconds.
 TRIM_AFTER_TOKENS = 8192
 
 WARMUP = {

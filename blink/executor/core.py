@@ -60,7 +60,7 @@ class Executor(PromptInputs):
 
     # the fixed cost of one more forward pass, in tokens (see passes.length_buckets). CPU (1 thread): measured, the
     # optimum is flat from 8 to 32 on the 141M benchmark model and 32-128 on the 16M demo. CUDA: an estimate
-    # (a pass reads every weight and launches every kernel), not yet measured: bench/gpu.sh sweeps it
+    # (a pass reads every weight and launches every kernel), not yet measured: bench/gpu/gpu.sh sweeps it
     PASS_COST_TOKENS = {"cpu": 32.0, "cuda": 256.0}
     # the attention cache one pass may hold: a fan-out copies the prefix's KV into every suffix row (64
     # questions about a 30,000-token text on a 4B model would be 64 GB at once), and a prefix pass holds

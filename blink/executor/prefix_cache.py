@@ -10,9 +10,9 @@ not say where their context ends: they are saved at block-aligned points and whe
 
 Bounded in bytes, least recently used first out, and the bytes counted are what an entry costs the process: its
 tensors' whole storages, plus what holds them (each tensor's objects, each layer's deep-copied object and dicts, the
-key's tuple and the token ints it keeps alive), measured on the demo model with `bench/cache_overhead.py`: without
-them a full cache cost ~1.3x its budget (bench/RESULTS.md, issue 44). The freed heap that evicted entries and the
-passes between saves leave behind is handed back every `TRIM_EVERY_BYTES` of churn. The recent scoring prompts'
+key's tuple and the token ints it keeps alive), measured on the demo model with `bench/stress/cache_overhead.py`:
+without them a full cache cost ~1.3x its budget (bench/RESULTS.md, issue 44). The freed heap that evicted entries and
+the passes between saves leave behind is handed back every `TRIM_EVERY_BYTES` of churn. The recent scoring prompts'
 tokens are kept as 4-byte arrays and counted in the same budget. Lookups and saves hold a lock: on
 a GPU, decisions (the batcher's thread) and scoring prompts (a request's thread) use the cache at once. An entry is
 never written once saved (a resumed state runs on a copy). Entries live on the model's device; nothing here crosses a
@@ -33,8 +33,8 @@ import torch
 from blink.memory import give_back_memory
 from blink.plan import common_prefix_length
 
-# Per-entry costs beside the tensors' bytes (bench/cache_overhead.py, tracemalloc over 160 entries of the demo model:
-# ~1.35 KiB of deep-copied dicts and objects per layer, ~80 B of Python object per tensor plus its TensorImpl and
+# Per-entry costs beside the tensors' bytes (bench/stress/cache_overhead.py, tracemalloc over 160 entries of the demo
+# model: ~1.35 KiB of deep-copied dicts and objects per layer, ~80 B of Python object per tensor plus its TensorImpl and
 # StorageImpl in C++, ~40 B per key token), rounded up.
 TENSOR_OVERHEAD = 512
 LAYER_OVERHEAD = 1536

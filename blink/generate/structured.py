@@ -16,7 +16,7 @@ it sits in the body. In the worker, `Grammars` turns a checked constraint into a
 cached by constraint, a bounded LRU, each request gets its own copy) and `Grammars.apply_mask` removes the tokens the
 matcher forbids from a logits row, EOS included until the grammar accepts.
 
-The engine is llguidance (bench/grammar.py, numbers in bench/RESULTS.md), over xgrammar, measured side by side on
+The engine is llguidance (bench/labels/grammar.py, numbers in bench/RESULTS.md), over xgrammar, measured side by side on
 this tokenizer: llguidance refuses the keywords it cannot enforce (uniqueItems, contains, propertyNames,
 dependentRequired, if/then, not), naming them, where xgrammar 0.2.8 compiled allOf, uniqueItems, contains,
 dependentRequired and not and then let instances violating them through, and refused valid instances of

@@ -1,6 +1,6 @@
 """A scripted vLLM replica: the part of vLLM's HTTP wire blink uses (blink/vllm/scoring.py, chat.py, replicas.py),
-answered well-formed after a fixed sleep, computing nothing. For the replica simulation (bench/replicas_sim.py)
-and its CI test (ci/tests/test_replicas_sim.py); not a test module.
+answered well-formed after a fixed sleep, computing nothing. For the replica simulation
+(bench/scale_out/replicas_sim.py) and its CI test (ci/tests/test_replicas_sim.py); not a test module.
 
     python ci/tests/scripted_vllm.py --port P [--delay-ms 100] [--parallel 1]
                                      [--abort-after N | --close-after N | --hang]

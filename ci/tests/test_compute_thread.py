@@ -1,5 +1,5 @@
 """On the CPU every forward pass runs on one thread, whoever asks (blink/executor/compute_thread.py): a second
-thread running the model makes a second OpenMP pool, and libgomp then throttles its workers (bench/pools.py)."""
+thread running the model makes a second OpenMP pool, and libgomp then throttles its workers (bench/latency/pools.py)."""
 
 from __future__ import annotations
 

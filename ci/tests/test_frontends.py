@@ -1,7 +1,7 @@
 """Many front ends, one routing: two `python -m blink serve --engine vllm` processes in front of the same four scripted
 replicas (ci/tests/scripted_vllm.py) send each state to the same replica, whichever front end it comes through, while
 load is under the spill threshold. Each process counts only its own requests in flight, so above it each spills on
-its own (to the next replica in the same order); bench/frontends.py measures their summed throughput."""
+its own (to the next replica in the same order); bench/scale_out/frontends.py measures their summed throughput."""
 
 from __future__ import annotations
 

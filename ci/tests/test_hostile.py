@@ -2,7 +2,7 @@
 
 Each test asserts what the public needs (4xx in the wire's shape or 529 with Retry-After, never 5xx, never a
 stall, memory bounded and given back). Bounds are generous (a shared 2-core machine); the measured numbers
-live in bench/hostile.py.
+live in bench/stress/hostile.py.
 """
 
 from __future__ import annotations
@@ -243,7 +243,7 @@ def test_overload_goodput_holds_and_refusals_are_cheap(overload_run):
     assert served == len(bodies), f"{len(bodies) - served} requests still refused after 8 retries"
     assert goodput >= 0.8, f"goodput {goodput:.2f} of one-at-a-time"
     # A refusal is cheap by construction: it never waited for a place, never prepared, never reached the model. How
-    # cheap in milliseconds is a benchmark's figure (bench/hostile.py prints its p50), not a timed assertion.
+    # cheap in milliseconds is a benchmark's figure (bench/stress/hostile.py prints its p50), not a timed assertion.
     for phases, _ in refusals:
         assert not {"prepare", "queue", "model", "answer"} & set(phases), f"a refusal did work: {phases}"
 

@@ -2,7 +2,7 @@
 -> check (at once, whatever the load) -> admit -> capped count -> work, the same on every route.
 
 - a few KB that decode past the context window are refused on every text route in bounded memory (the count is
-  capped, never the whole prompt tokenized: the figures per route are bench/hostile.py's);
+  capped, never the whole prompt tokenized: the figures per route are bench/stress/hostile.py's);
 - clients that stall or trickle their bodies hold no decision place: a normal decision is answered meanwhile;
 - with every chat slot taken, a request the server will refuse is refused at once, not after the slot wait.
 """

@@ -2,7 +2,7 @@
 request, nothing computed) behind a real `python -m blink serve --engine vllm`: a hung replica (SIGSTOP) holds only
 the requests sent to it, which time out and are answered by a live one; the others keep answering meanwhile. A
 replica that is shutting down (its answers aborted or cut off) never has a cut-off answer pass for a whole one.
-The bench with the figures is bench/replicas_sim.py."""
+The bench with the figures is bench/scale_out/replicas_sim.py."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """A short soak of the Space (`python app.py`, the demo model on CPU, default settings but a 5 s chat-slot wait;
-the 512 MiB prefix-state cache on): bench/soak.py's mixed traffic (decisions small and long, chat streams, clients
-that leave early, hostile bodies) at a rate a loaded 2-core machine keeps up with, for a little over a minute.
+the 512 MiB prefix-state cache on): bench/stress/soak.py's mixed traffic (decisions small and long, chat streams,
+clients that leave early, hostile bodies) at a rate a loaded 2-core machine keeps up with, for a little over a minute.
 After a warm-up, with the traffic drained each time: file descriptors and threads back where they were (a small
 tolerance), RSS grown by no more than the prefix cache's own counted growth plus a loose 100 MB, no 5xx and no
-transport error. The 20-minute soak at 80 % of capacity is bench/soak.py's (bench/RESULTS.md)."""
+transport error. The 20-minute soak at 80 % of capacity is bench/stress/soak.py's (bench/RESULTS.md)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from helpers import ARTIFACTS, ROOT, free_port, launch, server_env, stop_group, 
 
 pytestmark = [pytest.mark.e2e, pytest.mark.space, pytest.mark.slow]
 
-sys.path.insert(0, str(ROOT / "bench"))
-import soak  # noqa: E402 - bench/soak.py's traffic and samples, the same as the long soak's
+sys.path.insert(0, str(ROOT / "bench" / "stress"))
+import soak  # noqa: E402 - bench/stress/soak.py's traffic and samples, the same as the long soak's
 
 RATE = 4.0  # arrivals a second: a fifth of what the Space answers on a quiet 2-core machine
 WARM_S, SOAK_S = 10.0, 60.0
