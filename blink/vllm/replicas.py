@@ -243,7 +243,9 @@ class Replicas:
                     return replica, result
                 self._release(replica, None)
                 return result
-        if refused is not None:
+        # a failure only when every replica failed it; one that was busy or down may take it later (a replica dying
+        # under a batch answers 500 for what it held: the rows are sent again, never written as failures)
+        if refused is not None and len(tried) == len(self.replicas):
             raise EngineFailure(f"every model server failed on this request: {refused}")
         raise Overloaded("every model server is busy or unreachable. Retry after a short delay.")
 
