@@ -26,6 +26,7 @@ pytestmark = pytest.mark.e2e
 
 KEY = "batch-key-123"
 MAX_UPLOAD = 256 * 1024
+QUOTA = 1_500_000  # the data dir's bytes: a few uploads past what the other tests keep
 CHUNK = 8
 QUESTIONS = {
     "refund": {"type": "noul", "instructions": "Is the customer asking for money back?"},
@@ -49,6 +50,7 @@ class BatchServer:
                 "BLINK_API_KEY": KEY,
                 "BLINK_DATA_DIR": str(data_dir),
                 "BLINK_MAX_UPLOAD_BYTES": str(MAX_UPLOAD),
+                "BLINK_DATA_QUOTA_BYTES": str(QUOTA),
                 "BLINK_BATCH_CHUNK_ROWS": str(CHUNK),
                 "BLINK_BATCH_WINDOW_MS": "5",
                 "BLINK_PREFIX_CACHE_MIB": "0",  # answers compared with the route's own: no cached tokens in either
@@ -225,6 +227,36 @@ def test_bad_requests_are_openais_4xx(client, batch_server):
     assert client.files.delete(source.id).deleted
     with pytest.raises(openai.NotFoundError):
         client.files.content(source.id)
+
+
+def test_an_upload_past_the_quota_is_refused(client):
+    kept, refused = [], None
+    for _ in range(QUOTA // (MAX_UPLOAD - 16) + 2):
+        try:
+            kept.append(client.files.create(file=("f.jsonl", io.BytesIO(b"x" * (MAX_UPLOAD - 16))), purpose="batch"))
+        except openai.BadRequestError as error:
+            refused = error
+            break
+    assert refused is not None and refused.code == "storage_quota_exceeded", refused
+    assert "data_quota_bytes" in refused.message
+    for f in kept:
+        client.files.delete(f.id)
+    upload(client, [line("fits", "/v1/systemone", CASES["/v1/systemone"][0])])  # room again
+
+
+def test_files_and_batches_expire_after_the_retention(tmp_path):
+    from blink.batch.store import Store
+
+    store = Store(str(tmp_path), retention_s=3600, quota_bytes=1 << 20)
+    store.path("file-a").write_bytes(b"{}\n")
+    made = store.add_file("file-a", "a.jsonl", "batch", 3)
+    batch = {"id": "batch_a", "status": "completed", "created_at": made["created_at"], "request_counts": {}}
+    store.add_batch(batch)
+    assert made["expires_at"] == made["created_at"] + 3600
+    store.forget_expired(time.time())
+    assert store.file("file-a") and store.batch("batch_a")
+    store.forget_expired(made["created_at"] + 3600)
+    assert store.file("file-a") is None and store.batch("batch_a") is None and not store.path("file-a").exists()
 
 
 def test_the_key_is_required(batch_server):
