@@ -23,6 +23,8 @@ from pathlib import Path
 
 import orjson
 
+from blink.errors import InvalidRequest
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL, filename TEXT NOT NULL, purpose TEXT NOT NULL,
@@ -100,9 +102,9 @@ class Store:
         if purpose:
             where.append("purpose=?")
             args.append(purpose)
-        if after and (seq := self._seq("files", after)) is not None:
+        if after:
             where.append("seq<?" if newest_first else "seq>?")
-            args.append(seq)
+            args.append(self._after("files", after))
         sql = "SELECT id, filename, purpose, bytes, created_at, expires_at FROM files"
         sql += (" WHERE " + " AND ".join(where) if where else "") + f" ORDER BY seq {'DESC' if newest_first else ''}"
         rows = self._rows(sql + " LIMIT ?", (*args, limit + 1))
@@ -114,9 +116,13 @@ class Store:
         self.path(file_id).unlink(missing_ok=True)
         return gone
 
-    def _seq(self, table: str, item_id: str) -> int | None:
+    def _after(self, table: str, item_id: str) -> int:
+        """Where a page after `item_id` starts; an id not here is a 400 (a page never starts over silently)."""
         rows = self._rows(f"SELECT seq FROM {table} WHERE id=?", (item_id,))  # noqa: S608 - our own table names
-        return rows[0][0] if rows else None
+        if not rows:
+            what = {"files": "file", "batches": "batch"}[table]
+            raise InvalidRequest(f"`after`: no {what} {item_id!r} here (or it expired)", loc=["query", "after"])
+        return rows[0][0]
 
     # --- batches ----------------------------------------------------------------------------------------------
 
@@ -133,7 +139,7 @@ class Store:
 
     def batches(self, after: str | None, limit: int) -> tuple[list, bool]:
         """One page of batches, newest first (OpenAI's order), and whether more follow."""
-        seq = self._seq("batches", after) if after else None
+        seq = self._after("batches", after) if after else None
         if seq is not None:
             rows = self._rows("SELECT body FROM batches WHERE seq<? ORDER BY seq DESC LIMIT ?", (seq, limit + 1))
         else:

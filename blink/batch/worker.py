@@ -70,7 +70,9 @@ class Worker:
 
     async def work(self, batch: dict) -> None:
         status = batch["status"]
-        if status in ("validating", "in_progress") and time.time() >= batch["expires_at"]:
+        if status in ("validating", "in_progress") and not self.store.path(batch["input_file_id"]).is_file():
+            await asyncio.to_thread(self.lost_input, batch)
+        elif status in ("validating", "in_progress") and time.time() >= batch["expires_at"]:
             await asyncio.to_thread(self.finish, batch["id"], ("expired", "expired_at"), (status,))
         elif status == "validating":
             await asyncio.to_thread(self.validate, batch)
@@ -107,6 +109,14 @@ class Worker:
             update = {"status": "in_progress", "in_progress_at": now, "request_counts": counts}
         self.store.update(batch["id"], expect=("validating",), **update)
         self.jobs.notify()
+
+    def lost_input(self, batch: dict) -> None:
+        """The input file expired (a retention shorter than the batch): the batch fails, saying so."""
+        message = f"the input file {batch['input_file_id']} expired before the batch ended (retention_hours)"
+        error = {"code": "input_file_expired", "message": message, "param": None, "line": None}
+        fields = {"status": "failed", "failed_at": int(time.time()), "errors": {"object": "list", "data": [error]}}
+        self.store.update(batch["id"], expect=(batch["status"],), **fields)
+        self.store.drop_lines(batch["id"])
 
     def _rows(self, batch: dict):
         return RequestsFile(str(self.store.path(batch["input_file_id"])), self.settings.max_body_bytes).rows()

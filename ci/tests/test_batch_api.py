@@ -160,6 +160,8 @@ def test_list_pages_with_after_and_limit(client):
     everything = [b.id for b in client.batches.list(limit=100).data]
     assert [b.id for b in client.batches.list(limit=2)] == everything  # the SDK's pages, through `after`
     assert len(everything) == len(set(everything)) >= 2
+    with pytest.raises(openai.BadRequestError, match="`after`: no batch 'batch_gone'"):
+        client.batches.list(after="batch_gone")
     files = client.files.list(purpose="batch")
     assert source.id in [f.id for f in files.data] and all(f.purpose == "batch" for f in files.data)
     for batch_id in made:
