@@ -259,15 +259,16 @@ def calibration_for(settings: Settings, loaded):
     return for_model(settings.calibration, loaded.root, fingerprint)
 
 
-def api_routes(ctx: Context, metrics: bool = True) -> list:
+def api_routes(ctx: Context, metrics: bool = True, jobs=None) -> list:
     """Every API route; `metrics`: `GET /metrics` too (the `metrics` knob: on for `serve`, off on a Space unless
-    set)."""
-    from blink.api import catalog, gemini, moderations, openai, rerank, systemone
+    set); `jobs`: the Batch API's (blink.batch.jobs.Jobs), or None: its paths answer why it is off."""
+    from blink.api import batches, catalog, files, gemini, moderations, openai, rerank, systemone
     from blink.api.openai import protocol, tokenize
     from blink.web.endpoint import not_routed
 
     routes = catalog.routes(ctx) + systemone.routes(ctx) + openai.routes(ctx) + tokenize.routes(ctx)
     routes += rerank.routes(ctx) + moderations.routes(ctx) + gemini.routes(ctx)
+    routes += (files.routes(ctx, jobs) + batches.routes(ctx, jobs)) if jobs is not None else batches.off_routes(ctx)
     # off (a Space's default), /metrics still answers: in the API's error shape, saying how to turn it on
     routes.append(catalog.metrics_route(ctx) if metrics else metrics_off_route(ctx))
     # the more specific prefix first: /v1/systemone* answers in System One's shape, rerank and score in theirs
@@ -315,14 +316,15 @@ def mcp_endpoint(ctx: Context):
     )
 
 
-def create_app(ctx: Context, cors_origins: Iterable[str] = (), metrics: bool = True):
+def create_app(ctx: Context, cors_origins: Iterable[str] = (), metrics: bool = True, jobs=None):
     """The standalone app: the API routes, and the `decide` tool over MCP at /mcp (the Space serves the same /mcp,
     and Gradio's MCP server too); any other path answers 404 (405 with `Allow` for a known path) in OpenAI's shape,
     never FastAPI's `{"detail": "Not Found"}`, which clients that read an `error` object crash on.
 
     Large non-streamed bodies are compressed when the client accepts it (zstd, else gzip; starlette-compress);
     server-sent events never are, so each event reaches the client as it is sent. CORS is opt-in: with
-    `cors_origins` browsers on those origins may call the API (preflights answered, our headers readable)."""
+    `cors_origins` browsers on those origins may call the API (preflights answered, our headers readable). `jobs`:
+    the Batch API (blink.batch.jobs), its worker running with the app."""
     from fastapi import FastAPI
     from starlette.middleware import Middleware
     from starlette.middleware.cors import CORSMiddleware
@@ -336,7 +338,7 @@ def create_app(ctx: Context, cors_origins: Iterable[str] = (), metrics: bool = T
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        async with mcp.running():
+        async with mcp.running(), jobs.running(app) if jobs is not None else contextlib.nullcontext():
             yield
 
     remove_compress_type("text/event-stream")
@@ -355,7 +357,7 @@ def create_app(ctx: Context, cors_origins: Iterable[str] = (), metrics: bool = T
                 max_age=600,
             ),
         )
-    routes = [Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]), *api_routes(ctx, metrics)]
+    routes = [Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]), *api_routes(ctx, metrics, jobs)]
     # the root is ours here (on the Space it is Gradio's): any other path or method in OpenAI's error shape
     routes.append(not_routed(ctx, "/", protocol.WIRE, routes, redirect_slashes=True))
     app = FastAPI(
@@ -374,15 +376,21 @@ def create_app(ctx: Context, cors_origins: Iterable[str] = (), metrics: bool = T
 def serve(settings: Settings, host: str, port: int, log_level: str = "info", cors_origins: Iterable[str] = ()) -> None:
     import uvicorn
 
+    from blink.batch.jobs import BatchSettings, Jobs
+
     ctx = build_context(settings)
-    app = create_app(ctx, cors_origins, settings.metrics)
+    batch_settings = BatchSettings.of(settings)
+    jobs = Jobs(batch_settings) if batch_settings is not None else None
+    if jobs is not None:
+        ctx.live_health.append(jobs.health)
+    app = create_app(ctx, cors_origins, settings.metrics, jobs)
     if settings.engine == "local":
         runs = f"{ctx.health['device']}, {ctx.health['kernels']}; weights_verified={ctx.health['weights_verified']}"
     else:
         runs = f"{settings.engine} at {', '.join(settings.engine_url)}"
     print(
         f"blink serving {settings.served_name} ({ctx.health['model']}) on http://{host}:{port} "
-        f"[{runs}; api key {'required' if ctx.auth.required else 'not required'}]",
+        f"[{runs}; api key {'required' if ctx.auth.required else 'not required'}; batch api {'on' if jobs else 'off'}]",
         flush=True,
     )
     from blink.web import guard

@@ -101,6 +101,8 @@ IMAGE = ImageLimits()
 # each document is the state; the question carries the query (the model's trained shape: content, then criterion)
 RERANK_QUESTION = "Does this text hold information that helps answer the query: {query}"
 LIMITS = Limits()
+# knobs /healthz never shows, though they are no secret: where the server keeps its callers' files
+PRIVATE = {"data_dir"}
 
 
 @dataclass
@@ -223,6 +225,17 @@ class Settings:
                                          shown="OpenAI's 13 categories (blink/policies/openai.toml)")
     metrics: bool = knob(True, flag, "serve `GET /metrics` (Prometheus' text format, vLLM's names where they mean the "
                          "same; behind the API key when one is set)", space_default=False, shown="on (Space: off)")
+    data_dir: str | None = knob(None, optional_text, "the Batch API's folder (`/v1/files`, `/v1/batches`): its "
+                                "SQLite job store and the files; the routes are on only with it and an API key "
+                                "(docs/batch.md); never shown in /healthz", shown="none (the Batch API off)")
+    max_upload_bytes: int = knob(200 << 20, Integer(1, 1 << 40), "Batch API: bytes per uploaded file, streamed to "
+                                 "disk (not the request-body caps); past it 413")
+    data_quota_bytes: int = knob(10 << 30, Integer(1, 1 << 50), "Batch API: bytes all its files may take in "
+                                 "data_dir (uploads, outputs); an upload past it is refused (400)")
+    retention_hours: float = knob(720.0, Number(0.001, 1e6), "Batch API: hours files and batches are kept; past "
+                                  "them they expire and are deleted")
+    batch_chunk_rows: int = knob(16, Integer(1, 1024), "Batch API: rows of a batch sent to admission at once (as "
+                                 "their own caller) and recorded together: what resumes after a restart")
     engine: str = knob("local", Choice(("local", "vllm")), "who runs the model: local (blink's own engine, the "
                        "weights in this process) or vllm (the replicas at `engine_url`; this process loads only the "
                        "model's tokenizer, templates and config, no weights)")
@@ -279,7 +292,7 @@ class Settings:
 
     def public(self) -> dict:
         """Every knob but the secret ones (the key shows only as whether one is required), for /healthz."""
-        out = {k.name: getattr(self, k.name) for k in knobs(Settings) if not k.secret}
+        out = {k.name: getattr(self, k.name) for k in knobs(Settings) if not k.secret and k.name not in PRIVATE}
         return {**out, "model_aliases": list(self.model_aliases), "api_key_required": bool(self.api_key)}
 
     @classmethod

@@ -29,8 +29,11 @@ class Answered:
 class InProcess:
     """POSTs to one ASGI app in this process."""
 
-    def __init__(self, app, caller: str = "127.0.0.1"):
+    def __init__(self, app, caller: str = "127.0.0.1", headers: dict | None = None):
+        """`caller`: the peer address the routes see (who admission counts the rows as); `headers`: sent with
+        every row (the API key, where the app requires one)."""
         self.app, self.caller = app, caller
+        self.headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
 
     async def post(self, path: str, body: bytes) -> Answered:
         """One request, sent again while the route says it has no room (529, 429, 503 with `Retry-After`)."""
@@ -57,7 +60,11 @@ class InProcess:
             "raw_path": path.encode(),
             "root_path": "",
             "query_string": b"",
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *self.headers,
+            ],
             "client": (self.caller, 0),
             "server": ("run-batch", 0),
             "state": {},

@@ -19,7 +19,7 @@ import re
 import threading
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
@@ -91,6 +91,13 @@ ADMISSION_WAIT = Histogram(
     buckets=WAIT_BUCKETS,
     registry=REGISTRY,
 )
+# the Batch API (blink.batch.worker): rows answered by outcome (completed: a 2xx; failed: the error file's), and
+# what is left to do, set by the worker as it goes
+BATCH_ROWS = Counter("blink_batch_rows", "Batch API rows answered, by outcome.", ["outcome"], registry=REGISTRY)
+for _outcome in ("completed", "failed"):  # both series from the start, at 0: a rate needs its first sample
+    BATCH_ROWS.labels(_outcome)
+BATCH_QUEUED = Gauge("blink_batch_rows_queued", "Batch API rows not yet answered.", registry=REGISTRY)
+BATCH_ACTIVE = Gauge("blink_batch_active", "Batch API batches not yet ended.", registry=REGISTRY)
 REPLICA_LATENCY = Histogram(
     "blink_replica_latency_seconds",
     "Seconds a vLLM replica took on a call that succeeded (a read; a stream until its first bytes).",

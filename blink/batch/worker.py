@@ -1,0 +1,190 @@
+"""The Batch API's worker: one task in the serving process that takes each batch from `validating` to its end,
+one batch at a time, oldest first.
+
+- `validating`: the whole input file is read before any line runs (blink.batch.requests_file's checks, and every
+  line's `url` equal to the batch's `endpoint`, as OpenAI requires); any fault fails the batch with OpenAI's
+  `errors` object, one entry per bad line.
+- `in_progress`: the lines not yet recorded, `chunk_rows` at a time, sent to the app's own routes in this process
+  (blink.batch.inproc, as run-batch sends them) as their own caller, `batch-api`: admission shares its places
+  fairly between that caller and the interactive ones, so a batch holds at most a chunk's places and an interactive
+  decision goes into the next model call rather than behind the batch's rows. Each chunk's lines are recorded in one
+  transaction (blink.batch.store); a server killed mid-batch and started again on the same data dir decides only the
+  lines not recorded, so each line is in the output exactly once. A cancel is seen between chunks.
+- `finalizing` / `cancelling` / past `expires_at`: the recorded lines become the output file (2xx answers) and the
+  error file (the rest), and the batch ends `completed`, `cancelled` or `expired`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import logging
+import time
+
+import orjson
+
+from blink.batch.inproc import InProcess
+from blink.batch.requests_file import RequestsFile, output_line
+from blink.web import metrics
+
+log = logging.getLogger("blink")
+CALLER = "batch-api"  # the peer address admission sees for every batch row: one caller, one fair share
+IDLE_S = 1.0  # between looks at the store when nothing wakes the worker (expiry, retention)
+MAX_ERRORS = 1000  # entries of a failed batch's `errors` (the count says how many lines were bad in all)
+ENDS = {"finalizing": ("completed", "completed_at"), "cancelling": ("cancelled", "cancelled_at")}
+
+
+def output_id(batch_id: str, kind: str) -> str:
+    """A batch's output or error file id, the same on every try: a finalizing cut short writes the same file again."""
+    return "file-" + hashlib.sha256(f"{batch_id}:{kind}".encode()).hexdigest()[:24]
+
+
+class Worker:
+    def __init__(self, jobs, app):
+        self.jobs, self.store, self.settings = jobs, jobs.store, jobs.settings
+        headers = {"authorization": f"Bearer {self.settings.api_key}"}
+        self.client = InProcess(app, caller=CALLER, headers=headers)
+        self.current: dict = {}  # the running batch's id, rows done since it started here, and when it started
+        self.counts: dict = {}  # the store's counts as last read (/healthz reads no database on the event loop)
+
+    async def run(self) -> None:
+        while True:
+            self.jobs.wake.clear()  # before the look: what wakes it during the look is seen at once after
+            try:
+                await self.step()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - logged; the next look tries again, the server keeps serving
+                log.exception("batch worker: a step failed")
+            try:
+                await asyncio.wait_for(self.jobs.wake.wait(), IDLE_S)
+            except TimeoutError:
+                pass
+
+    async def step(self) -> None:
+        await asyncio.to_thread(self.store.forget_expired, time.time())
+        for batch in await asyncio.to_thread(self.store.active):
+            await self.work(batch)
+        await asyncio.to_thread(self._gauges)
+
+    async def work(self, batch: dict) -> None:
+        status = batch["status"]
+        if status in ("validating", "in_progress") and not self.store.path(batch["input_file_id"]).is_file():
+            await asyncio.to_thread(self.lost_input, batch)
+        elif status in ("validating", "in_progress") and time.time() >= batch["expires_at"]:
+            await asyncio.to_thread(self.finish, batch["id"], ("expired", "expired_at"), (status,))
+        elif status == "validating":
+            await asyncio.to_thread(self.validate, batch)
+        elif status == "in_progress":
+            await self.run_batch(batch)
+        else:
+            await asyncio.to_thread(self.finish, batch["id"], ENDS[status], (status,))
+
+    # --- validating ---------------------------------------------------------------------------------------------
+
+    def validate(self, batch: dict) -> None:
+        errors, total = [], 0
+        for row in self._rows(batch):
+            total += 1
+            fault = row.error
+            if fault is None and row.path != batch["endpoint"]:
+                fault = {
+                    "code": "invalid_url",
+                    "message": f"line {row.index + 1}: `url` {row.path!r} is not the batch's endpoint "
+                    f"{batch['endpoint']!r} (every line's url must equal it)",
+                }
+            if fault is not None:
+                errors.append({**fault, "param": None, "line": row.index + 1})
+        if total == 0:
+            errors.append({"code": "empty_file", "message": "the input file has no lines", "param": None, "line": None})
+        now = int(time.time())
+        if errors:
+            shown = errors[:MAX_ERRORS]
+            if len(errors) > len(shown):
+                shown[-1]["message"] += f" ({len(errors)} bad lines in all; the first {MAX_ERRORS} are listed)"
+            update = {"status": "failed", "failed_at": now, "errors": {"object": "list", "data": shown}}
+        else:
+            counts = {"total": total, "completed": 0, "failed": 0}
+            update = {"status": "in_progress", "in_progress_at": now, "request_counts": counts}
+        self.store.update(batch["id"], expect=("validating",), **update)
+        self.jobs.notify()
+
+    def lost_input(self, batch: dict) -> None:
+        """The input file expired (a retention shorter than the batch): the batch fails, saying so."""
+        message = f"the input file {batch['input_file_id']} expired before the batch ended (retention_hours)"
+        error = {"code": "input_file_expired", "message": message, "param": None, "line": None}
+        fields = {"status": "failed", "failed_at": int(time.time()), "errors": {"object": "list", "data": [error]}}
+        self.store.update(batch["id"], expect=(batch["status"],), **fields)
+        self.store.drop_lines(batch["id"])
+
+    def _rows(self, batch: dict):
+        return RequestsFile(str(self.store.path(batch["input_file_id"])), self.settings.max_body_bytes).rows()
+
+    # --- in_progress ----------------------------------------------------------------------------------------------
+
+    async def run_batch(self, batch: dict) -> None:
+        batch_id = batch["id"]
+        done = await asyncio.to_thread(self.store.done_indexes, batch_id)
+        rows = (row for row in self._rows(batch) if row.index not in done)
+        self.current = {"id": batch_id, "rows": 0, "since": time.monotonic()}
+        while True:
+            chunk = await asyncio.to_thread(lambda: list(itertools.islice(rows, self.settings.chunk_rows)))
+            if not chunk:
+                break
+            now = await asyncio.to_thread(self.store.batch, batch_id)
+            if now is None or now["status"] != "in_progress" or time.time() >= now["expires_at"]:
+                return  # cancelled (or expired) between chunks: the next step ends it
+            await self.run_chunk(batch_id, chunk)
+        now = int(time.time())
+        await asyncio.to_thread(
+            self.store.update, batch_id, expect=("in_progress",), status="finalizing", finalizing_at=now
+        )
+        self.current = {}
+        self.jobs.notify()
+
+    async def run_chunk(self, batch_id: str, chunk: list) -> None:
+        answers = await asyncio.gather(*(self._answer(row) for row in chunk))
+        lines = []
+        for row, answered in zip(chunk, answers):
+            ok = answered is not None and 200 <= answered.status < 300
+            lines.append((row.index, ok, orjson.dumps(output_line(row, answered))))
+            metrics.BATCH_ROWS.labels("completed" if ok else "failed").inc()
+        await asyncio.to_thread(self.store.record, batch_id, lines)
+        self.current["rows"] = self.current.get("rows", 0) + len(lines)
+        await asyncio.to_thread(self._gauges)
+
+    async def _answer(self, row):
+        if row.path is None:
+            return None  # refused before any route (validating lets none through; kept for safety's sake)
+        return await self.client.post(row.path, row.body)
+
+    # --- the end --------------------------------------------------------------------------------------------------
+
+    def finish(self, batch_id: str, end: tuple[str, str], expect: tuple[str, ...]) -> None:
+        """The recorded lines into the output and error files, then the batch's end status."""
+        status, stamp = end
+        files = {}
+        for kind, ok in (("output", True), ("error", False)):
+            file_id = output_id(batch_id, kind)
+            size = self.store.write_lines(batch_id, ok, file_id)
+            if size:
+                self.store.add_file(file_id, f"{batch_id}_{kind}.jsonl", "batch_output", size)
+                files[f"{kind}_file_id"] = file_id
+            else:
+                self.store.path(file_id).unlink(missing_ok=True)
+        self.store.update(batch_id, expect=expect, status=status, **{stamp: int(time.time())}, **files)
+        self.store.drop_lines(batch_id)
+
+    def _gauges(self) -> None:
+        counts = self.counts = self.store.counts()
+        metrics.BATCH_QUEUED.set(counts["rows_queued"])
+        metrics.BATCH_ACTIVE.set(counts["batches_active"])
+
+    def figures(self) -> dict:
+        """The worker's own figures for /healthz: the running batch and its rows per second here."""
+        out = {"running": self.current.get("id"), **self.counts}
+        if self.current:
+            elapsed = time.monotonic() - self.current["since"]
+            out["rows_per_s"] = round(self.current["rows"] / elapsed, 2) if elapsed > 0 else 0.0
+        return out

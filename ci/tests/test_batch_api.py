@@ -1,0 +1,305 @@
+"""The OpenAI Batch API on `serve` (`/v1/files`, `/v1/batches`), driven by the real `openai` SDK against one server
+with a key and its own data dir: a `/v1/decisions` batch and a `/v1/systemone` batch run to `completed`, their
+output lines equal to what the route answers to the same requests (floats within 1e-6) and the route's refusals in
+the error file; list with `after`/`limit`; cancel; a file with a bad line fails the batch with OpenAI's `errors`;
+uploads past the size knob, other purposes and bad bodies are 4xx in OpenAI's shape; 401 without the key; the 404
+that says why on a server without a key; the figures in /healthz (no data dir there) and /metrics. Last, the server
+is SIGKILLed mid-batch and started again on the same data dir: the batch finishes with every line exactly once."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from helpers import ARTIFACTS, blink_serve, free_port, launch, server_env, stop_group, wait_healthy
+from helpers.batch import close
+
+pytestmark = pytest.mark.e2e
+
+KEY = "batch-key-123"
+MAX_UPLOAD = 256 * 1024
+QUOTA = 1_500_000  # the data dir's bytes: a few uploads past what the other tests keep
+CHUNK = 8
+QUESTIONS = {
+    "refund": {"type": "noul", "instructions": "Is the customer asking for money back?"},
+    "team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": None, "technical": None}},
+}
+DECISION_QUESTIONS = [
+    {"type": "predicate", "name": "damaged", "instructions": "Was the item damaged?"},
+    {"type": "choice", "instructions": "Which team?", "choices": [{"value": "returns"}, {"value": "billing"}]},
+]
+
+
+class BatchServer:
+    """`serve` with a key and a data dir, on one port, started again on the same data dir by `restart`."""
+
+    def __init__(self, demo_root: Path, data_dir: Path):
+        self.port, self.data_dir = free_port(), data_dir
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = server_env(
+            demo_root,
+            {
+                "BLINK_API_KEY": KEY,
+                "BLINK_DATA_DIR": str(data_dir),
+                "BLINK_MAX_UPLOAD_BYTES": str(MAX_UPLOAD),
+                "BLINK_DATA_QUOTA_BYTES": str(QUOTA),
+                "BLINK_BATCH_CHUNK_ROWS": str(CHUNK),
+                "BLINK_BATCH_WINDOW_MS": "5",
+                "BLINK_PREFIX_CACHE_MIB": "0",  # answers compared with the route's own: no cached tokens in either
+            },
+        )
+        self.proc = None
+        self.start()
+
+    def start(self) -> None:
+        log = ARTIFACTS / f"serve-batch-api-{self.port}-{int(time.time())}.log"
+        self.proc = launch(blink_serve(), self.port, self.env, log)
+        wait_healthy(self.url, self.proc, log)
+
+    def kill(self) -> None:
+        """SIGKILL, nothing gentler first: the store must hold whatever it committed, and only that."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=15)
+        self.proc = None
+
+
+@pytest.fixture(scope="module")
+def batch_server(demo_root, tmp_path_factory):
+    served = BatchServer(demo_root, tmp_path_factory.mktemp("batch-api-data"))
+    yield served
+    if served.proc is not None:
+        stop_group(served.proc)
+
+
+@pytest.fixture(scope="module")
+def client(batch_server):
+    return openai.OpenAI(base_url=batch_server.url + "/v1", api_key=KEY, max_retries=0)
+
+
+def line(custom_id: str, url: str, body: dict) -> dict:
+    return {"custom_id": custom_id, "method": "POST", "url": url, "body": body}
+
+
+def upload(client, lines: list, name: str = "in.jsonl"):
+    data = "".join((json.dumps(x) if isinstance(x, dict) else x) + "\n" for x in lines).encode()
+    return client.files.create(file=(name, io.BytesIO(data)), purpose="batch")
+
+
+def finished(client, batch_id: str, timeout: float = 120):
+    deadline = time.time() + timeout
+    while True:
+        batch = client.batches.retrieve(batch_id)
+        if batch.status in ("completed", "failed", "cancelled", "expired"):
+            return batch
+        assert time.time() < deadline, f"batch still {batch.status}: {batch.request_counts}"
+        time.sleep(0.1)
+
+
+def read(client, file_id: str) -> list[dict]:
+    return [json.loads(x) for x in client.files.content(file_id).text.splitlines()]
+
+
+def tickets(n: int, prefix: str = "") -> list[str]:
+    return [f"{prefix}Ticket {i}: I was charged twice for order {i}. Please refund." for i in range(n)]
+
+
+CASES = {
+    "/v1/decisions": [{"model": "demo", "input": text, "questions": DECISION_QUESTIONS} for text in tickets(5)],
+    "/v1/systemone": [{"model": "demo", "state": text, "questions": QUESTIONS} for text in tickets(5, "S")],
+}
+REFUSED = {"/v1/decisions": {"model": "demo", "input": "x"}, "/v1/systemone": {"model": "demo", "state": "x"}}
+
+
+@pytest.mark.parametrize("endpoint", list(CASES))
+def test_a_batch_answers_what_the_route_answers(client, batch_server, endpoint):
+    bodies = CASES[endpoint]
+    lines = [line(f"row-{i}", endpoint, body) for i, body in enumerate(bodies)]
+    lines.insert(2, line("refused", endpoint, REFUSED[endpoint]))  # no questions: the route's own 4xx
+    source = upload(client, lines)
+    assert source.purpose == "batch" and source.bytes > 0 and source.object == "file"
+    batch = client.batches.create(
+        input_file_id=source.id, endpoint=endpoint, completion_window="24h", metadata={"job": "tickets"}
+    )
+    assert batch.status == "validating" and batch.metadata == {"job": "tickets"}
+    batch = finished(client, batch.id)
+    assert batch.status == "completed", batch
+    assert (batch.request_counts.total, batch.request_counts.completed, batch.request_counts.failed) == (6, 5, 1)
+    assert batch.in_progress_at and batch.finalizing_at and batch.completed_at and batch.errors is None
+    output, errors = read(client, batch.output_file_id), read(client, batch.error_file_id)
+    assert [o["custom_id"] for o in output] == [f"row-{i}" for i in range(5)]
+    headers = {"Authorization": f"Bearer {KEY}"}
+    for out, body in zip(output, bodies):
+        assert out["id"].startswith("batch_req_") and out["error"] is None
+        alone = httpx.post(batch_server.url + endpoint, json=body, headers=headers, timeout=60)
+        assert out["response"]["status_code"] == alone.status_code == 200
+        close(out["response"]["body"], alone.json())
+    (refused,) = errors
+    alone = httpx.post(batch_server.url + endpoint, json=REFUSED[endpoint], headers=headers, timeout=60)
+    assert refused["custom_id"] == "refused" and refused["response"]["status_code"] == alone.status_code
+    assert 400 <= alone.status_code < 500
+    close(refused["response"]["body"], alone.json())
+    assert client.files.retrieve(batch.output_file_id).purpose == "batch_output"
+
+
+def test_list_pages_with_after_and_limit(client):
+    source = upload(client, [line("one", "/v1/systemone", CASES["/v1/systemone"][0])])
+    made = [client.batches.create(input_file_id=source.id, endpoint="/v1/systemone", completion_window="24h").id]
+    made.append(client.batches.create(input_file_id=source.id, endpoint="/v1/systemone", completion_window="24h").id)
+    first = client.batches.list(limit=1)
+    assert [b.id for b in first.data] == [made[1]] and first.has_more  # newest first, as OpenAI lists
+    second = client.batches.list(after=made[1], limit=1)
+    assert [b.id for b in second.data] == [made[0]]
+    everything = [b.id for b in client.batches.list(limit=100).data]
+    assert [b.id for b in client.batches.list(limit=2)] == everything  # the SDK's pages, through `after`
+    assert len(everything) == len(set(everything)) >= 2
+    with pytest.raises(openai.BadRequestError, match="`after`: no batch 'batch_gone'"):
+        client.batches.list(after="batch_gone")
+    files = client.files.list(purpose="batch")
+    assert source.id in [f.id for f in files.data] and all(f.purpose == "batch" for f in files.data)
+    for batch_id in made:
+        assert finished(client, batch_id).status == "completed"
+
+
+def test_cancel(client):
+    bodies = [{"model": "demo", "state": text, "questions": QUESTIONS} for text in tickets(60, "C")]
+    source = upload(client, [line(f"c{i}", "/v1/systemone", b) for i, b in enumerate(bodies)])
+    batch = client.batches.create(input_file_id=source.id, endpoint="/v1/systemone", completion_window="24h")
+    cancelling = client.batches.cancel(batch.id)
+    assert cancelling.status in ("cancelling", "cancelled") and cancelling.cancelling_at
+    batch = finished(client, batch.id)
+    assert batch.status == "cancelled" and batch.cancelled_at
+    counts = batch.request_counts
+    assert counts.completed + counts.failed < 60  # stopped before the end
+    assert client.batches.cancel(batch.id).status == "cancelled"  # again: as it is
+    done = client.batches.list(limit=100).data
+    completed = next(b for b in done if b.status == "completed")
+    with pytest.raises(openai.ConflictError, match="only a validating or in_progress batch"):
+        client.batches.cancel(completed.id)
+
+
+def test_bad_lines_fail_the_batch_with_openais_errors(client):
+    good = line("good", "/v1/decisions", CASES["/v1/decisions"][0])
+    source = upload(client, [good, line("wrong", "/v1/systemone", CASES["/v1/systemone"][0]), "this is not json"])
+    batch = finished(
+        client, client.batches.create(input_file_id=source.id, endpoint="/v1/decisions", completion_window="24h").id
+    )
+    assert batch.status == "failed" and batch.failed_at and batch.output_file_id is None
+    assert [(e.code, e.line) for e in batch.errors.data] == [("invalid_url", 2), ("invalid_json_line", 3)]
+    assert "/v1/decisions" in batch.errors.data[0].message
+    empty = upload(client, [], name="empty.jsonl")
+    batch = finished(
+        client, client.batches.create(input_file_id=empty.id, endpoint="/v1/decisions", completion_window="24h").id
+    )
+    assert batch.status == "failed" and batch.errors.data[0].code == "empty_file"
+
+
+def test_bad_requests_are_openais_4xx(client, batch_server):
+    with pytest.raises(openai.APIStatusError) as too_big:
+        client.files.create(file=("big.jsonl", io.BytesIO(b"x" * (MAX_UPLOAD + 1))), purpose="batch")
+    assert too_big.value.status_code == 413 and "max_upload_bytes" in too_big.value.message
+    with pytest.raises(openai.BadRequestError, match='`purpose` must be "batch"'):
+        client.files.create(file=("a.jsonl", io.BytesIO(b"{}\n")), purpose="fine-tune")
+    source = upload(client, [line("one", "/v1/systemone", CASES["/v1/systemone"][0])])
+    with pytest.raises(openai.BadRequestError, match="is not one a batch runs"):
+        client.batches.create(input_file_id=source.id, endpoint="/v1/embeddings", completion_window="24h")
+    with pytest.raises(openai.BadRequestError, match="completion_window"):
+        client.batches.create(input_file_id=source.id, endpoint="/v1/systemone", completion_window="1h")
+    with pytest.raises(openai.BadRequestError, match="no file"):
+        client.batches.create(input_file_id="file-nope", endpoint="/v1/systemone", completion_window="24h")
+    with pytest.raises(openai.NotFoundError):
+        client.batches.retrieve("batch_nope")
+    headers = {"Authorization": f"Bearer {KEY}"}
+    raw = httpx.post(batch_server.url + "/v1/files", content=b"{}", headers=headers)
+    assert raw.status_code == 400 and raw.json()["error"]["code"] == "unsupported_media"
+    extra = httpx.post(
+        batch_server.url + "/v1/files",
+        files={"file": ("a", b"x")},
+        data={"purpose": "batch", "note": "x"},
+        headers=headers,
+    )
+    assert extra.status_code == 400 and "'note'" in extra.json()["error"]["message"]
+    assert client.files.delete(source.id).deleted
+    with pytest.raises(openai.NotFoundError):
+        client.files.content(source.id)
+
+
+def test_an_upload_past_the_quota_is_refused(client):
+    kept, refused = [], None
+    for _ in range(QUOTA // (MAX_UPLOAD - 16) + 2):
+        try:
+            kept.append(client.files.create(file=("f.jsonl", io.BytesIO(b"x" * (MAX_UPLOAD - 16))), purpose="batch"))
+        except openai.BadRequestError as error:
+            refused = error
+            break
+    assert refused is not None and refused.code == "storage_quota_exceeded", refused
+    assert "data_quota_bytes" in refused.message
+    for f in kept:
+        client.files.delete(f.id)
+    upload(client, [line("fits", "/v1/systemone", CASES["/v1/systemone"][0])])  # room again
+
+
+def test_files_and_batches_expire_after_the_retention(tmp_path):
+    from blink.batch.store import Store
+
+    store = Store(str(tmp_path), retention_s=3600, quota_bytes=1 << 20)
+    store.path("file-a").write_bytes(b"{}\n")
+    made = store.add_file("file-a", "a.jsonl", "batch", 3)
+    batch = {"id": "batch_a", "status": "completed", "created_at": made["created_at"], "request_counts": {}}
+    store.add_batch(batch)
+    assert made["expires_at"] == made["created_at"] + 3600
+    store.forget_expired(time.time())
+    assert store.file("file-a") and store.batch("batch_a")
+    store.forget_expired(made["created_at"] + 3600)
+    assert store.file("file-a") is None and store.batch("batch_a") is None and not store.path("file-a").exists()
+
+
+def test_the_key_is_required(batch_server):
+    for method, path in (("GET", "/v1/files"), ("POST", "/v1/batches"), ("GET", "/v1/batches/x")):
+        answer = httpx.request(method, batch_server.url + path)
+        assert answer.status_code == 401 and answer.json()["error"]["code"] == "invalid_api_key"
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=batch_server.url + "/v1", api_key="wrong", max_retries=0).batches.list()
+
+
+def test_without_a_key_configured_the_routes_say_why(server):
+    for method, path in (("GET", "/v1/batches"), ("POST", "/v1/files"), ("GET", "/v1/files/file-x/content")):
+        answer = httpx.request(method, server + path)
+        error = answer.json()["error"]
+        assert answer.status_code == 404 and error["code"] == "batch_api_off", answer.text
+        assert "--api-key" in error["message"] and "--data-dir" in error["message"]
+        assert "every other" in error["message"]
+
+
+def test_figures_in_healthz_and_metrics(batch_server):
+    health = httpx.get(batch_server.url + "/healthz").json()
+    figures = health["batch_api"]
+    assert figures["ok"] and figures["bytes_used"] > 0 and "rows_queued" in figures
+    assert str(batch_server.data_dir) not in json.dumps(health) and "data_dir" not in json.dumps(health)
+    text = httpx.get(batch_server.url + "/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
+    assert 'blink_batch_rows_total{outcome="completed"}' in text and "blink_batch_rows_queued" in text
+
+
+def test_a_server_killed_mid_batch_finishes_every_line_once(client, batch_server):
+    n = 120
+    bodies = [{"model": "demo", "state": text, "questions": QUESTIONS} for text in tickets(n, "K")]
+    source = upload(client, [line(f"k{i}", "/v1/systemone", b) for i, b in enumerate(bodies)])
+    batch = client.batches.create(input_file_id=source.id, endpoint="/v1/systemone", completion_window="24h")
+    deadline = time.time() + 120
+    while (now := client.batches.retrieve(batch.id)).request_counts.completed < 2 * CHUNK:
+        assert now.status in ("validating", "in_progress") and time.time() < deadline, now
+        time.sleep(0.05)
+    assert now.status == "in_progress" and now.request_counts.completed < n, now
+    batch_server.kill()
+    batch_server.start()
+    batch = finished(client, batch.id)
+    assert batch.status == "completed" and batch.request_counts.completed == n, batch
+    ids = [o["custom_id"] for o in read(client, batch.output_file_id)]
+    assert ids == [f"k{i}" for i in range(n)]  # each once, in input order
