@@ -1,9 +1,10 @@
 """The Batch API's worker: one task in the serving process that takes each batch from `validating` to its end,
 one batch at a time, oldest first.
 
-- `validating`: the whole input file is read before any line runs (blink.batch.requests_file's checks, and every
-  line's `url` equal to the batch's `endpoint`, as OpenAI requires); any fault fails the batch with OpenAI's
-  `errors` object, one entry per bad line.
+- `validating`: the whole input file is read before any line runs: a line whose `url` is not the batch's `endpoint`
+  fails the batch, as OpenAI requires, with OpenAI's `errors` object (one entry per such line), and so does an empty
+  file; any other bad line (not JSON or not UTF-8, no `custom_id`, one seen before, a body too large, ...) is its
+  own line in the error file, as in run-batch, and never stops the others.
 - `in_progress`: the lines not yet recorded, `chunk_rows` at a time, sent to the app's own routes in this process
   (blink.batch.inproc, as run-batch sends them) as their own caller, `batch-api`: admission shares its places
   fairly between that caller and the interactive ones, so a batch holds at most a chunk's places and an interactive
@@ -84,11 +85,13 @@ class Worker:
     # --- validating ---------------------------------------------------------------------------------------------
 
     def validate(self, batch: dict) -> None:
+        """A line for another route than the batch's endpoint fails the batch, as OpenAI's rule has it (the file is
+        not the batch its caller meant); any other bad line is its own line in the error file, the rest still run."""
         errors, total = [], 0
         for row in self._rows(batch):
             total += 1
-            fault = row.error
-            if fault is None and row.path != batch["endpoint"]:
+            fault = row.error if row.error is not None and row.error["code"] == "invalid_url" else None
+            if row.error is None and row.path != batch["endpoint"]:
                 fault = {
                     "code": "invalid_url",
                     "message": f"line {row.index + 1}: `url` {row.path!r} is not the batch's endpoint "
@@ -156,7 +159,7 @@ class Worker:
 
     async def _answer(self, row):
         if row.path is None:
-            return None  # refused before any route (validating lets none through; kept for safety's sake)
+            return None  # refused before any route: the line's own error (not JSON, no custom_id, ...)
         return await self.client.post(row.path, row.body)
 
     # --- the end --------------------------------------------------------------------------------------------------

@@ -185,15 +185,27 @@ def test_cancel(client):
         client.batches.cancel(completed.id)
 
 
-def test_bad_lines_fail_the_batch_with_openais_errors(client):
+def test_a_line_for_another_endpoint_fails_the_batch_and_other_bad_lines_are_error_lines(client):
     good = line("good", "/v1/decisions", CASES["/v1/decisions"][0])
     source = upload(client, [good, line("wrong", "/v1/systemone", CASES["/v1/systemone"][0]), "this is not json"])
     batch = finished(
         client, client.batches.create(input_file_id=source.id, endpoint="/v1/decisions", completion_window="24h").id
     )
     assert batch.status == "failed" and batch.failed_at and batch.output_file_id is None
-    assert [(e.code, e.line) for e in batch.errors.data] == [("invalid_url", 2), ("invalid_json_line", 3)]
+    assert [(e.code, e.line) for e in batch.errors.data] == [("invalid_url", 2)]  # OpenAI's rule: one endpoint
     assert "/v1/decisions" in batch.errors.data[0].message
+    # a line that is not JSON, one without a custom_id, one seen before: each its own error line, the rest answered
+    again = line("good", "/v1/decisions", CASES["/v1/decisions"][0])
+    source = upload(client, [good, "this is not json", {"method": "POST", "url": "/v1/decisions", "body": {}}, again])
+    batch = finished(
+        client, client.batches.create(input_file_id=source.id, endpoint="/v1/decisions", completion_window="24h").id
+    )
+    assert batch.status == "completed", batch.errors
+    assert (batch.request_counts.total, batch.request_counts.completed, batch.request_counts.failed) == (4, 1, 3)
+    answered = [json.loads(x) for x in client.files.content(batch.output_file_id).text.splitlines()]
+    assert [a["custom_id"] for a in answered] == ["good"]
+    refused = [json.loads(x)["error"]["code"] for x in client.files.content(batch.error_file_id).text.splitlines()]
+    assert refused == ["invalid_json_line", "missing_custom_id", "duplicate_custom_id"]
     empty = upload(client, [], name="empty.jsonl")
     batch = finished(
         client, client.batches.create(input_file_id=empty.id, endpoint="/v1/decisions", completion_window="24h").id
