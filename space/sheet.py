@@ -103,7 +103,8 @@ def count_rows(table: Table, limits: SheetLimits) -> int:
                     "in one run. Split it into smaller files, or label it with python -m blink run-batch."
                 )
     except StartupError as error:
-        raise SheetRefused(f"The table cannot be read past its start: {error}") from None
+        reason = str(error).removeprefix(f"{table.path}: ")  # the server's own path is no news to the person
+        raise SheetRefused(f"The table cannot be read past its start ({reason}).") from None
     if total == 0:
         raise SheetRefused("The table has a header but no rows: add the rows to label.")
     return total

@@ -76,11 +76,15 @@ def error_shown(browser):
 
 
 def open_sheet(browser, url: str, screen: str):
-    """The Sheet tab with Decide's ticket questions loaded by the view's example (its pasted rows then cleared)."""
+    """The Sheet tab with Decide's ticket questions loaded by the view's example (its pasted rows then cleared); a wait
+    that looks again when the page redraws what it was reading (the status and the table redraw after each chunk)."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
 
-    wait = open_page(browser, url, screen)
+    open_page(browser, url, screen)
+    wait = WebDriverWait(browser, 90, ignored_exceptions=(StaleElementReferenceException,))
     open_tab(browser, wait, "Sheet")
     browser.find_element(By.ID, "sheet-example").click()
     wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#sheet-q0-instructions textarea").get_attribute("value"))
@@ -234,3 +238,19 @@ def test_the_endpoint_refuses_a_missing_column_in_words(space, tmp_path):
     with pytest.raises(AppError) as refused:
         Client(space, verbose=False).predict(handle_file(str(path)), ["body"], QUESTIONS, "csv", api_name="/sheet")
     assert "no column 'body'" in str(refused.value) and "ticket, text, note" in str(refused.value)
+
+
+# --- a spent quota -------------------------------------------------------------------------------------------------
+def test_a_spent_quota_stops_the_run_saying_when_to_come_back():
+    """ZeroGPU's refusal as the Space maps it (space/zerogpu.py), then the Sheet's words for it: the rows kept, why,
+    and when to come back (its Retry-After in minutes and as a time)."""
+    import gradio as gr
+
+    from space import zerogpu
+    from space.sheet import stopped_by
+
+    message = "You have exceeded your free ZeroGPU quota (30s requested vs. 7s left). Try again in 0:30:00. "
+    error = zerogpu.map_gpu_errors(gr.Error(message, title="ZeroGPU quota exceeded"), zero_gpu=True)
+    told = stopped_by(error, 128, 1000)
+    assert told.startswith("Stopped after 128 of 1,000 rows; the rows done are in the downloads.")
+    assert "ZeroGPU quota ran out" in told and "Come back in about 30 minutes (after " in told and "UTC)" in told
