@@ -149,6 +149,7 @@ demo = ui.build(
     chat_max_tokens=UI_CHAT_MAX_TOKENS,
     demo_model=(Path(SERVED.loaded.root) / "blink_demo.json").is_file(),  # make-demo-model's marker
     api_needs_key=SPACE.gradio_api_needs_key or SPACE.gradio_ui_needs_key,  # resolve_space: only with a key set
+    sheet=ui.SheetSettings.of(SPACE),
 )
 # blink's own MCP endpoint, as the standalone server serves it (typed schemas, structured content, the /v1 key);
 # its session manager runs in Gradio's app lifespan (launch(app_kwargs={"lifespan": ...}), which Gradio enters
@@ -196,7 +197,8 @@ def main() -> None:
         },
         show_error=True,
         mcp_server=True,  # Gradio's MCP server at /gradio_api/mcp/: the `decide` endpoint as a tool (space/tool.py)
-        max_file_size=SETTINGS.image_limits.max_image_bytes,  # an upload bigger than one image is refused
+        # an upload bigger than one image or one Sheet table is refused
+        max_file_size=max(SETTINGS.image_limits.max_image_bytes, SPACE.sheet_max_bytes),
         prevent_thread_lock=True,
         quiet=True,  # Gradio's start-up advice (a public link with share=True) does not apply to a Space
         i18n=ui.STATUS_WORDS,  # a screen reader hears "Done", not Gradio's untranslated "common.complete"

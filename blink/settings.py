@@ -315,6 +315,12 @@ class SpaceSettings:
     queue_max_size: int = knob(64, Integer(1, 10000), "Gradio queue size (UI events; the API has its own queue)",
                                fleet="limits.queue_max_size")
     queue_concurrency: int = knob(8, Integer(1, 64), "Gradio queue concurrency", fleet="limits.queue_concurrency")
+    sheet_max_rows: int = knob(1000, Integer(1, 1_000_000), "rows one Sheet run labels (the view and its Gradio "
+                               "endpoint); a longer table is refused", fleet="limits.sheet_max_rows")
+    sheet_max_bytes: int = knob(10 << 20, Integer(1024, 1 << 30), "bytes per table the Sheet takes",
+                                fleet="limits.sheet_max_bytes")
+    sheet_runs: int = knob(4, Integer(1, 64), "Sheet runs at once (each a Gradio queue slot); past it a run is "
+                           "refused, saying to try again shortly", fleet="limits.sheet_runs")
     gradio_api_needs_key: bool = knob(False, flag, "the Gradio `decide` endpoint and the Space's MCP tool ask for "
                                       "the API key too (the UI stays open); off, on ZeroGPU each caller spends "
                                       "their own quota", fleet="limits.gradio_api_needs_key")

@@ -5,7 +5,6 @@ function) as POST /v1/systemone."""
 import html
 import json
 import logging
-from typing import Any
 
 import gradio as gr
 
@@ -31,19 +30,10 @@ from space.ui_form import (
     state_value,
     wire_error_message,
 )
+from space.ui_questions import filled, question_editor
 from space.ui_shared import PRIVATE, caveat_html, error_html, reveal_js, reveal_refused_js, ui_class
 
 log = logging.getLogger("blink.space")
-
-# (what the dropdown shows, the System One type it sends)
-TYPES = [
-    ("noul: yes or no", "noul"),
-    ("choice: one of the options listed", "choice"),
-    ("score: a level on the scale listed", "score"),
-]
-TYPE_INFO = "noul: a yes/no question, answered with P(yes) · choice: picks one option · score: picks one level"
-OPTIONS_LABEL = "Options (choice) or levels (score), one per line"
-OPTIONS_INFO = "choice: name: description (the description may be left out) · score: lowest level first · noul: empty"
 
 EXAMPLES = {
     "Ticket routing": {
@@ -95,20 +85,9 @@ EXAMPLES = {
 
 
 def load_example(name: str):
+    """The example's state, then the questions editor's values."""
     example = EXAMPLES[name]
-    out: list[Any] = [example["state"], len(example["questions"])]
-    for i in range(SLOTS):
-        if i < len(example["questions"]):
-            qid, kind, instructions, options = example["questions"][i]
-            out += [gr.update(visible=True), qid, kind, instructions, options]
-        else:
-            out += [gr.update(visible=False), f"q{i + 1}", "noul", "", ""]
-    return out
-
-
-def set_count(count: int, delta: int):
-    count = max(1, min(SLOTS, int(count or 1) + delta))
-    return [count] + [gr.update(visible=i < count) for i in range(SLOTS)]
+    return [example["state"], *filled(example["questions"])]
 
 
 async def decide(
@@ -183,37 +162,7 @@ def decide_tab(ctx: Context, caveat: str) -> None:
                 example_buttons = {
                     name: gr.Button(name, size="sm", elem_id="example-" + name.split()[0].lower()) for name in EXAMPLES
                 }
-            count = gr.Number(value=1, visible=False, precision=0)
-            slots, groups = [], []
-            for i in range(SLOTS):
-                with gr.Group(visible=i == 0) as group:
-                    with gr.Row():
-                        # min widths: on a phone the two wrap onto lines of their own rather than cut the menu off
-                        q_name = gr.Textbox(
-                            label=f"Question {i + 1} id",
-                            value=f"q{i + 1}",
-                            scale=1,
-                            min_width=140,
-                            elem_id=f"q{i}-name",
-                        )
-                        q_type = gr.Dropdown(
-                            TYPES,
-                            value="noul",
-                            label="Type",
-                            info=TYPE_INFO,
-                            scale=2,
-                            min_width=260,
-                            elem_id=f"q{i}-type",
-                        )
-                    q_instr = gr.Textbox(
-                        label="Instructions", elem_id=f"q{i}-instructions", placeholder="What should the model decide?"
-                    )
-                    q_opts = gr.Textbox(label=OPTIONS_LABEL, info=OPTIONS_INFO, lines=3, elem_id=f"q{i}-options")
-                groups.append(group)
-                slots.append((q_name, q_type, q_instr, q_opts))
-            with gr.Row():
-                add = gr.Button("+ question", size="sm")
-                remove = gr.Button("− question", size="sm")
+            editor = question_editor()
             calibration = gr.Dropdown(
                 calibration_choices(default, loaded),
                 value=SPACE_DEFAULT,
@@ -227,12 +176,11 @@ def decide_tab(ctx: Context, caveat: str) -> None:
             results = gr.HTML(elem_id="blink-results", value="")
             raw = gr.JSON(label="Raw response (what POST /v1/systemone returns)", elem_id="blink-raw")
 
-    slot_outputs = [c for slot, group in zip(slots, groups, strict=True) for c in (group, *slot)]
     for name, button in example_buttons.items():
         button.click(  # a new form: the previous answers go
             lambda n=name: [*load_example(n), "", None],
             None,
-            [state, count, *slot_outputs, results, raw],
+            [state, *editor.outputs, results, raw],
             api_name="example_" + name.split()[0].lower(),
             api_visibility=PRIVATE,
         )
@@ -245,8 +193,6 @@ def decide_tab(ctx: Context, caveat: str) -> None:
         queue=False,
         api_visibility=PRIVATE,
     )
-    add.click(lambda c: set_count(c, +1), count, [count, *groups], api_visibility=PRIVATE)
-    remove.click(lambda c: set_count(c, -1), count, [count, *groups], api_visibility=PRIVATE)
     # the caveat says what the chosen calibration does; answers got another way go with the old caveat
     calibration.change(
         lambda value: (caveat_for(value), "", None),
@@ -260,7 +206,7 @@ def decide_tab(ctx: Context, caveat: str) -> None:
     decide_button.click(None, None, None, js=reveal_refused_js(), api_visibility=PRIVATE)  # a refused box into view
     decide_button.click(lambda: ("", None), None, [results, raw], queue=False, api_visibility=PRIVATE).then(
         ui_decide,
-        [state, count, *[c for slot in slots for c in slot], calibration],
+        [state, editor.count, *editor.boxes, calibration],
         [results, raw],
         api_name="decide_form",
         validator=check_form,

@@ -14,16 +14,15 @@ A failing test leaves a screenshot of what the page showed in ci/artifacts/space
 from __future__ import annotations
 
 import sys
-from contextlib import contextmanager
 
 import pytest
 
-from helpers import ARTIFACTS, ROOT, running
+from helpers import ROOT, running
+from helpers.browser import SCREENS, in_view, open_page, open_tab, rect, screenshot_on_failure, visible_text
 
 pytestmark = [pytest.mark.e2e, pytest.mark.space, pytest.mark.browser, pytest.mark.slow]
 
-SCREENS = {"phone": (390, 844, True), "laptop": (1280, 800, False)}
-TABS = ["Decide", "Rank", "Moderate", "Chat", "API"]
+TABS = ["Decide", "Rank", "Moderate", "Sheet", "Chat", "API"]
 
 
 @pytest.fixture(scope="module")
@@ -31,51 +30,6 @@ def space(demo_root):
     env = {"BLINK_MODEL": "demo", "BLINK_UI_CHAT_MAX_TOKENS": "4"}
     with running([sys.executable, str(ROOT / "app.py")], demo_root, env=env, name="space-browser-screens") as url:
         yield url
-
-
-@contextmanager
-def screenshot_on_failure(browser, name: str):
-    try:
-        yield
-    except BaseException:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        browser.save_screenshot(str(ARTIFACTS / f"space-screen-{name}.png"))
-        raise
-
-
-def open_page(browser, url: str, screen: str, theme: str | None = None):
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    width, height, mobile = SCREENS[screen]
-    browser.execute_cdp_cmd(
-        "Emulation.setDeviceMetricsOverride",
-        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile},
-    )
-    browser.get(url + "/" + (f"?__theme={theme}" if theme else ""))
-    wait = WebDriverWait(browser, 90)
-    wait.until(lambda d: d.find_elements(By.ID, "example-ticket"))
-    assert browser.execute_script("return [innerWidth, innerHeight]") == [width, height]
-    return wait
-
-
-def open_tab(browser, wait, name: str) -> None:
-    from selenium.webdriver.common.by import By
-
-    tab = wait.until(lambda d: d.find_element(By.XPATH, f"//button[@role='tab' and normalize-space(.)='{name}']"))
-    tab.click()
-    wait.until(lambda d: tab.get_attribute("aria-selected") == "true")
-
-
-def rect(browser, element) -> dict:
-    return browser.execute_script("return arguments[0].getBoundingClientRect().toJSON()", element)
-
-
-def in_view(browser, element) -> bool:
-    """The element's box lies inside the window, top to bottom (and it is drawn)."""
-    box = rect(browser, element)
-    height = browser.execute_script("return innerHeight")
-    return box["height"] > 0 and box["top"] >= 0 and box["bottom"] <= height
 
 
 def check_bars(browser, results_id: str, count: int) -> list[float]:
@@ -168,17 +122,6 @@ def test_rank_bars_and_answer_or_error_in_view(space, browser, screen):
         error = wait.until(lambda d: visible_text(d, "write at least one document"))
         wait.until(lambda d: in_view(d, error))
         assert browser.execute_script("return document.activeElement.id") == "rank-button"
-
-
-def visible_text(browser, text: str):
-    """The innermost element drawn on the page whose text holds `text` (or None)."""
-    return browser.execute_script(
-        "const hits = [...document.querySelectorAll('body *')].filter(e => e.offsetParent !== null"
-        " && e.innerText && e.innerText.includes(arguments[0]));"
-        "return hits.find(e => ![...e.children].some(c => c.innerText && c.innerText.includes(arguments[0])))"
-        " || null;",
-        text,
-    )
 
 
 def backdrop(browser, element) -> str:

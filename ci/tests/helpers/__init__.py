@@ -24,6 +24,9 @@ helpers/scripted.py and is imported as `helpers.scripted`; helpers/vllm.py (real
 helpers/tiny_app.py (blink's Endpoint around handlers that report what reached them, for the wire layer's
 in-process tests) and helpers/fleet.py (build.py as the build tests load it: it imports blink) likewise. This
 package imports neither torch nor blink.
+helpers/browser.py (the Space in headless Chromium at a phone's and a laptop's screen: `SCREENS`, `open_page`,
+`open_tab`, `in_view`, `visible_text`, `screenshot_on_failure`) is the browser tests' own and is imported as
+`helpers.browser`.
 helpers/images.py (the photo questions `QUESTIONS` and `vision_serve`, the vision demo's `blink serve`) is the
 image tests' own and is imported as `helpers.images`.
 """
