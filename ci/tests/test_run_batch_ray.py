@@ -70,15 +70,14 @@ def same_answers(got: list[dict], want: list[dict]) -> None:
 def test_decider_over_a_ray_dataset_answers_as_run_batch_does(table, cluster, demo_root):
     import ray.data
 
-    from blink.batch.ray_data import decide, make_spec, model_facts
-    from blink.server import build_context, load_served
+    from blink.batch.ray_data import decide, make_spec
     from blink.settings import Settings
 
     folder, want = table
-    settings = Settings(model="demo", metrics=False)
-    served = load_served(settings)
-    facts = model_facts(settings, served, build_context(settings, served))
-    spec = make_spec(settings, QUESTIONS, ["text"], ["ticket", "text", "note"], "blink", facts)
+    facts = json.loads((folder / "one.jsonl.blink.json").read_text())["facts"]  # what the one-machine run served
+    spec = make_spec(
+        Settings(model="demo", metrics=False), QUESTIONS, ["text"], ["ticket", "text", "note"], "blink", facts
+    )
     ds = ray.data.read_json(str(folder / "t.jsonl"))
     got = decide(ds, spec, actors=2, num_cpus=1, batch_rows=CHUNK).take_all()
     assert list(got[0])[-1] == "blink.error" and [k for k in got[0] if k.startswith(ANSWER)] == list(
@@ -152,3 +151,18 @@ def test_a_killed_driver_started_again_finishes_with_every_row_once(table, clust
     got = read_lines(out)
     assert [row["ticket"] for row in got] == [row["ticket"] for row in want]  # in order, each once
     same_answers(got, want)
+
+
+def test_an_actor_of_other_code_or_weights_refuses_to_start(table):
+    from blink.batch.ray_data import MODEL_FACTS, ActorMismatch, Decider, make_spec
+    from blink.settings import Settings
+
+    folder, _ = table
+    facts = json.loads((folder / "one.jsonl.blink.json").read_text())["facts"]
+    spec = make_spec(Settings(model="demo", metrics=False), QUESTIONS, ["text"], ["text"], "blink", facts)
+    spec["versions"] = {**spec["versions"], "blink_code": "0" * 16}  # the driver ran other blink code
+    with pytest.raises(ActorMismatch, match="the driver's blink and Ray"):
+        Decider(spec)
+    expected = {key: facts[key] for key in MODEL_FACTS}
+    with pytest.raises(ActorMismatch, match="weights: "):
+        Decider._check_model(expected, {**expected, "weights": "sha256:other"})
