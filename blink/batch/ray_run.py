@@ -180,7 +180,12 @@ def run(plan, ctx, served, journal) -> int:
         progress = Progress(None, args.quiet)
         source = read(plan.input, plan.table.format, plan.table.columns)
         batches = source.iter_batches(batch_size=args.chunk_rows, batch_format="pyarrow", drop_last=False)
-        chunks = RayRun(journal, progress, handles).run(batches)
+        try:
+            chunks = RayRun(journal, progress, handles).run(batches)
+        except ray.exceptions.RayTaskError as error:  # the reader's (a line that is not an object); parts kept
+            raise StartupError(
+                f"{plan.input}: Ray Data cannot read on: {getattr(error, 'cause', None) or error}"
+            ) from None
         join(journal, TableParts(plan.answers, "parquet", plan.out_format), chunks)
         summary = progress.summary()
         journal.finished(summary)
