@@ -53,6 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     io.add_argument("--chunk-rows", type=int, default=256, help="rows per chunk: the unit written and resumed")
     io.add_argument("--overwrite", action="store_true", help="start again: remove the output and its progress")
     io.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    cluster = parser.add_argument_group("on a Ray cluster (tables only; needs ray[data]: docs/batch.md)")
+    cluster.add_argument("--ray", metavar="ADDRESS", help="a Ray cluster's address, or `local` to start one here")
+    cluster.add_argument("--ray-actors", type=int, default=1, help="blink engines on the cluster (default 1)")
+    cluster.add_argument("--ray-cpus", type=float, default=1.0, help="CPUs per engine, fractions allowed (default 1)")
+    cluster.add_argument("--ray-gpus", type=float, default=0.0, help="GPUs per engine, fractions allowed (default 0)")
     add_settings(parser.add_argument_group("the model and the engine (serve's flags)"), Settings)
     parser.set_defaults(**{k: v for k, v in BATCH_DEFAULTS.items() if f"BLINK_{k.upper()}" not in os.environ})
 
@@ -75,6 +80,10 @@ class Plan:
         self.args, self.settings = args, settings
         if bool(args.input_file) == bool(args.table):
             raise StartupError("run-batch: give either -i/--input-file (a batch file) or --table (a table)")
+        if args.ray and not args.table:
+            raise StartupError("run-batch --ray labels tables (--table); a batch file (-i) runs on one machine")
+        if args.ray and (args.ray_actors < 1 or args.ray_cpus < 0 or args.ray_gpus < 0):
+            raise StartupError("--ray-actors must be 1 or more, --ray-cpus and --ray-gpus 0 or more")
         self.input = args.input_file or args.table
         if not os.path.isfile(self.input):
             raise StartupError(f"{self.input}: no such file")
@@ -133,6 +142,10 @@ class Plan:
             if not self.args.quiet:
                 print(f"run-batch: {self.args.output_file} is complete already (nothing to do)", flush=True)
             return 0
+        if self.args.ray:
+            from blink.batch import ray_run
+
+            return ray_run.run(self, ctx, served, journal)
         client = InProcess(create_app(ctx, metrics=False))
         return asyncio.run(self._run(ctx, client, journal))
 
@@ -167,6 +180,8 @@ class Plan:
             "rerank_question": s.rerank_question,
             "served_name": s.served_name,
         }
+        if self.args.ray:
+            facts["parts"] = "ray"  # its parts are Parquet: a rerun on one machine would not find them
         if self.table is not None:
             facts.update(
                 questions=self.questions,
