@@ -11,7 +11,7 @@ import json
 import httpx
 import pytest
 
-from helpers.batch import QUESTIONS, close, read_lines, run_batch, run_table, tickets
+from helpers.batch import ANSWER_COLUMNS, QUESTIONS, close, read_lines, run_batch, run_table, tickets
 
 pytestmark = pytest.mark.e2e
 
@@ -145,19 +145,6 @@ def tables(tmp_path_factory, demo_root):
         assert done.returncode == 0, done.stderr[-4000:]
         outs[dst] = out
     return rows, outs
-
-
-ANSWER_COLUMNS = [
-    "blink.refund",
-    "blink.team",
-    "blink.team.p.billing",
-    "blink.team.p.technical",
-    "blink.anger",
-    "blink.anger.p.0",
-    "blink.anger.p.1",
-    "blink.anger.p.2",
-    "blink.error",
-]
 
 
 def test_tables_come_back_in_every_format(tables):

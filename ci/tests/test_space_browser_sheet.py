@@ -21,23 +21,12 @@ import httpx
 import pytest
 
 from helpers import ROOT, running
-from helpers.batch import QUESTIONS, run_table, tickets
+from helpers.batch import ANSWER_COLUMNS, QUESTIONS, run_table, tickets
 from helpers.browser import in_view, open_page, open_tab, screenshot_on_failure, visible_text
 
 pytestmark = [pytest.mark.e2e, pytest.mark.space, pytest.mark.slow]
 browser_test = pytest.mark.browser
 MAX_ROWS = 250
-ANSWER_COLUMNS = [
-    "blink.refund",
-    "blink.team",
-    "blink.team.p.billing",
-    "blink.team.p.technical",
-    "blink.anger",
-    "blink.anger.p.0",  # a score's levels by their number, as the API's score counts them
-    "blink.anger.p.1",
-    "blink.anger.p.2",
-    "blink.error",
-]
 
 
 @pytest.fixture(scope="module")

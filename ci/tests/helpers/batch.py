@@ -18,6 +18,18 @@ QUESTIONS = {
     "team": {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "Charges", "technical": None}},
     "anger": {"type": "score", "instructions": "How frustrated?", "criteria": ["Calm", "Frustrated", "Very angry"]},
 }
+# the columns a table gets for QUESTIONS, after its own
+ANSWER_COLUMNS = [
+    "blink.refund",
+    "blink.team",
+    "blink.team.p.billing",
+    "blink.team.p.technical",
+    "blink.anger",
+    "blink.anger.p.0",  # a score's levels by their number, as the API's score counts them
+    "blink.anger.p.1",
+    "blink.anger.p.2",
+    "blink.error",
+]
 WORDS = "charged twice refund router blinks password reset account locked parcel late crushed invoice angry".split()
 
 
