@@ -23,7 +23,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def run_command(argv: list[str] | None) -> None:
-    from blink.settings import Listen, Settings, add_arguments, from_args
+    from blink.settings import Listen, Settings
+    from blink.settings_flags import add_arguments, from_args
 
     parser = argparse.ArgumentParser(prog="python -m blink", description="blink: typed decisions over HTTP")
     commands = parser.add_subparsers(dest="command", required=True)

@@ -9,12 +9,13 @@ location: the same parser, the same bounds) and the README's tables (`python bui
 - `SpaceSettings`: what only the Space reads (its card, the GPU duration requests, the Gradio queue).
 - `Listen`: where and to whom `python -m blink serve` listens (server only).
 
+The command-line flags made from them (`add_arguments`, `from_args`) are `settings_flags.py`'s.
+
 Nothing heavy is imported here: `build.py` runs these parsers without torch, transformers or Pillow.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields, replace
@@ -411,44 +412,3 @@ def resolve_space(config, env: dict | None = None) -> tuple[Settings, SpaceSetti
         if getattr(space, name) and not settings.api_key:  # what it asks for does not exist: it would leave all open
             raise StartupError(f"BLINK_{name.upper()} is on but no API key is set (BLINK_API_KEY)")
     return settings, replace(space, title=space.title or settings.served_name)
-
-
-class FromEnv(str):
-    """A flag's default read from its variable: argparse parses it only when the command runs, and a refusal
-    names the variable."""
-
-    env = ""
-
-
-def add_arguments(parser: argparse.ArgumentParser, schema=Settings) -> None:
-    """One flag per knob; each defaults to its BLINK_* variable (checked by the same parser)."""
-    for k in knobs(schema):
-        default = k.default
-        if k.env in os.environ:
-            default = FromEnv(os.environ[k.env])
-            default.env = k.env
-        shown = k.shown or ("—" if k.default is None else k.default)
-        parser.add_argument(
-            k.flag, dest=k.name, type=for_argparse(k.parse), default=default, help=f"{k.doc} [{k.env}; default {shown}]"
-        )
-
-
-def for_argparse(parse):
-    """argparse shows an ArgumentTypeError's own message (a ValueError's it replaces with 'invalid value')."""
-
-    def checked(value):
-        try:
-            return parse(str(value) if isinstance(value, FromEnv) else value)
-        except ValueError as exc:
-            source = f"{value.env}={str(value)!r}: " if isinstance(value, FromEnv) else ""
-            raise argparse.ArgumentTypeError(source + str(exc)) from None
-
-    checked.__name__ = getattr(parse, "__name__", type(parse).__name__)
-    return checked
-
-
-def from_args(args: argparse.Namespace, schema=Settings):
-    try:
-        return schema(**{k.name: getattr(args, k.name) for k in knobs(schema)})
-    except BadSetting as exc:
-        raise StartupError(f"--{exc.name.replace('_', '-')}: {exc}") from None

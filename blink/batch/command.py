@@ -30,7 +30,7 @@ BATCH_DEFAULTS = {"batch_window_ms": 10.0, "max_batch_requests": 64, "max_queued
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from blink.batch.tables import FORMATS
     from blink.settings import Settings
-    from blink.settings import add_arguments as add_settings
+    from blink.settings_flags import add_arguments as add_settings
 
     io = parser.add_argument_group("input and output")
     io.add_argument("-i", "--input-file", help="an OpenAI batch file: JSON lines {custom_id, method, url, body}")
@@ -63,7 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from blink.settings import Settings, from_args
+    from blink.settings import Settings
+    from blink.settings_flags import from_args
 
     settings = dataclasses.replace(from_args(args, Settings), api_key=None, metrics=False)
     plan = Plan(args, settings)  # refusals that need no model

@@ -22,6 +22,7 @@ LAYERS = [
             "moderation_policy",
             "backend",
             "settings",
+            "settings_flags",
             "logs",
         ],
     ),
