@@ -3,6 +3,9 @@
 # chromium-driver (apt), and selenium (pinned in ci/requirements.txt) in .venv. Idempotent; needs root for apt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# one at a time: two test workers (ci/test.sh runs two) may both open a browser first
+exec 9>"${TMPDIR:-/tmp}/blink-browser-setup.lock"
+flock 9
 if ! command -v chromium >/dev/null 2>&1 || [ ! -x /usr/bin/chromedriver ]; then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"

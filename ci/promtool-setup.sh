@@ -11,8 +11,10 @@ if command -v promtool >/dev/null 2>&1; then
 fi
 DIR=${BLINK_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/blink-ci}/promtool
 BIN=$DIR/promtool
+mkdir -p "$DIR"
+exec 9>"$DIR.lock" # one at a time: two test workers (ci/test.sh runs two) may both need it
+flock 9
 if [ ! -x "$BIN" ]; then
-  mkdir -p "$DIR"
   WORK=$(mktemp -d "$DIR/fetch.XXXXXX")
   trap 'rm -rf "$WORK"' EXIT
   if ! (cd "$WORK" && apt-get download -qq prometheus) >&2; then

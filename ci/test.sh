@@ -16,4 +16,7 @@ if git grep -qE "$MARKERS" -- "${TEXT[@]}"; then
   exit 1
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TOKENIZERS_PARALLELISM=false
-exec .venv/bin/python -m pytest "$@"
+# two workers (pytest-xdist): a server starting, a client waiting or a browser loading leaves a core idle, so two
+# files at a time fill the machine (one file, or the vLLM files together, per worker: conftest.py's `in_groups`);
+# BLINK_TEST_WORKERS=0 runs everything in one process
+exec .venv/bin/python -m pytest -n "${BLINK_TEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder "$@"

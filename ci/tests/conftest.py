@@ -44,12 +44,29 @@ def pytest_collection_modifyitems(session, config, items):
     longer (not through every file between them), and test_router.py's first, whatever order the files were named in
     (test_vllm_serve.py's last tests kill a replica)."""
     at = next((k for k, item in enumerate(items) if item.path.name in VLLM_FILES[1:]), None)
-    if at is None:
-        return
-    shared = [item for name in VLLM_FILES for item in items if item.path.name == name]
-    rest = [item for item in items if item.path.name not in VLLM_FILES]
-    before = sum(1 for item in items[:at] if item.path.name not in VLLM_FILES)
-    items[:] = rest[:before] + shared + rest[before:]
+    if at is not None:
+        shared = [item for name in VLLM_FILES for item in items if item.path.name == name]
+        rest = [item for item in items if item.path.name not in VLLM_FILES]
+        before = sum(1 for item in items[:at] if item.path.name not in VLLM_FILES)
+        items[:] = rest[:before] + shared + rest[before:]
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") != "no":
+        in_groups(items)
+
+
+def in_groups(items) -> None:
+    """With pytest-xdist (ci/test.sh runs two workers, `--dist loadgroup --no-loadscope-reorder`): a file is one unit
+    of work, run whole by one worker (its module fixtures, its servers, start once), the VLLM_FILES one unit
+    between them (the replicas they share), and the units that take longest go first (the vLLM one, then the files
+    with a `slow` test), so that the run does not end waiting for a long file begun last."""
+
+    def group(item) -> str:
+        return "vllm" if item.path.name in VLLM_FILES else item.path.name
+
+    slow = {group(item) for item in items if item.get_closest_marker("slow")}
+    rank = {"vllm": 0, **{name: 1 for name in slow - {"vllm"}}}
+    items.sort(key=lambda item: rank.get(group(item), 2))  # stable: each file keeps its order
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group(item)))
 
 
 @pytest.hookimpl(hookwrapper=True)

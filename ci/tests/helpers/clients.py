@@ -5,10 +5,12 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import shutil
 import subprocess
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -42,9 +44,12 @@ def npm_installed(folder: Path = JS, timeout: float = 300) -> Path:
         found = folder / "node_modules" / name / "package.json"
         return found.is_file() and json.loads(found.read_text()).get("version") == version
 
-    if not all(installed(name, version) for name, version in wanted.items()):
-        npm = shutil.which("npm") or "npm"
-        subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=folder, check=True, timeout=timeout)
+    # `npm ci` empties node_modules first: never while another test worker reads it
+    with open(Path(tempfile.gettempdir()) / "blink-npm-ci.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not all(installed(name, version) for name, version in wanted.items()):
+            npm = shutil.which("npm") or "npm"
+            subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=folder, check=True, timeout=timeout)
     return folder
 
 
