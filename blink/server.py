@@ -161,6 +161,7 @@ def build_context(
         max_batch=settings.max_batch_requests,
         max_queued=settings.max_queued_requests,
         model_name=settings.served_name,
+        bulk_call_s=settings.batch_call_s,
     )
     info = loaded.info
     health = {

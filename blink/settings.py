@@ -237,6 +237,9 @@ class Settings:
                                   "them they expire and are deleted")
     batch_chunk_rows: int = knob(16, Integer(1, 1024), "Batch API: rows of a batch sent to admission at once (as "
                                  "their own caller) and recorded together: what resumes after a restart")
+    batch_call_s: float = knob(1.0, Number(0.01, 60), "Batch API: seconds one model call of batch rows may take "
+                               "(sized by the speed such calls ran at): an interactive decision, always taken "
+                               "before batch rows and never in a call with them, waits at most this long")
     engine: str = knob("local", Choice(("local", "vllm")), "who runs the model: local (blink's own engine, the "
                        "weights in this process) or vllm (the replicas at `engine_url`; this process loads only the "
                        "model's tokenizer, templates and config, no weights)")

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import orjson
 
+from blink.web.callers import BULK
+
 # what the route answers when it has no room now; the row is sent again after `Retry-After`, never written as an error
 RETRIED = {429, 503, 529}
 MAX_TRIES = 1000
@@ -29,10 +31,11 @@ class Answered:
 class InProcess:
     """POSTs to one ASGI app in this process."""
 
-    def __init__(self, app, caller: str = "127.0.0.1", headers: dict | None = None):
+    def __init__(self, app, caller: str = "127.0.0.1", headers: dict | None = None, bulk: bool = False):
         """`caller`: the peer address the routes see (who admission counts the rows as); `headers`: sent with
-        every row (the API key, where the app requires one)."""
-        self.app, self.caller = app, caller
+        every row (the API key, where the app requires one); `bulk`: the rows are bulk work, decided in model calls
+        of their own after any interactive request waiting (blink.decide.batching)."""
+        self.app, self.caller, self.bulk = app, caller, bulk
         self.headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
 
     async def post(self, path: str, body: bytes) -> Answered:
@@ -69,6 +72,8 @@ class InProcess:
             "server": ("run-batch", 0),
             "state": {},
         }
+        if self.bulk:
+            scope[BULK] = True
         done = asyncio.Event()
         sent = [False]
         status, headers, chunks = [0], {}, []

@@ -6,11 +6,13 @@ one batch at a time, oldest first.
   file; any other bad line (not JSON or not UTF-8, no `custom_id`, one seen before, a body too large, ...) is its
   own line in the error file, as in run-batch, and never stops the others.
 - `in_progress`: the lines not yet recorded, `chunk_rows` at a time, sent to the app's own routes in this process
-  (blink.batch.inproc, as run-batch sends them) as their own caller, `batch-api`: admission shares its places
-  fairly between that caller and the interactive ones, so a batch holds at most a chunk's places and an interactive
-  decision goes into the next model call rather than behind the batch's rows. Each chunk's lines are recorded in one
-  transaction (blink.batch.store); a server killed mid-batch and started again on the same data dir decides only the
-  lines not recorded, so each line is in the output exactly once. A cancel is seen between chunks.
+  (blink.batch.inproc, as run-batch sends them) as their own caller, `batch-api`, and as bulk work: admission
+  shares its places fairly between that caller and the interactive ones (a batch holds at most a chunk's places),
+  and the batcher decides bulk rows in model calls of their own, sized to `batch_call_s` seconds, after every
+  interactive request waiting: an interactive decision waits at most for the bulk call already running. Each
+  chunk's lines are recorded in one transaction (blink.batch.store); a server killed mid-batch and started again on
+  the same data dir decides only the lines not recorded, so each line is in the output exactly once. A cancel is
+  seen between chunks.
 - `finalizing` / `cancelling` / past `expires_at`: the recorded lines become the output file (2xx answers) and the
   error file (the rest), and the batch ends `completed`, `cancelled` or `expired`.
 """
@@ -45,7 +47,7 @@ class Worker:
     def __init__(self, jobs, app):
         self.jobs, self.store, self.settings = jobs, jobs.store, jobs.settings
         headers = {"authorization": f"Bearer {self.settings.api_key}"}
-        self.client = InProcess(app, caller=CALLER, headers=headers)
+        self.client = InProcess(app, caller=CALLER, headers=headers, bulk=True)
         self.current: dict = {}  # the running batch's id, rows done since it started here, and when it started
         self.counts: dict = {}  # the store's counts as last read (/healthz reads no database on the event loop)
 

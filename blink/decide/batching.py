@@ -28,6 +28,12 @@ each while a window of 0 serves one request per call), and each decision gets it
 
 A request whose client left is cancelled (its future): it is dropped from the queue without being computed, and
 its queue slot is free at once; one already in a pass finishes, and its result is dropped.
+
+Bulk work (a caller marked `bulk`: the Batch API's rows) is a lane of its own: a call holds bulk rows or
+interactive requests, never both; an interactive request waiting is always taken before any bulk row (so it waits
+at most for the bulk call already running, never behind queued bulk rows); and a bulk call takes the bulk rows
+queued, whatever the window, as many as fit in `bulk_call_s` seconds at the speed bulk calls have run at
+(blink.decide.bulk_pace).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from blink.decide.bulk_pace import BulkPace, plan_tokens
 from blink.errors import EngineFailure, Overloaded
 from blink.web.callers import key_of, quota_of
 from blink.web.fair_queue import FairQueue
@@ -67,6 +74,14 @@ class Job:
 
     def members(self) -> list[Job]:
         return [self, *self.more]
+
+    @property
+    def bulk(self) -> bool:
+        """Bulk work (the Batch API's rows): its own calls, after every interactive request waiting."""
+        return bool(getattr(self.caller, "bulk", False))
+
+    def tokens(self) -> int:
+        return sum(plan_tokens(plan) for job in self.members() for plan in (job.plan, *job.extra))
 
     def gone(self) -> bool:
         """Every decision of the request was cancelled (its client left): nothing of it is worth computing."""
@@ -103,8 +118,10 @@ class Batcher:
         max_queued: int = 64,
         concurrency: int = 1,
         on=None,
+        bulk_call_s: float = 1.0,
     ):
         self.score = score
+        self.bulk = BulkPace(bulk_call_s)
         self.window_s = window_s if concurrency == 1 else 0.0
         self.max_batch = max_batch if self.window_s > 0 else 1
         self.concurrency = max(1, concurrency)
@@ -215,9 +232,14 @@ class Batcher:
             except queue.Empty:
                 return True
 
-    def _next(self, quota=None, any_quota: bool = False) -> Job | None:
-        """The next live request in fair order (charged to `quota` unless `any_quota`), taken from `held`."""
-        while (entry := self.held.head(None if any_quota else lambda job: quota_of(job.caller) == quota)) is not None:
+    def _next(self, quota=None, any_quota: bool = False, bulk: bool = False) -> Job | None:
+        """The next live request of the lane (`bulk` or interactive) in fair order (charged to `quota` unless
+        `any_quota`), taken from `held`."""
+
+        def eligible(job: Job) -> bool:
+            return job.bulk == bulk and (any_quota or quota_of(job.caller) == quota)
+
+        while (entry := self.held.head(eligible)) is not None:
             job = self.held.pop(entry)
             if not job.gone():
                 return job
@@ -228,9 +250,10 @@ class Batcher:
         self._take_queued()
         if not self.held and not (wait and self._take_queued(block=True)):
             return []
-        first = self._next(any_quota=True)
+        first = self._next(any_quota=True)  # an interactive request first, whoever's bulk rows wait
         if first is None:
-            return []
+            bulk = self._next(any_quota=True, bulk=True)
+            return [] if bulk is None else self._fill_bulk(bulk)
         jobs, quota = [first], quota_of(first.caller)
         # The window closes early when nothing more is on its way: a lone request doesn't wait for company
         # that isn't coming, and a burst is decided as soon as its last request is prepared.
@@ -244,6 +267,24 @@ class Batcher:
             if not (self.queue.qsize() or (remaining > 0 and self.incoming > 0)):
                 break
             self._take_queued(block=True, timeout=max(0.0, min(remaining, 0.001)))
+        return jobs
+
+    def _fill_bulk(self, first: Job) -> list[Job]:
+        """A bulk call: `first` and the bulk rows of its quota already queued, as many as the pace's token budget
+        holds (never waiting for more: what arrives meanwhile goes in the next call). With workers (vLLM
+        replicas) each row goes out on its own, as every request does there."""
+        jobs, quota = [first], quota_of(first.caller)
+        tokens, budget = first.tokens(), self.bulk.budget()
+        while self.workers is None:
+            entry = self.held.head(lambda job: job.bulk and quota_of(job.caller) == quota)
+            if entry is None or tokens + entry.item.tokens() > budget:
+                break
+            job = self.held.pop(entry)
+            if job.gone():
+                self._drop(1)
+                continue
+            jobs.append(job)
+            tokens += job.tokens()
         return jobs
 
     def _turn(self) -> None:
@@ -303,6 +344,8 @@ class Batcher:
             for job in live:
                 job.future.set_exception(exc)
             return
+        if jobs[0].bulk:
+            self.bulk.record(len(jobs), sum(job.tokens() for job in jobs), time.perf_counter() - started)
         self.batches += 1
         self.requests += len(jobs) - gone
         at = 0
@@ -324,4 +367,5 @@ class Batcher:
             "dropped_client_gone": self.dropped,
             "batches": self.batches,
             "requests": self.requests,
+            "bulk": self.bulk.stats(),
         }

@@ -51,10 +51,12 @@ class DecisionService:
         max_batch: int = 16,
         max_queued: int = 64,
         model_name: str = "",
+        bulk_call_s: float = 1.0,
     ):
         """`planner` checks, plans and answers in this process; `backend.score(plans, caller)` (blink.backend) runs
         one batch and returns one `plan.Scored` per plan. A backend with `parallel` > 1 (vLLM replicas) is sent
-        that many requests at once, each on its own, instead of one batch at a time."""
+        that many requests at once, each on its own, instead of one batch at a time. `bulk_call_s`: the seconds one
+        model call of bulk rows (the Batch API's) may take."""
         self.planner = planner
         self.model_name = model_name  # the served name: the metrics' `model_name`
         parallel = int(getattr(backend, "parallel", 1) or 1)
@@ -68,6 +70,7 @@ class DecisionService:
             max_queued + max_batch,
             concurrency=parallel,
             on=getattr(backend, "passes_thread", None),
+            bulk_call_s=bulk_call_s,
         )
 
     def on_its_way(self) -> OnItsWay:

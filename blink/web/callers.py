@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -30,9 +30,19 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 class Caller:
     key: str  # whose fair share: "ip:127.0.0.2", "user:alice", "zerogpu:<digest>"
     quota: Any = None  # what a GPU call is charged to (opaque; the Space's identity headers), None on `serve`
+    bulk: bool = False  # the Batch API's rows: their own model calls, after interactive work (blink.decide.batching)
 
 
 NOBODY = Caller("unknown")  # a request that carries no peer (an in-process call): one share for all of them
+
+
+BULK = "blink.bulk"  # an ASGI scope key only an in-process caller can set (blink.batch.inproc): its rows are bulk
+
+
+def with_lane(caller: Caller, request) -> Caller:
+    """`caller`, marked bulk when `request` was made in this process as bulk work (never over HTTP)."""
+    scope = getattr(request, "scope", None) or {}
+    return replace(caller, bulk=True) if scope.get(BULK) and isinstance(caller, Caller) else caller
 
 
 def key_of(caller) -> Hashable:

@@ -49,6 +49,7 @@ from blink.errors import BlinkError, EngineFailure, InvalidRequest, NoRoute, Una
 from blink.web import metrics
 from blink.web.admission import KEYED, units_of
 from blink.web.bodies import parse_body, received
+from blink.web.callers import with_lane
 
 log = logging.getLogger("blink")
 
@@ -247,7 +248,7 @@ class Endpoint:
         ctx, wire = self.ctx, self.wire
         request = Request(scope, receive)
         async with AsyncExitStack() as held:
-            call = Call(request, new_request_id(), Timing(), held, caller=ctx.caller_of(request))
+            call = Call(request, new_request_id(), Timing(), held, caller=with_lane(ctx.caller_of(request), request))
             try:
                 await self._read(call)
             except ClientDisconnect:

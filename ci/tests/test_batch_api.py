@@ -299,6 +299,33 @@ def test_figures_in_healthz_and_metrics(batch_server):
     assert 'blink_batch_rows_total{outcome="completed"}' in text and "blink_batch_rows_queued" in text
 
 
+def test_batch_rows_run_in_calls_of_their_own_after_interactive_decisions(client, batch_server):
+    """While a batch runs, interactive decisions are answered as they are when it does not, each waiting at most for
+    the bulk call already running (server-timing's `queue` against the longest bulk call /healthz saw; one second
+    of slack for a busy machine's thread hand-offs), and every batch row went through the bulk lane, several rows to
+    a call (blink.decide.batching's own tests hold the lane's rules call by call)."""
+    headers = {"Authorization": f"Bearer {KEY}"}
+    request = {"model": "demo", "state": "Where is my parcel? It was due on Monday.", "questions": QUESTIONS}
+    url = batch_server.url + "/v1/systemone"
+    alone = httpx.post(url, json=request, headers=headers, timeout=60).json()
+    before = httpx.get(batch_server.url + "/healthz").json()["batching"]["bulk"]
+    rows = [line(f"n{i}", "/v1/systemone", body) for i, body in enumerate(CASES["/v1/systemone"] * 8)]
+    batch = client.batches.create(input_file_id=upload(client, rows).id, endpoint="/v1/systemone",
+                                  completion_window="24h")  # fmt: skip
+    waits = []
+    while client.batches.retrieve(batch.id).status in ("validating", "in_progress") or not waits:
+        answer = httpx.post(url, json=request, headers=headers, timeout=60)
+        assert answer.status_code == 200, answer.text
+        close(answer.json()["answers"], alone["answers"])
+        timing = dict(part.split(";dur=") for part in answer.headers["server-timing"].split(", "))
+        waits.append(float(timing["queue"]) / 1000)
+    assert finished(client, batch.id).request_counts.completed == len(rows)
+    after = httpx.get(batch_server.url + "/healthz").json()["batching"]["bulk"]
+    assert after["rows"] - before["rows"] == len(rows)  # every row in the bulk lane, no interactive one
+    assert after["calls"] - before["calls"] < len(rows)  # rows shared calls
+    assert max(waits) <= after["longest_call_s"] + 1.0, (waits, after)
+
+
 def test_a_server_killed_mid_batch_finishes_every_line_once(client, batch_server):
     n = 120
     bodies = [{"model": "demo", "state": text, "questions": QUESTIONS} for text in tickets(n, "K")]

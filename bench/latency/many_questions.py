@@ -1,0 +1,126 @@
+"""1,000 questions over one state against the compute floor of their tokens, side by side in one process.
+
+    .venv/bin/python bench/latency/many_questions.py [--model large] [--state-tokens 500] [--questions 1000]
+
+One decision of `--questions` questions (~30 tokens each as rendered: noul, choice of 4, score of 3-5,
+bench/workload.py) over one ~`--state-tokens` state, the most a request may ask (the limits' default):
+
+- **engine**: the engine's steps for it (`prepare`, `score`, `answer`; no HTTP), a state never seen each rep;
+- **served**: the same request's round trip to `python -m blink serve` (its defaults), another new state;
+- **floor**: the decoder alone (no LM head, no cache kept) over the same tokens: the state once as one sequence,
+  then the questions' tokens as a batch of sequences of their mean length, at the best of batch sizes
+  16 / 64 / 256 (measured first). It is a floor that no exact answer reaches: each question's tokens must also
+  attend to the state's (the engine pays that; the floor does not).
+
+The sides alternate rep by rep (medians); the load average is printed before and after: read the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: offline.py and the shared modules
+import offline  # noqa: F401 - first: the repository importable, the Hub off
+
+# isort: split
+
+import httpx
+import torch
+import workload
+from floor import Floor, bench_engine, blink_once, load_average, request_tokens, served_once
+from servers import DEMO_ROOT, blink_serve
+
+from helpers import running
+
+BATCHES = (16, 64, 256)
+
+
+def questions(count: int, seed: int) -> dict:
+    """`count` short questions (~30 tokens each as rendered): bench/workload.py's, choices without descriptions."""
+    out = workload.questions(count, seed)
+    for q in out.values():
+        if q["type"] == "choice":
+            q["criteria"] = dict.fromkeys(q["criteria"])
+    return out
+
+
+def request(tokenizer, model: str, state_tokens: int, count: int, seed: int) -> dict:
+    return {**workload.body(tokenizer, model, state_tokens, 0, seed), "questions": questions(count, seed)}
+
+
+def rows_floor(floor: Floor, rows: int, length: int, batch: int) -> float:
+    """The decoder over `rows` sequences of `length` tokens, `batch` at a time: seconds (with the Gated DeltaNet
+    rule's chunk the engine picks where its reference rule runs, as bench/throughput/batch.py's floor)."""
+    from blink.executor.compute_thread import COMPUTE
+    from blink.executor.decoder import has_linear_attention
+    from blink.executor.passes import delta_rule_chunk, fla_version
+
+    ids = torch.tensor([floor.ids[:length]] * batch)
+    reference = has_linear_attention(floor.decoder.config) and fla_version() is None
+    chunk = {"chunk_size": delta_rule_chunk(length)} if reference else {}
+
+    @torch.inference_mode()
+    def timed() -> float:
+        start = time.perf_counter()
+        for at in range(0, rows, batch):
+            n = min(batch, rows - at)
+            floor.decoder(inputs_embeds=floor.embed(ids[:n]), use_cache=False, **chunk)
+        return time.perf_counter() - start
+
+    return COMPUTE.call(timed)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="large", help="demo, large (the ~150M CPU benchmark model) or a path")
+    parser.add_argument("--state-tokens", type=int, default=500)
+    parser.add_argument("--questions", type=int, default=1000)
+    parser.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args()
+
+    model, loaded, engine, params = bench_engine(args.model, prefix_cache_bytes=0)
+    tokenizer = loaded.tokenizer
+    floor = Floor(loaded, tokenizer(workload.text_of_tokens(tokenizer, 256, 0), add_special_tokens=False)["input_ids"])
+    print(f"model {args.model} ({params:.0f}M params), {args.reps} reps; load average before: {load_average()}")
+    body = request(tokenizer, args.model, args.state_tokens, args.questions, 1)
+    prompts = engine.prepare(body).prompts
+    total, state = request_tokens(prompts), prompts[0].state_end
+    per_question = (total - state) / len(prompts)
+    length = max(1, round(per_question))
+    blink_once(engine, body)  # warm the code paths
+    best = min(BATCHES, key=lambda b: rows_floor(floor, len(prompts), length, b))
+    print(f"{len(prompts)} questions, {total} tokens: state {state}, {per_question:.1f} each; floor batch {best}")
+
+    sides = {"engine": [], "served": [], "floor": []}
+    with (
+        running(blink_serve(model=model), DEMO_ROOT, name="many-questions-serve") as url,
+        httpx.Client(base_url=url, timeout=900) as client,
+    ):
+        served_once(client, request(tokenizer, args.model, args.state_tokens, args.questions, 2))  # warm
+        for rep in range(args.reps):
+            ours = request(tokenizer, args.model, args.state_tokens, args.questions, 10 + 2 * rep)
+            theirs = request(tokenizer, args.model, args.state_tokens, args.questions, 11 + 2 * rep)
+            steps = [
+                ("floor", lambda: floor(state) + rows_floor(floor, len(prompts), length, best)),
+                ("engine", lambda: blink_once(engine, ours)[0]),
+                ("served", lambda: served_once(client, theirs)),
+            ]
+            for name, step in steps if rep % 2 == 0 else steps[::-1]:  # alternate who goes first
+                sides[name].append(step())
+    ms = {name: 1000 * statistics.median(times) for name, times in sides.items()}
+    print(f"load average after: {load_average()}\n")
+    print("| questions | tokens (state + questions) | engine / floor | served / floor |")
+    print("|---|---|---|---|")
+    print(
+        f"| {len(prompts)} | {state} + {total - state} | {ms['engine']:.0f} / {ms['floor']:.0f} ms = "
+        f"{ms['engine'] / ms['floor']:.2f}x | {ms['served']:.0f} / {ms['floor']:.0f} ms = "
+        f"{ms['served'] / ms['floor']:.2f}x |"
+    )
+
+
+if __name__ == "__main__":
+    main()
