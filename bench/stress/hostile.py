@@ -1,6 +1,7 @@
 """Hostile-input benchmark: each case of issue 12 against a real `python -m blink serve`, one table.
 
     .venv/bin/python bench/stress/hostile.py [--column before|after] [--only CASE,...] [--slow-seconds N]
+        [--wire systemone|gemini]
 
 Loopback only, every case bounded in time. For each case: the status the hostile request got, the seconds it
 took, the worst `/healthz` latency seen while it ran (polled every 50 ms), and the server's RSS peak and kept
@@ -10,7 +11,10 @@ overload cases offer 200 requests at 64 connections and at 2x and 4x the server'
 the running batch) and report goodput (served req/s over one-at-a-time req/s), p99 of the served requests and
 the median cost of a refusal. Servers start as the tests start theirs (bench/servers.py). Results are saved to
 bench/stress/hostile-results.json under --column, and the table prints every saved column side by side, so the
-numbers taken before the fixes stay beside the ones taken after.
+numbers taken before the fixes stay beside the ones taken after. `--wire gemini` sends the cases that ask a
+decision (the bomb, deep JSON, the lone surrogate, the key in the query, the images, the in-limits states, the
+overloads, the slow clients) on Gemini's decisions wire (`/v1beta/decisions`) instead of System One's; the
+other cases are their own routes either way.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from offline import ROOT  # first: the repository importable, the Hub off
 
 # isort: split
 
-from hostile_harness import log, serve
+from hostile_harness import WIRES, log, serve, use_wire
 from hostile_overload import OVERLOAD_PLACES, case_overload, case_refusal_cost
 from hostile_requests import (
     case_aspect_png,
@@ -130,7 +134,9 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated case names (substring match)")
     parser.add_argument("--slow-seconds", type=float, default=35.0, help="how long the slow clients hold on")
     parser.add_argument("--no-save", action="store_true")
+    parser.add_argument("--wire", choices=sorted(WIRES), default="systemone", help="the decision cases' wire")
     args = parser.parse_args()
+    use_wire(args.wire)
     wanted = [n for n in CASES if not args.only or any(w.strip().lower() in n.lower() for w in args.only.split(","))]
     saved = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     results = saved.setdefault(args.column, {})

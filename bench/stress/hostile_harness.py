@@ -4,6 +4,7 @@ builds on the same measurements."""
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -22,6 +23,53 @@ from servers import Server, blink_serve
 MB = 2**20
 QUESTION = {"type": "noul", "instructions": "Is this about the weather?"}
 SECRET = "hostile-secret-in-query-0123"
+
+
+class Wire:
+    """How the decision cases ask a decision: on System One (`state`, `assets`) or on Gemini's decisions wire
+    (`input` as text or parts, `models/` names). `hostile.py --wire` picks one (`use_wire`); the cases read it."""
+
+    def __init__(self, path: str, state_key: str, fixed: dict, overloaded: int):
+        self.path, self.state_key, self.fixed = path, state_key, fixed
+        self.overloaded = overloaded  # the status a full server answers on this wire (with Retry-After)
+
+    def body(self, state, questions: dict | None = None) -> dict:
+        return {**self.fixed, self.state_key: state, "questions": questions or {"q": QUESTION}}
+
+    def raw(self, state_json: bytes) -> bytes:
+        """A body whose state is `state_json` as it is (bytes a JSON encoder would never write)."""
+        head = b"".join(f'"{k}": {json.dumps(v)}, '.encode() for k, v in self.fixed.items())
+        return (
+            b"{"
+            + head
+            + f'"{self.state_key}": '.encode()
+            + state_json
+            + b', "questions": {"q": '
+            + (json.dumps(QUESTION).encode() + b"}}")
+        )
+
+    def images(self, pngs: list[bytes]) -> dict:
+        data = [base64.b64encode(png).decode() for png in pngs]
+        if self.state_key == "input":
+            parts = [{"type": "image", "mime_type": "image/png", "data": d} for d in data]
+            return self.body([{"type": "text", "text": "Look:"}, *parts])
+        assets = {f"<img{i}>": {"type": "image", "format": "png", "data_base64": d} for i, d in enumerate(data)}
+        return {**self.body("Look: " + " ".join(assets)), "assets": assets}
+
+
+WIRES = {
+    "systemone": Wire("/v1/systemone", "state", {}, 529),
+    "gemini": Wire("/v1beta/decisions", "input", {"model": "models/demo"}, 429),
+}
+WIRE = [WIRES["systemone"]]
+
+
+def use_wire(name: str) -> None:
+    WIRE[0] = WIRES[name]
+
+
+def wire() -> Wire:
+    return WIRE[0]
 
 
 def log(msg: str) -> None:

@@ -11,27 +11,21 @@ import threading
 import time
 
 import httpx
-from hostile_harness import QUESTION, Watch, serve, text_of, timed_post
+from hostile_harness import QUESTION, Watch, serve, text_of, timed_post, wire
 from servers import Server
 
 
 def overload_bodies(n: int = 200) -> list[dict]:
     heavy_state = text_of(3400 * 5)  # ~3,400 tokens of the demo tokenizer (about 5 characters per token)
-    heavy = {
-        "state": heavy_state,
-        "questions": {f"q{i}": {"type": "noul", "instructions": f"Question {i}?"} for i in range(32)},
-    }
-    return [
-        dict(heavy) if i % 10 == 0 else {"state": f"Request {i}: it may rain today.", "questions": {"q": QUESTION}}
-        for i in range(n)
-    ]
+    heavy = wire().body(heavy_state, {f"q{i}": {"type": "noul", "instructions": f"Question {i}?"} for i in range(32)})
+    return [dict(heavy) if i % 10 == 0 else wire().body(f"Request {i}: it may rain today.") for i in range(n)]
 
 
 async def one_at_a_time(url: str, bodies: list[dict]) -> float:
     async with httpx.AsyncClient(timeout=300) as client:
         t = time.perf_counter()
         for body in bodies:
-            r = await client.post(url + "/v1/systemone", json=body)
+            r = await client.post(url + wire().path, json=body)
             r.raise_for_status()
         return len(bodies) / (time.perf_counter() - t)
 
@@ -53,7 +47,7 @@ async def offered(url: str, bodies: list[dict], connections: int, retries: int, 
                 for attempt in range(retries + 1):
                     t = time.perf_counter()
                     try:
-                        r = await client.post(url + "/v1/systemone", json=body)
+                        r = await client.post(url + wire().path, json=body)
                     except httpx.HTTPError as exc:
                         failed.append(type(exc).__name__)
                         break
@@ -63,10 +57,10 @@ async def offered(url: str, bodies: list[dict], connections: int, retries: int, 
                         if set(r.json()["answers"]) != set(body["questions"]):
                             wrong += 1
                         break
-                    if r.status_code == 529:
+                    if r.status_code == wire().overloaded:
                         refusals.append((took, r.headers.get("retry-after")))
                         if attempt == retries or time.perf_counter() > stop_at:
-                            failed.append("529")
+                            failed.append("refused")
                             break
                         await asyncio.sleep(min(float(r.headers.get("retry-after") or 1), 2.0))
                         continue
@@ -82,8 +76,8 @@ async def offered(url: str, bodies: list[dict], connections: int, retries: int, 
         "served_per_s": len(served) / wall,
         "wall_s": wall,
         "p99_s": served[min(len(served) - 1, int(len(served) * 0.99))] if served else None,
-        "refused_finally": failed.count("529"),
-        "other_failures": len(failed) - failed.count("529"),
+        "refused_finally": failed.count("refused"),
+        "other_failures": len(failed) - failed.count("refused"),
         "refusals": len(refusals),
         "refusal_p50_s": statistics.median(r[0] for r in refusals) if refusals else None,
         "missing_retry_after": sum(1 for r in refusals if not r[1]),
@@ -143,12 +137,9 @@ def case_refusal_cost(n: int = 100) -> dict:
     holders = [
         threading.Thread(
             target=timed_post,
-            args=(s.url, "/v1/systemone"),
+            args=(s.url, wire().path),
             kwargs={
-                "json": {
-                    "state": f"{name}: " + text_of(24_000 * 5),
-                    "questions": {f"q{i}": QUESTION for i in range(128)},
-                },
+                "json": wire().body(f"{name}: " + text_of(24_000 * 5), {f"q{i}": QUESTION for i in range(128)}),
                 "timeout": 600,
             },
         )
@@ -165,10 +156,10 @@ def case_refusal_cost(n: int = 100) -> dict:
         with httpx.Client(timeout=60) as client:
             for _ in range(n):
                 t = time.perf_counter()
-                r = client.post(s.url + "/v1/systemone", json={"state": "small", "questions": {"q": QUESTION}})
+                r = client.post(s.url + wire().path, json=wire().body("small"))
                 took = time.perf_counter() - t
                 statuses.append(r.status_code)
-                if r.status_code != 529:
+                if r.status_code != wire().overloaded:
                     continue
                 client_s.append(took)
                 # the server's own time: its total less the wait for the client's body (read before admission)

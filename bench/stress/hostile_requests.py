@@ -13,18 +13,18 @@ import time
 
 import httpx
 import zstandard
-from hostile_harness import MB, QUESTION, SECRET, Watch, text_of, timed_post
+from hostile_harness import MB, QUESTION, SECRET, Watch, text_of, timed_post, wire
 from servers import Server
 
 
 # the cases ------------------------------------------------------------------------------------------------------
 def case_zstd_bomb(s: Server, state_mb: int = 24) -> dict:
-    body = json.dumps({"state": text_of(state_mb * MB), "questions": {"q": QUESTION}}).encode()
+    body = json.dumps(wire().body(text_of(state_mb * MB))).encode()
     packed = zstandard.ZstdCompressor(level=19).compress(body)
     del body
     w = Watch(s)
     status, secs, text = timed_post(
-        s.url, "/v1/systemone", content=packed, headers={"content-type": "application/json", "content-encoding": "zstd"}
+        s.url, wire().path, content=packed, headers={"content-type": "application/json", "content-encoding": "zstd"}
     )
     return {"status": status, "seconds": round(secs, 2), "sent_bytes": len(packed), **w.done(), "detail": text}
 
@@ -91,22 +91,16 @@ def case_mcp_past_the_context(s: Server) -> dict:
 
 
 def case_nested_json(s: Server, depth: int = 100_000) -> dict:
-    content = (
-        b'{"state": ' + b"[" * depth + b"]" * depth + b', "questions": {"q": ' + json.dumps(QUESTION).encode() + b"}}"
-    )
+    content = wire().raw(b"[" * depth + b"]" * depth)
     w = Watch(s)
-    status, secs, text = timed_post(
-        s.url, "/v1/systemone", content=content, headers={"content-type": "application/json"}
-    )
+    status, secs, text = timed_post(s.url, wire().path, content=content, headers={"content-type": "application/json"})
     return {"status": status, "seconds": round(secs, 2), **w.done(0.5), "detail": text}
 
 
 def case_lone_surrogate(s: Server) -> dict:
-    content = b'{"state": "hello \\ud800 world", "questions": {"q": ' + json.dumps(QUESTION).encode() + b"}}"
+    content = wire().raw(b'"hello \\ud800 world"')
     w = Watch(s)
-    status, secs, text = timed_post(
-        s.url, "/v1/systemone", content=content, headers={"content-type": "application/json"}
-    )
+    status, secs, text = timed_post(s.url, wire().path, content=content, headers={"content-type": "application/json"})
     return {"status": status, "seconds": round(secs, 2), **w.done(0.5), "detail": text}
 
 
@@ -182,12 +176,12 @@ def case_aspect_png(s: Server) -> dict:
 def case_png_memory(s: Server, concurrency: int = 8) -> dict:
     # each request: two 20-megapixel PNGs (the largest source the default limits decode), small on the wire
     images = [png(4000, 5000), png(5000, 4000)]
-    body = image_body(images)
+    body = wire().images(images)
     sent = sum(len(i) for i in images) * concurrency
     w = Watch(s)
     t = time.perf_counter()
     with httpx.Client(timeout=300) as client:
-        results = list(_threads(concurrency, lambda: client.post(s.url + "/v1/systemone", json=body).status_code))
+        results = list(_threads(concurrency, lambda: client.post(s.url + wire().path, json=body).status_code))
     secs = time.perf_counter() - t
     return {
         "status": "/".join(sorted({str(r) for r in results})),
@@ -213,9 +207,9 @@ def case_state_at_limit(s: Server, margin: int = 400, questions: int = 4) -> dic
     while len(tokenizer(text_of(n))["input_ids"]) > target:
         n = int(n * 0.99)
     tokens = len(tokenizer(text_of(n))["input_ids"])
-    body = {"state": text_of(n), "questions": {f"q{i}": QUESTION for i in range(questions)}}
+    body = wire().body(text_of(n), {f"q{i}": QUESTION for i in range(questions)})
     w = Watch(s)
-    status, secs, text = timed_post(s.url, "/v1/systemone", json=body, timeout=600)
+    status, secs, text = timed_post(s.url, wire().path, json=body, timeout=600)
     return {"status": status, "seconds": round(secs, 2), **w.done(), "detail": f"{tokens} state tokens; {text}"}
 
 
@@ -244,9 +238,7 @@ def _threads(n: int, fn):
 
 
 def case_query_key_in_log(s: Server) -> dict:
-    status, secs, _ = timed_post(
-        s.url, f"/v1/systemone?api_key={SECRET}", json={"state": "s", "questions": {"q": QUESTION}}
-    )
+    status, secs, _ = timed_post(s.url, f"{wire().path}?api_key={SECRET}", json=wire().body("s"))
     time.sleep(0.5)
     leaked = SECRET in s.log.read_text(errors="replace")
     return {"status": "leaked" if leaked else "scrubbed", "seconds": round(secs, 2), "detail": f"http {status}"}

@@ -8,7 +8,7 @@ import json
 import socket
 import time
 
-from hostile_harness import MB, Watch
+from hostile_harness import MB, Watch, wire
 from servers import Server
 
 
@@ -35,25 +35,25 @@ def case_slow_clients(s: Server, wait_s: float = 35.0) -> dict:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
         return sock
 
+    post = f"POST {wire().path} HTTP/1.1\r\n".encode()
     for _ in range(500):
         groups["idle"].append(connect())
     for _ in range(100):
         sock = connect()
-        sock.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\n")
+        sock.sendall(post + b"Host: x\r\n")
         groups["slowloris"].append(sock)
     for _ in range(50):
         sock = connect()
         sock.sendall(
-            b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b'Content-Length: 1000\r\n\r\n{"state": '
+            post + b"Host: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000\r\n\r\n" + f'{{"{wire().state_key}": '.encode()
         )
         groups["short_body"].append(sock)
     chunk = b"x" * MB
     for _ in range(40):
         sock = connect()
         sock.sendall(
-            b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            + f"Content-Length: {15 * MB + 1}\r\n\r\n".encode()
+            post + b"Host: x\r\nContent-Type: application/json\r\n" + f"Content-Length: {15 * MB + 1}\r\n\r\n".encode()
         )
         sock.settimeout(5)
         try:
