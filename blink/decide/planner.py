@@ -262,23 +262,27 @@ class Engine(DecisionPlanner):
             prefix_block_tokens=prefix_block_tokens,
         )
 
-    def score(self, plans: list[list[Prompt]]) -> list[Scored]:
+    def score(self, plans: list[list[Prompt]], saves: bool = True) -> list[Scored]:
         """Scores many requests in one call, one `Scored` per plan: its scores or its own error (a failed batch
-        is retried one request at a time, so one bad request doesn't fail the others). Never raises."""
+        is retried one request at a time, so one bad request doesn't fail the others). Never raises. `saves=False`:
+        no state is saved in the prefix-state cache (bulk rows; saved ones are still read)."""
         start = time.perf_counter()
         try:
-            scores, cached = self.executor.score_reusing(plans)
+            scores, cached = self.executor.score_reusing(plans, saves)
             outcomes = [(s, None, c) for s, c in zip(scores, cached)]
         except Exception as exc:  # noqa: BLE001 - every request keeps its own outcome
-            outcomes = [(None, failure(exc), 0)] if len(plans) == 1 else [self._score_alone(plan) for plan in plans]
+            if len(plans) == 1:
+                outcomes = [(None, failure(exc), 0)]
+            else:
+                outcomes = [self._score_alone(plan, saves) for plan in plans]
         compute_s = time.perf_counter() - start
         if tokens_at_least(plans, TRIM_AFTER_TOKENS):
             give_back_memory()
         return [Scored(scores, error, compute_s, cached) for scores, error, cached in outcomes]
 
-    def _score_alone(self, plan: list[Prompt]) -> tuple:
+    def _score_alone(self, plan: list[Prompt], saves: bool = True) -> tuple:
         try:
-            (scores,), (cached,) = self.executor.score_reusing([plan])
+            (scores,), (cached,) = self.executor.score_reusing([plan], saves)
             return scores, None, cached
         except Exception as exc:  # noqa: BLE001
             return None, failure(exc), 0

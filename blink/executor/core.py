@@ -150,13 +150,15 @@ class Executor(PromptInputs):
         """Label logits (after temperature) per group, per prompt, per read: plain Python floats."""
         return self.score_reusing(groups)[0]
 
-    def score_reusing(self, groups: list[list[Prompt]]) -> tuple[list, list[int]]:
-        """`score`, and per group the prefix tokens taken from the prefix-state cache (not run again)."""
-        return on_cpu_thread(self.device, self._score_reusing, groups)
+    def score_reusing(self, groups: list[list[Prompt]], saves: bool = True) -> tuple[list, list[int]]:
+        """`score`, and per group the prefix tokens taken from the prefix-state cache (not run again). `saves=False`:
+        states already saved are read, no new one is saved (bulk rows must not push interactive callers' out)."""
+        return on_cpu_thread(self.device, self._score_reusing, groups, saves)
 
     @torch.inference_mode()
-    def _score_reusing(self, groups: list[list[Prompt]]) -> tuple[list, list[int]]:
+    def _score_reusing(self, groups: list[list[Prompt]], saves: bool = True) -> tuple[list, list[int]]:
         inputs = self.inputs(groups)
+        inputs.saves = saves
         resumed = self.saved_prefixes(inputs)
         inputs.features = self._encode_images(inputs, resumed)
         cached = [resumed[g].length if g in resumed else 0 for g in range(len(groups))]
@@ -229,7 +231,7 @@ class Executor(PromptInputs):
         for bucket in self.prefix_passes(inputs, fresh):
             prefix = self.prefill(inputs, bucket)
             for g in bucket:
-                if g in inputs.keys:
+                if g in inputs.keys and inputs.saves:
                     start = prefix.width - inputs.prefix_len[g]
                     self.prefix_cache.save(inputs.keys[g], row_of(prefix.cache, prefix.row_of[g], start))
             yield prefix
@@ -244,8 +246,8 @@ class Executor(PromptInputs):
             prefix = self.prefill(inputs, bucket, lengths)
             for g in bucket:
                 row = row_of(prefix.cache, prefix.row_of[g], prefix.width - lengths[g])
-                keys = inputs.keys[g][: lengths[g]]
-                self.prefix_cache.save(keys, row)
+                if inputs.saves:
+                    self.prefix_cache.save(inputs.keys[g][: lengths[g]], row)
                 found[g] = Entry(lengths[g], row, 0)
             del prefix
         return found
@@ -260,7 +262,8 @@ class Executor(PromptInputs):
             return shared_structure(entry.cache)
         cache = copy.deepcopy(entry.cache)
         self.extend(inputs, g, cache, done, n)
-        self.prefix_cache.save(inputs.keys[g], copy.deepcopy(cache))
+        if inputs.saves:
+            self.prefix_cache.save(inputs.keys[g], copy.deepcopy(cache))
         return cache
 
     def extend(self, inputs: Inputs, g: int, cache, done: int, end: int) -> torch.Tensor:

@@ -25,6 +25,7 @@ class Inputs:
     spans: dict  # id(prompt) -> (image, first token, token count) per image (see _image_spans)
     keys: dict | None = None  # group -> its prefix's cache keys, for the groups whose prefix is saved
     systems: dict | None = None  # group -> where its system prompt ends (a second save point), for those that have one
+    saves: bool = True  # False: saved states are read, none is written (bulk rows: blink.backend.LocalBackend)
 
 
 class PromptInputs:

@@ -104,3 +104,30 @@ def test_only_an_in_process_caller_is_bulk():
     assert with_lane(person, Request({"blink.bulk": True})).bulk
     assert not with_lane(person, Request({"headers": [(b"blink.bulk", b"1")]})).bulk
     assert with_lane(person, None) is person
+
+
+def test_bulk_rows_read_saved_states_and_save_none(engine):
+    """On the local backend a bulk row saves no state in the prefix-state cache (a batch never pushes interactive
+    callers' states out) but reads one saved there; its answer is the same either way."""
+    from blink.backend import LocalBackend
+
+    backend, cache = LocalBackend(engine, None), engine.executor.prefix_cache
+    assert cache.active
+    state = "A ticket no test has sent before: the parcel came late, the box was torn and the invoice is wrong. " * 4
+    plan = engine.prepare({"state": state, "questions": {"q": {"type": "noul", "instructions": "Urgent?"}}}).prompts
+    entries = cache.stats()["entries"]
+    (bulk,) = backend.score([plan], BULK)
+    assert cache.stats()["entries"] == entries and bulk.cached_tokens == 0  # nothing saved
+    (person,) = backend.score([plan], PEOPLE[0])
+    assert cache.stats()["entries"] > entries  # an interactive caller's state is saved
+    (again,) = backend.score([plan], BULK)
+    assert again.cached_tokens > 0  # and a bulk row about it resumes there
+    for one in (person, again):
+        for a, b in zip(flat(bulk.result()), flat(one.result())):
+            assert abs(a - b) <= 1e-5
+
+
+def flat(value) -> list[float]:
+    if isinstance(value, list | tuple):
+        return [x for v in value for x in flat(v)]
+    return [float(value)]
