@@ -17,6 +17,6 @@ if git grep -qE "$MARKERS" -- "${TEXT[@]}"; then
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TOKENIZERS_PARALLELISM=false
 # two workers (pytest-xdist): a server starting, a client waiting or a browser loading leaves a core idle, so two
-# files at a time fill the machine (one file, or the vLLM files together, per worker: conftest.py's `in_groups`);
+# files at a time fill the machine (one file, or the vLLM files together, per worker: conftest.py's `pytest_xdist_make_scheduler`);
 # BLINK_TEST_WORKERS=0 runs everything in one process
-exec .venv/bin/python -m pytest -n "${BLINK_TEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder "$@"
+exec .venv/bin/python -m pytest -n "${BLINK_TEST_WORKERS:-2}" --dist loadscope --no-loadscope-reorder "$@"

@@ -5,9 +5,10 @@ Servers are real processes (`python -m blink serve ...`), reached over HTTP by r
 fixtures and the tests share live in ci/tests/helpers/ (a test file imports those, never another test file or
 this one); the markers are listed in pytest.ini and explained in ci/tests/README.md.
 
-Memory: the whole run stays in one pytest process beside the servers it starts, so what a module leaves behind
-is given back when it ends (`gc` and glibc's heap trim, after its module-scoped fixtures are torn down), and a
-session server is stopped after the last test that uses it (not at the end of the session).
+Memory: each pytest process (ci/test.sh runs two workers, pytest-xdist; a file runs whole in one of them: see
+`in_groups`) stays beside the servers it starts, so what a module leaves behind is given back when it ends (`gc`
+and glibc's heap trim, after its module-scoped fixtures are torn down), and a session server is stopped after the
+last test that uses it (not at the end of the session).
 """
 
 from __future__ import annotations
@@ -49,31 +50,74 @@ def pytest_collection_modifyitems(session, config, items):
         rest = [item for item in items if item.path.name not in VLLM_FILES]
         before = sum(1 for item in items[:at] if item.path.name not in VLLM_FILES)
         items[:] = rest[:before] + shared + rest[before:]
-    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") != "no":
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller schedules what the workers collect
         in_groups(items)
 
 
+# the session fixtures whose servers SERVERS holds (stopped after the last test that uses them)
+SESSION_SERVERS = ("vllm_replicas", "server", "keyed_server", "surface")
+
+
+def unit_of(file_name: str) -> str:
+    """The unit of work of a test file under pytest-xdist: the file, or "vllm" for the VLLM_FILES."""
+    return "vllm" if file_name in VLLM_FILES else file_name
+
+
+def group_of(item) -> str:
+    return unit_of(item.path.name)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's scope scheduling (a unit of work runs whole on one worker, its module fixtures and servers
+    started once), its units `unit_of`'s: the VLLM_FILES, which share the replicas, are one."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid.split("::", 1)[0].rsplit("/", 1)[-1])
+
+    return ByUnit(config, log)
+
+
 def in_groups(items) -> None:
-    """With pytest-xdist (ci/test.sh runs two workers, `--dist loadgroup --no-loadscope-reorder`): a file is one unit
-    of work, run whole by one worker (its module fixtures, its servers, start once), the VLLM_FILES one unit
-    between them (the replicas they share), and the units that take longest go first (the vLLM one, then the files
-    with a `slow` test), so that the run does not end waiting for a long file begun last."""
-
-    def group(item) -> str:
-        return "vllm" if item.path.name in VLLM_FILES else item.path.name
-
-    slow = {group(item) for item in items if item.get_closest_marker("slow")}
+    """The order of the units of work under pytest-xdist (ci/test.sh runs two workers, `--no-loadscope-reorder`:
+    the scheduler hands them out in this order, `pytest_xdist_make_scheduler`). The units that take longest go
+    first (the vLLM one, then the files with a `slow` test), so that the run does not end waiting for a long file
+    begun last; within that, the files that use the same session servers run one after another, so a worker stops
+    one once the files that use it are behind it (`pytest_runtest_teardown`) and seldom starts it again."""
+    slow = {group_of(item) for item in items if item.get_closest_marker("slow")}
     rank = {"vllm": 0, **{name: 1 for name in slow - {"vllm"}}}
-    items.sort(key=lambda item: rank.get(group(item), 2))  # stable: each file keeps its order
+    uses: dict[str, set] = {}
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(group(item)))
+        uses.setdefault(group_of(item), set()).update(f for f in SESSION_SERVERS if f in item.fixturenames)
+
+    def key(item) -> tuple:
+        group = group_of(item)
+        return rank.get(group, 2), [f not in uses[group] for f in SESSION_SERVERS]
+
+    items.sort(key=key)  # stable: each file keeps its order
+
+
+def still_to_run(item, nextitem) -> list:
+    """The tests a server may still be needed by once `item` is done: in one process every later test; in an
+    xdist worker only the rest of the next test's unit (which units this worker gets later is not known yet)."""
+    if nextitem is None:
+        return []
+    items = item.session.items
+    rest = items[items.index(nextitem) :]
+    if not hasattr(item.config, "workerinput"):
+        return rest
+    return [later for later in rest if group_of(later) == group_of(nextitem)]
+
+
+def pytest_runtest_setup(item):
+    SERVERS.wake(item.fixturenames)  # a session server this worker stopped, needed again (still_to_run)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item, nextitem):
     yield  # the item's fixtures are finalized (a module's, after its last test)
-    items = item.session.items
-    SERVERS.release_after(items[items.index(nextitem) :] if nextitem is not None else [])
+    SERVERS.release_after(still_to_run(item, nextitem))
     if nextitem is None or nextitem.module is not item.module:
         give_back_memory()
 
@@ -103,10 +147,19 @@ def vision_root(demo_root):
     return demo_root
 
 
+def session_server(fixture: str, argv: list[str], demo_root: Path, env: dict | None = None, name: str = "") -> str:
+    """A session server held by SERVERS, which can start it again on its port (`wake`)."""
+
+    def start(port: int | None = None):
+        return running(argv, demo_root, env=env, port=port, name=name)
+
+    return SERVERS.start(fixture, start(), again=start)
+
+
 @pytest.fixture(scope="session")
 def server(demo_root):
     """The standalone server with the demo model, open (no key), batching off."""
-    yield SERVERS.start("server", running(blink_serve(), demo_root, name="serve"))
+    yield session_server("server", blink_serve(), demo_root, name="serve")
     SERVERS.stop("server")
 
 
@@ -114,7 +167,7 @@ def server(demo_root):
 def keyed_server(demo_root):
     """The standalone server with an API key."""
     env = {"BLINK_API_KEY": "sekret-key-123"}
-    yield SERVERS.start("keyed_server", running(blink_serve(), demo_root, env=env, name="serve-keyed"))
+    yield session_server("keyed_server", blink_serve(), demo_root, env=env, name="serve-keyed")
     SERVERS.stop("keyed_server")
 
 
@@ -123,7 +176,7 @@ def surface(demo_root):
     """The standalone server with CORS for `ORIGIN` and a model alias (`blink-alias`), for the OpenAI surface beyond
     chat: test_openai_surface.py and test_openai_text_completions.py, which run back to back."""
     flags = ("--cors-origins", ORIGIN, "--model-aliases", "blink-alias")
-    yield SERVERS.start("surface", running(blink_serve(*flags), demo_root, name="serve-surface"))
+    yield session_server("surface", blink_serve(*flags), demo_root, name="serve-surface")
     SERVERS.stop("surface")
 
 

@@ -122,19 +122,34 @@ class ServersInUse:
     """Servers held by fixtures (session- or module-scoped) and stopped after the last test that uses their
     fixture (directly or through another fixture), not when pytest tears the fixture down: a session server no
     later test calls, or one of a module's three Spaces, stops running beside the next one. conftest.py calls
-    `release_after` once each test is torn down; the fixture's own teardown calls `stop` (a no-op by then)."""
+    `release_after` once each test is torn down; the fixture's own teardown calls `stop` (a no-op by then).
+
+    A server started with `again` (a pytest-xdist worker may stop one that a file it gets later uses: conftest.py's
+    `still_to_run`) is started again on its old port by `wake` before a test that uses its fixture, so the URL
+    pytest keeps for the fixture stays right."""
 
     def __init__(self):
         self.stacks: dict[str, ExitStack] = {}
+        self.again: dict[str, tuple] = {}  # fixture -> (again, its URL) for the servers that can start again
+        self.asleep: set[str] = set()
 
-    def start(self, fixture: str, server) -> str:
-        """Enter `server` (a context manager yielding its URL, as `running`) for the fixture named `fixture`."""
+    def start(self, fixture: str, server, again=None) -> str:
+        """Enter `server` (a context manager yielding its URL, as `running`) for the fixture named `fixture`;
+        `again(port)`: the same server on `port`, for `wake`."""
         stack = ExitStack()
         url = stack.enter_context(server)
         self.stacks[fixture] = stack
+        if again is not None:
+            self.again[fixture] = (again, url)
         return url
 
     def stop(self, fixture: str) -> None:
+        """The fixture's own teardown: stopped for good."""
+        self._close(fixture)
+        self.again.pop(fixture, None)
+        self.asleep.discard(fixture)
+
+    def _close(self, fixture: str) -> None:
         stack = self.stacks.pop(fixture, None)
         if stack is not None:
             stack.close()
@@ -143,7 +158,18 @@ class ServersInUse:
         """Stop every server whose fixture none of the `remaining` tests uses."""
         for fixture in list(self.stacks):
             if not any(fixture in item.fixturenames for item in remaining):
-                self.stop(fixture)
+                self._close(fixture)
+                if fixture in self.again:
+                    self.asleep.add(fixture)
+
+    def wake(self, fixturenames) -> None:
+        """Start again, on their old ports, the stopped servers whose fixtures a test is about to use."""
+        for fixture in [f for f in self.asleep if f in fixturenames]:
+            again, url = self.again[fixture]
+            stack = ExitStack()
+            stack.enter_context(again(int(url.rsplit(":", 1)[1])))
+            self.stacks[fixture] = stack
+            self.asleep.discard(fixture)
 
 
 SERVERS = ServersInUse()
