@@ -1,12 +1,14 @@
 """ci/setup.sh, the README's first command, on a machine without root: it sets up .venv through pip alone and runs
 nothing through apt, dpkg or sudo (the system tools one test needs, promtool and chromium, are fetched by that
-test's own script: ci/promtool-setup.sh, ci/browser-setup.sh). It runs against the .venv already there (setup.sh
-is idempotent: the venv built for these pins is there), so it takes seconds. Then the Space starts and answers with
-the same PATH: nothing it runs needs them either."""
+test's own script: ci/promtool-setup.sh, ci/browser-setup.sh). It runs in a copy of the scripts and pins (its
+`.venv` link there, not in the checkout: see `setup_scripts`), against the venv built for these pins and that
+interpreter in ~/.cache/blink-ci (ci/venv-home.sh; the first run on a machine builds it). Then the Space starts
+and answers with the same PATH: nothing it runs needs them either."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -40,12 +42,23 @@ def path_without_apt(tmp: Path) -> tuple[str, Path]:
     return f"{stand_ins}{os.pathsep}{shadow}", log
 
 
+def setup_scripts(tmp: Path) -> Path:
+    """A copy of what ci/setup.sh reads (the scripts, the pins), so that it links `.venv` in the copy: the python3
+    on the PATH without apt may be another interpreter (its own venv, by ci/venv-home.sh's key), and relinking the
+    checkout's `.venv` would pull the environment from under the other test worker."""
+    copy = tmp / "checkout"
+    (copy / "ci").mkdir(parents=True)
+    for source in [*(ROOT / "ci").glob("*.sh"), *(ROOT / "ci").glob("requirements*.txt")]:
+        shutil.copy2(source, copy / "ci" / source.name)
+    return copy / "ci" / "setup.sh"
+
+
 def test_setup_installs_nothing_through_apt_and_the_space_serves(tmp_path, demo_root):
     assert (ROOT / ".venv" / "bin" / "python").exists(), "run bash ci/setup.sh once first"
     path, log = path_without_apt(tmp_path)
     env = {k: v for k, v in os.environ.items() if k not in ("PATH", "PYTHON")}
     ran = subprocess.run(
-        ["bash", str(ROOT / "ci" / "setup.sh")], env={**env, "PATH": path}, capture_output=True, text=True, timeout=300
+        ["bash", str(setup_scripts(tmp_path))], env={**env, "PATH": path}, capture_output=True, text=True, timeout=900
     )
     calls = log.read_text() if log.exists() else ""
     assert ran.returncode == 0, (ran.returncode, ran.stderr[-3000:], calls)
