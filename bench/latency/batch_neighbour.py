@@ -106,8 +106,11 @@ def main() -> None:
     parser.add_argument("--call-s", default="0.01,0.25,1.0", help="--batch-call-s values, comma-separated")
     args = parser.parse_args()
 
+    from blink.model.demo import demo_model_dir
     from blink.model.loading import load
 
+    if args.model in ("demo", "large"):
+        args.model = str(demo_model_dir(args.model))  # built on first use, offline
     tokenizer = load(args.model, weights=False).tokenizer
     questions = workload.questions(3)
     rows = [
