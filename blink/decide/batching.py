@@ -46,6 +46,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from blink.decide.bulk_pace import BulkPace, plan_tokens
@@ -80,7 +81,9 @@ class Job:
         """Bulk work (the Batch API's rows): its own calls, after every interactive request waiting."""
         return bool(getattr(self.caller, "bulk", False))
 
+    @cached_property
     def tokens(self) -> int:
+        """Its prompt tokens (a bulk call's size): counted once, read when filling the call and when timing it."""
         return sum(plan_tokens(plan) for job in self.members() for plan in (job.plan, *job.extra))
 
     def gone(self) -> bool:
@@ -274,17 +277,17 @@ class Batcher:
         holds (never waiting for more: what arrives meanwhile goes in the next call). With workers (vLLM
         replicas) each row goes out on its own, as every request does there."""
         jobs, quota = [first], quota_of(first.caller)
-        tokens, budget = first.tokens(), self.bulk.budget()
+        tokens, budget = first.tokens, self.bulk.budget()
         while self.workers is None:
             entry = self.held.head(lambda job: job.bulk and quota_of(job.caller) == quota)
-            if entry is None or tokens + entry.item.tokens() > budget:
+            if entry is None or tokens + entry.item.tokens > budget:
                 break
             job = self.held.pop(entry)
             if job.gone():
                 self._drop(1)
                 continue
             jobs.append(job)
-            tokens += job.tokens()
+            tokens += job.tokens
         return jobs
 
     def _turn(self) -> None:
@@ -345,7 +348,7 @@ class Batcher:
                 job.future.set_exception(exc)
             return
         if jobs[0].bulk:
-            self.bulk.record(len(jobs), sum(job.tokens() for job in jobs), time.perf_counter() - started)
+            self.bulk.record(len(jobs), sum(job.tokens for job in jobs), time.perf_counter() - started)
         self.batches += 1
         self.requests += len(jobs) - gone
         at = 0
