@@ -53,6 +53,18 @@ STATUSES = {
 NOUL_RANGE = (0.01, 0.99)  # Gemini's documented range of `noul`
 READS = "blink reads `text` and `image` (base64 `data`) blocks in `input`, `text` blocks in instructions"
 NOT_READ = ("audio", "video", "document", "file")
+# the fields each object takes (Google's APIs refuse a field they don't know; so does blink: never ignored)
+FIELDS = {
+    "the request": ("model", "input", "questions", "x_calibration", "x_order"),
+    "a question": ("type", "instructions", "criteria"),
+    "a text block": ("type", "text"),
+    "an image block": ("type", "data", "mime_type", "uri"),
+}
+NOT_HONOURED = {
+    "annotations": "a text block's `annotations` are not read: send its `text` alone",
+    "resolution": "an image block's `resolution` is not honoured: blink reads an image at the model's own "
+    "resolution; leave it out",
+}
 TYPE_URL = "type.googleapis.com/google.rpc."
 
 
@@ -82,6 +94,17 @@ WIRE = Wire(render, id_headers=("x-request-id", "x-typesafe-request-id"))
 
 def bad(message: str, *loc, kind: str = "invalid_value") -> InvalidRequest:
     return InvalidRequest(message, loc=["body", *loc], kind=kind)
+
+
+def known_fields(value: dict, what: str, *loc) -> None:
+    """A field `what` does not take is a 400 naming it (one that blink knows but doesn't honour says why)."""
+    fields = FIELDS[what]
+    unknown = next((key for key in value if key not in fields), None)
+    if unknown is None:
+        return
+    if unknown in NOT_HONOURED:
+        raise bad(NOT_HONOURED[unknown], *loc, unknown, kind="unsupported_field")
+    raise bad(f"unknown field `{unknown}`: {what} takes {', '.join(fields)}", *loc, unknown, kind="unknown_field")
 
 
 # the request ------------------------------------------------------------------------------------------------
@@ -138,6 +161,7 @@ def _image(block: dict, images: list, loc: tuple) -> str:
         raise bad("an image block needs `data`: the image's bytes, base64", *loc, "data", kind="missing")
     if not isinstance(block["data"], str):
         raise bad("an image block's `data` must be a base64 string", *loc, "data")
+    known_fields(block, "an image block", *loc)
     mime = block.get("mime_type", "image/png")
     if not isinstance(mime, str) or not mime.startswith("image/"):
         raise bad(f"an image block's `mime_type` must be image/..., got {mime!r}", *loc, "mime_type")
@@ -153,6 +177,7 @@ def _block_text(block: Any, loc: tuple, images: list | None) -> str:
     if kind == "text":
         if not isinstance(block.get("text"), str):
             raise bad("a text block needs a string `text`", *loc, "text")
+        known_fields(block, "a text block", *loc)
         return block["text"]
     if kind == "image" and images is not None:
         return _image(block, images, loc)
@@ -191,6 +216,7 @@ def _question(qid: str, q: Any) -> Any:
     """One Gemini question as System One's (what System One checks, it checks: the same locations)."""
     if not isinstance(q, dict):
         return q  # refused by System One's check, naming the question
+    known_fields(q, "a question", "questions", qid)
     out = dict(q)
     if "instructions" in q:
         out["instructions"] = content_text(q["instructions"], ("questions", qid, "instructions"))
@@ -205,6 +231,7 @@ def _question(qid: str, q: Any) -> Any:
 def to_systemone(body: Any, served: list[str]) -> Mapped:
     if not isinstance(body, dict):
         raise bad("the body must be a JSON object with `model`, `input` and `questions`", kind="invalid_type")
+    known_fields(body, "the request")
     name = model_name(body, served)
     if "input" not in body:
         raise bad("`input` is required", "input", kind="missing")

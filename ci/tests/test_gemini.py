@@ -261,6 +261,23 @@ BAD = {
     "too many questions": {**GOOD, "questions": {f"q{i}": NOUL for i in range(5000)}},
     "bad x_calibration": {**GOOD, "x_calibration": "sometimes"},
 }
+# fields blink does not take, each refused where it stands (field path as Google's `fieldViolations` write it)
+UNKNOWN = {
+    "generation_config": ({**GOOD, "generation_config": {"temperature": 0}}, "generation_config"),
+    "a question's weight": ({**GOOD, "questions": {"q": {**NOUL, "weight": 2}}}, "questions.q.weight"),
+    "a text block's annotations": (
+        {**GOOD, "input": [{"type": "text", "text": STATE, "annotations": []}]},
+        "input[0].annotations",
+    ),
+    "an image's resolution": (
+        {**GOOD, "input": [{"type": "image", "data": "AAAA", "mime_type": "image/png", "resolution": "high"}]},
+        "input[0].resolution",
+    ),
+    "an instruction block's extra": (
+        {**GOOD, "questions": {"q": {"type": "noul", "instructions": {"type": "text", "text": "?", "x": 1}}}},
+        "questions.q.instructions.x",
+    ),
+}
 
 
 @pytest.mark.parametrize("body", BAD.values(), ids=BAD.keys())
@@ -275,6 +292,18 @@ def test_bad_bodies_get_google_shaped_4xx(server, body):
         error = google_error(r, 400)
         assert error["status"] == "INVALID_ARGUMENT"
         assert {d["@type"].rsplit(".", 1)[1] for d in error["details"]} >= {"ErrorInfo"}
+
+
+@pytest.mark.parametrize("case", UNKNOWN.values(), ids=UNKNOWN.keys())
+def test_a_field_blink_does_not_take_is_a_400_naming_it(server, case):
+    """Never silently ignored (Google's own API refuses a field it does not know): on both paths, the field named in
+    the message and in the `BadRequest` detail."""
+    body, field_path = case
+    for path in ("/v1beta/decisions", "/v1/decisions"):
+        error = google_error(httpx.post(server + path, json=body, timeout=60), 400)
+        violation = next(d for d in error["details"] if d["@type"].endswith("BadRequest"))["fieldViolations"][0]
+        assert violation["field"] == field_path, violation
+        assert f"`{field_path.rsplit('.', 1)[-1]}`" in error["message"], error["message"]
 
 
 def test_other_refusals_are_google_shaped(server):
