@@ -51,8 +51,9 @@ class LocalBackend:
         return self.engine.executor.passes_thread
 
     def score(self, plans: list[list[Prompt]], caller: Any = None) -> list[Scored]:
-        # bulk rows (the Batch API's) save no state: a batch never pushes interactive callers' states out
-        return self.engine.score(plans, saves=not getattr(caller, "bulk", False))
+        # bulk and table rows (the Batch API's, the Sheet's) save no state: a table never pushes interactive callers'
+        # states out
+        return self.engine.score(plans, saves=getattr(caller, "saves_state", True))
 
     def generate(self, ids: list[int], params: GenerationParams, caller: Any = None) -> Iterator[Any]:
         return self.chat_engine.generate(ids, params)

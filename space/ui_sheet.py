@@ -13,7 +13,7 @@ import logging
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import gradio as gr
@@ -22,6 +22,7 @@ import auth
 from blink.context import Context
 from blink.errors import Unauthorized
 from blink.settings import SpaceSettings
+from blink.web.callers import NOBODY
 from space.sheet import (
     SheetLimits,
     SheetRefused,
@@ -125,7 +126,8 @@ class Sheet:
         if problem:
             raise SheetRefused(problem)
         answers = answers_for(self.ctx, questions, table.columns)
-        caller = self.ctx.caller_of(request) if request is not None else None
+        # the table's rows save no state in the prefix-state cache: a table never pushes others' states out
+        caller = replace(self.ctx.caller_of(request) if request is not None else NOBODY, table_rows=True)
         run = SheetRun(self.ctx, table, columns, questions, answers, workdir(), caller, ui_class(self.ctx, request))
         run.total = total
         return run

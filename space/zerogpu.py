@@ -314,7 +314,7 @@ class ZeroGpuBackend:
             prefill_tokens=tokens,
             max_s=self.score_max_s,
         ) as call:
-            out = call.run(self.gpu_score, plans)
+            out = call.run(self.gpu_score, plans, getattr(caller, "saves_state", True))
             call.used(out[0].compute_s)  # a blink.plan.Scored per plan, each carrying the call's seconds
         return out
 

@@ -198,7 +198,10 @@ def test_the_endpoint_labels_a_file_as_run_batch_does(space, demo_root, tmp_path
     rows = tickets(24, seed=3)
     path = write_csv(tmp_path / "tickets.csv", rows)
     client = Client(space, verbose=False)
+    held = saved_states(space)
+    assert held["active"]  # off ZeroGPU the Space keeps a prefix-state cache
     labelled = client.predict(handle_file(str(path)), ["text"], QUESTIONS, "csv", api_name="/sheet")
+    assert saved_states(space) == held  # the table's rows saved no state there: others' states stay
     got = read_csv(open(labelled, encoding="utf-8").read())
     questions = tmp_path / "questions.json"
     questions.write_text(json.dumps(QUESTIONS))
@@ -217,6 +220,11 @@ def test_the_endpoint_labels_a_file_as_run_batch_does(space, demo_root, tmp_path
     table = pq.read_table(parquet)
     assert table.column_names == list(got[0]) and table.num_rows == 24
     assert table.column("blink.refund").to_pylist() == pytest.approx([float(r["blink.refund"]) for r in got])
+
+
+def saved_states(space: str) -> dict:
+    cache = httpx.get(space + "/healthz", timeout=30).json()["prefix_cache"]
+    return {k: cache[k] for k in ("active", "entries", "used_mib")}
 
 
 def test_the_endpoint_refuses_a_missing_column_in_words(space, tmp_path):
