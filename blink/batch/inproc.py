@@ -9,6 +9,7 @@ rest of the way to the batcher (bench/RESULTS.md)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
@@ -18,6 +19,10 @@ from blink.web.callers import BULK
 # what the route answers when it has no room now; the row is sent again after `Retry-After`, never written as an error
 RETRIED = {429, 503, 529}
 MAX_TRIES = 1000
+
+
+class GaveUp(Exception):
+    """The caller stopped waiting for room (its batch was cancelled or expired): the row was not answered."""
 
 
 @dataclass
@@ -38,12 +43,15 @@ class InProcess:
         self.app, self.caller, self.bulk = app, caller, bulk
         self.headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
 
-    async def post(self, path: str, body: bytes) -> Answered:
-        """One request, sent again while the route says it has no room (529, 429, 503 with `Retry-After`)."""
+    async def post(self, path: str, body: bytes, give_up: Callable[[], bool] | None = None) -> Answered:
+        """One request, sent again while the route says it has no room (529, 429, 503 with `Retry-After`), unless
+        `give_up()` says to stop waiting (GaveUp: the row was not answered)."""
         for tries in range(MAX_TRIES):
             status, headers, raw = await self._call(path, body)
             if status not in RETRIED or "retry-after" not in headers or tries == MAX_TRIES - 1:
                 break
+            if give_up is not None and give_up():
+                raise GaveUp(path)
             await asyncio.sleep(max(0.05, min(float(headers["retry-after"] or 1), 30.0)))
         try:
             parsed = orjson.loads(raw)

@@ -63,6 +63,7 @@ class Jobs:
         self.store = Store(settings.data_dir, settings.retention_s, settings.quota_bytes)
         self.wake = asyncio.Event()  # a batch to work on: the worker starts at once rather than at its next look
         self.worker = self.task = None
+        self.cancelled: set[str] = set()  # batches cancelled while running here (the store says so after a restart)
         self.loop: asyncio.AbstractEventLoop | None = None
 
     def notify(self) -> None:
@@ -142,6 +143,7 @@ class Jobs:
             batch_id, expect=("validating", "in_progress"), status="cancelling", cancelling_at=int(time.time())
         )
         if batch is not None:
+            self.cancelled.add(batch_id)  # rows waiting for room stop waiting
             self.notify()
             return batch
         batch = self.batch(batch_id)

@@ -12,9 +12,11 @@ one batch at a time, oldest first.
   interactive request waiting: an interactive decision waits at most for the bulk call already running. Each
   chunk's lines are recorded in one transaction (blink.batch.store); a server killed mid-batch and started again on
   the same data dir decides only the lines not recorded, so each line is in the output exactly once. A cancel is
-  seen between chunks.
+  seen between chunks, and by a row waiting for room (it stops waiting, unanswered).
 - `finalizing` / `cancelling` / past `expires_at`: the recorded lines become the output file (2xx answers) and the
-  error file (the rest), and the batch ends `completed`, `cancelled` or `expired`.
+  error file (the rest), and the batch ends `completed`, `cancelled` or `expired`; a cancelled or expired batch's
+  lines not run are each an error line (OpenAI's `batch_cancelled`, `batch_expired`): every input line has one
+  output line.
 """
 
 from __future__ import annotations
@@ -27,15 +29,21 @@ import time
 
 import orjson
 
-from blink.batch.inproc import InProcess
+from blink.batch.inproc import GaveUp, InProcess
 from blink.batch.requests_file import RequestsFile, output_line
 from blink.web import metrics
 
 log = logging.getLogger("blink")
 CALLER = "batch-api"  # the peer address admission sees for every batch row: one caller, one fair share
 IDLE_S = 1.0  # between looks at the store when nothing wakes the worker (expiry, retention)
+NOT_RUN_LINES = 1000  # recorded per transaction when a batch ends with lines not run
 MAX_ERRORS = 1000  # entries of a failed batch's `errors` (the count says how many lines were bad in all)
 ENDS = {"finalizing": ("completed", "completed_at"), "cancelling": ("cancelled", "cancelled_at")}
+# a cancelled or expired batch's lines not run: OpenAI's error codes for them
+NOT_RUN = {
+    "cancelled": ("batch_cancelled", "the batch was cancelled before this request ran"),
+    "expired": ("batch_expired", "this request could not run before the batch's completion window ended"),
+}
 
 
 def output_id(batch_id: str, kind: str) -> str:
@@ -140,7 +148,8 @@ class Worker:
             now = await asyncio.to_thread(self.store.batch, batch_id)
             if now is None or now["status"] != "in_progress" or time.time() >= now["expires_at"]:
                 return  # cancelled (or expired) between chunks: the next step ends it
-            await self.run_chunk(batch_id, chunk)
+            if not await self.run_chunk(batch_id, chunk, now["expires_at"]):
+                return  # rows stopped waiting for room: cancelled or expired, which the next step ends
         now = int(time.time())
         await asyncio.to_thread(
             self.store.update, batch_id, expect=("in_progress",), status="finalizing", finalizing_at=now
@@ -148,27 +157,41 @@ class Worker:
         self.current = {}
         self.jobs.notify()
 
-    async def run_chunk(self, batch_id: str, chunk: list) -> None:
-        answers = await asyncio.gather(*(self._answer(row) for row in chunk))
+    async def run_chunk(self, batch_id: str, chunk: list, expires_at: float) -> bool:
+        """The chunk's answers recorded; False when rows stopped waiting for room (cancelled, expired): those are
+        not recorded, and are run again or reported as not run."""
+
+        def give_up() -> bool:
+            return batch_id in self.jobs.cancelled or time.time() >= expires_at
+
+        answers = await asyncio.gather(*(self._answer(row, give_up) for row in chunk), return_exceptions=True)
+        for answered in answers:
+            if isinstance(answered, BaseException) and not isinstance(answered, GaveUp):
+                raise answered
         lines = []
         for row, answered in zip(chunk, answers):
+            if isinstance(answered, GaveUp):
+                continue
             ok = answered is not None and 200 <= answered.status < 300
             lines.append((row.index, ok, orjson.dumps(output_line(row, answered))))
             metrics.BATCH_ROWS.labels("completed" if ok else "failed").inc()
         await asyncio.to_thread(self.store.record, batch_id, lines)
         self.current["rows"] = self.current.get("rows", 0) + len(lines)
         await asyncio.to_thread(self._gauges)
+        return len(lines) == len(chunk)
 
-    async def _answer(self, row):
+    async def _answer(self, row, give_up):
         if row.path is None:
             return None  # refused before any route: the line's own error (not JSON, no custom_id, ...)
-        return await self.client.post(row.path, row.body)
+        return await self.client.post(row.path, row.body, give_up)
 
     # --- the end --------------------------------------------------------------------------------------------------
 
     def finish(self, batch_id: str, end: tuple[str, str], expect: tuple[str, ...]) -> None:
         """The recorded lines into the output and error files, then the batch's end status."""
         status, stamp = end
+        if status in NOT_RUN:
+            self.record_not_run(batch_id, *NOT_RUN[status])
         files = {}
         for kind, ok in (("output", True), ("error", False)):
             file_id = output_id(batch_id, kind)
@@ -180,6 +203,28 @@ class Worker:
                 self.store.path(file_id).unlink(missing_ok=True)
         self.store.update(batch_id, expect=expect, status=status, **{stamp: int(time.time())}, **files)
         self.store.drop_lines(batch_id)
+
+    def record_not_run(self, batch_id: str, code: str, message: str) -> None:
+        """Each line not run gets its error line: OpenAI's `code`, or a line's own refusal where it had one."""
+        batch = self.store.batch(batch_id)
+        if batch is None or not self.store.path(batch["input_file_id"]).is_file():
+            return
+        done, lines, total = self.store.done_indexes(batch_id), [], 0
+        for row in self._rows(batch):
+            total += 1
+            if row.index in done:
+                continue
+            line = output_line(row, None)
+            if row.error is None:
+                line["error"] = {"code": code, "message": message}
+            lines.append((row.index, False, orjson.dumps(line)))
+            if len(lines) >= NOT_RUN_LINES:
+                self.store.record(batch_id, lines)
+                lines = []
+        counts = self.store.record(batch_id, lines)["request_counts"]
+        if counts["total"] != total:  # it expired while validating: the lines were never counted
+            self.store.update(batch_id, request_counts={**counts, "total": total})
+        self.jobs.cancelled.discard(batch_id)
 
     def _gauges(self) -> None:
         counts = self.counts = self.store.counts()

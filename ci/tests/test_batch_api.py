@@ -1,10 +1,11 @@
 """The OpenAI Batch API on `serve` (`/v1/files`, `/v1/batches`), driven by the real `openai` SDK against one server
 with a key and its own data dir: a `/v1/decisions` batch and a `/v1/systemone` batch run to `completed`, their
 output lines equal to what the route answers to the same requests (floats within 1e-6) and the route's refusals in
-the error file; list with `after`/`limit`; cancel; a file with a bad line fails the batch with OpenAI's `errors`;
-uploads past the size knob, other purposes and bad bodies are 4xx in OpenAI's shape; 401 without the key; the 404
-that says why on a server without a key; the figures in /healthz (no data dir there) and /metrics. Last, the server
-is SIGKILLed mid-batch and started again on the same data dir: the batch finishes with every line exactly once."""
+the error file; list with `after`/`limit`; cancel (the lines not run each an error line, `batch_cancelled`); a file
+with a bad line fails the batch with OpenAI's `errors`; uploads past the size knob, other purposes and bad bodies
+are 4xx in OpenAI's shape; 401 without the key; the 404 that says why on a server without a key; the figures in
+/healthz (no data dir there) and /metrics. Last, the server is SIGKILLed mid-batch and started again on the same
+data dir: the batch finishes with every line exactly once."""
 
 from __future__ import annotations
 
@@ -177,7 +178,13 @@ def test_cancel(client):
     batch = finished(client, batch.id)
     assert batch.status == "cancelled" and batch.cancelled_at
     counts = batch.request_counts
-    assert counts.completed + counts.failed < 60  # stopped before the end
+    assert counts.completed < 60 and counts.completed + counts.failed == 60  # stopped before the end; every line told
+    answered = read(client, batch.output_file_id) if batch.output_file_id else []
+    not_run = read(client, batch.error_file_id)
+    assert len(answered) == counts.completed and len(not_run) == counts.failed
+    assert sorted(x["custom_id"] for x in answered + not_run) == sorted(f"c{i}" for i in range(60))  # each once
+    for x in not_run:  # OpenAI's code for a line a cancel stopped
+        assert x["response"] is None and x["error"]["code"] == "batch_cancelled", x
     assert client.batches.cancel(batch.id).status == "cancelled"  # again: as it is
     done = client.batches.list(limit=100).data
     completed = next(b for b in done if b.status == "completed")
@@ -271,6 +278,31 @@ def test_files_and_batches_expire_after_the_retention(tmp_path):
     assert store.file("file-a") and store.batch("batch_a")
     store.forget_expired(made["created_at"] + 3600)
     assert store.file("file-a") is None and store.batch("batch_a") is None and not store.path("file-a").exists()
+
+
+def test_an_expired_batch_tells_every_line_not_run(tmp_path):
+    """A batch past its 24 hours ends `expired`, and each line not run is an error line with OpenAI's
+    `batch_expired` (a line refused on its own keeps its own error): every input line has one output line. The real
+    worker and store; no row runs, so no model is needed."""
+    import asyncio
+
+    from blink.batch.jobs import BatchSettings, Jobs
+    from blink.batch.worker import Worker
+
+    jobs = Jobs(BatchSettings(str(tmp_path), KEY, MAX_UPLOAD, QUOTA, 3600, CHUNK, 1 << 20))
+    lines = [line(f"e{i}", "/v1/systemone", CASES["/v1/systemone"][0]) for i in range(3)]
+    data = "".join(json.dumps(x) + "\n" for x in lines).encode() + b"not json\n"
+    jobs.store.path("file-in").write_bytes(data)
+    jobs.store.add_file("file-in", "in.jsonl", "batch", len(data))
+    batch = jobs.create("file-in", "/v1/systemone", None)
+    jobs.store.update(batch["id"], expect=("validating",), expires_at=int(time.time()) - 1)
+    asyncio.run(Worker(jobs, app=None).step())
+    ended = jobs.store.batch(batch["id"])
+    assert ended["status"] == "expired" and ended["expired_at"] and ended["output_file_id"] is None
+    assert ended["request_counts"] == {"total": 4, "completed": 0, "failed": 4}
+    told = [json.loads(x) for x in jobs.store.path(ended["error_file_id"]).read_text().splitlines()]
+    assert [x["custom_id"] for x in told] == ["e0", "e1", "e2", None]
+    assert [x["error"]["code"] for x in told] == ["batch_expired"] * 3 + ["invalid_json_line"]
 
 
 def test_the_key_is_required(batch_server):
