@@ -96,6 +96,24 @@ class Floor:
         self.decoder(inputs_embeds=self.embed(ids), cache=cache, use_cache=True, position_ids=positions)
         return time.perf_counter() - start
 
+    def rows(self, rows: int, length: int, batch: int) -> float:
+        """The decoder over `rows` sequences of `length` tokens, `batch` at a time (a batched call's floor), with the
+        Gated DeltaNet rule's chunk the engine picks where its reference rule runs (blink.executor.passes)."""
+        from blink.executor.compute_thread import COMPUTE
+        from blink.executor.decoder import has_linear_attention
+        from blink.executor.passes import delta_rule_chunk, fla_version
+
+        reference = has_linear_attention(self.decoder.config) and fla_version() is None
+        chunk = {"chunk_size": delta_rule_chunk(length)} if reference else {}
+        return COMPUTE.call(self._timed_rows, rows, self._tokens(length).repeat(min(batch, rows), 1), batch, chunk)
+
+    @torch.inference_mode()
+    def _timed_rows(self, rows: int, ids, batch: int, chunk: dict) -> float:
+        start = time.perf_counter()
+        for at in range(0, rows, batch):
+            self.decoder(inputs_embeds=self.embed(ids[: min(batch, rows - at)]), use_cache=False, **chunk)
+        return time.perf_counter() - start
+
 
 def blink_once(engine, body) -> tuple[float, int, int]:
     """One request through the engine: seconds, input tokens, cached tokens."""

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: offline.py and the shared modules
@@ -29,7 +28,6 @@ import offline  # noqa: F401 - first: the repository importable, the Hub off
 # isort: split
 
 import httpx
-import torch
 import workload
 from floor import Floor, bench_engine, blink_once, load_average, request_tokens, served_once
 from servers import DEMO_ROOT, blink_serve
@@ -52,28 +50,6 @@ def request(tokenizer, model: str, state_tokens: int, count: int, seed: int) -> 
     return {**workload.body(tokenizer, model, state_tokens, 0, seed), "questions": questions(count, seed)}
 
 
-def rows_floor(floor: Floor, rows: int, length: int, batch: int) -> float:
-    """The decoder over `rows` sequences of `length` tokens, `batch` at a time: seconds (with the Gated DeltaNet
-    rule's chunk the engine picks where its reference rule runs, as bench/throughput/batch.py's floor)."""
-    from blink.executor.compute_thread import COMPUTE
-    from blink.executor.decoder import has_linear_attention
-    from blink.executor.passes import delta_rule_chunk, fla_version
-
-    ids = torch.tensor([floor.ids[:length]] * batch)
-    reference = has_linear_attention(floor.decoder.config) and fla_version() is None
-    chunk = {"chunk_size": delta_rule_chunk(length)} if reference else {}
-
-    @torch.inference_mode()
-    def timed() -> float:
-        start = time.perf_counter()
-        for at in range(0, rows, batch):
-            n = min(batch, rows - at)
-            floor.decoder(inputs_embeds=floor.embed(ids[:n]), use_cache=False, **chunk)
-        return time.perf_counter() - start
-
-    return COMPUTE.call(timed)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="large", help="demo, large (the ~150M CPU benchmark model) or a path")
@@ -92,7 +68,7 @@ def main() -> None:
     per_question = (total - state) / len(prompts)
     length = max(1, round(per_question))
     blink_once(engine, body)  # warm the code paths
-    best = min(BATCHES, key=lambda b: rows_floor(floor, len(prompts), length, b))
+    best = min(BATCHES, key=lambda b: floor.rows(len(prompts), length, b))
     print(f"{len(prompts)} questions, {total} tokens: state {state}, {per_question:.1f} each; floor batch {best}")
 
     sides = {"engine": [], "served": [], "floor": []}
@@ -105,7 +81,7 @@ def main() -> None:
             ours = request(tokenizer, args.model, args.state_tokens, args.questions, 10 + 2 * rep)
             theirs = request(tokenizer, args.model, args.state_tokens, args.questions, 11 + 2 * rep)
             steps = [
-                ("floor", lambda: floor(state) + rows_floor(floor, len(prompts), length, best)),
+                ("floor", lambda: floor(state) + floor.rows(len(prompts), length, best)),
                 ("engine", lambda: blink_once(engine, ours)[0]),
                 ("served", lambda: served_once(client, theirs)),
             ]

@@ -27,7 +27,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: offline.py and the shared modules
@@ -79,38 +78,18 @@ def client_loop(model: str, table: Path, questions: dict, clients: int, logdir: 
 
 def floor_rows_per_s(model: str, tokens_per_row: float, reps: int = 5) -> dict:
     """Rows/s of the decoder alone over rows of the mean length, at the best batch size (a warm-up pass first)."""
-    from blink.executor.decoder import has_linear_attention
-    from blink.executor.passes import delta_rule_chunk, fla_version
     from blink.model.loading import load
 
     loaded = load(model)
     floor = Floor(loaded, list(range(1000, 3000)))
     length = max(1, round(tokens_per_row))
-    reference = has_linear_attention(floor.decoder.config) and fla_version() is None
-    chunk = {"chunk_size": delta_rule_chunk(length)} if reference else {}
     rates = {}
     for batch in BATCHES:
-        floor_pass(floor, batch, length, chunk)
-        times = [floor_pass(floor, batch, length, chunk) for _ in range(reps)]
+        floor.rows(batch, length, batch)
+        times = [floor.rows(batch, length, batch) for _ in range(reps)]
         rates[batch] = batch / statistics.median(times)
     best = max(rates, key=rates.get)
     return {"rows_per_s": rates[best], "best_batch": best, "by_batch": rates, "tokens_per_row": length}
-
-
-def floor_pass(floor: Floor, batch: int, length: int, chunk: dict) -> float:
-    """One pass of `batch` sequences of `length` tokens, on the compute thread as the engine's passes run, with the
-    Gated DeltaNet rule's chunk the engine picks where its reference rule runs (blink.executor.passes)."""
-    from blink.executor.compute_thread import COMPUTE
-
-    ids = torch.tensor([floor.ids[:length]] * batch)
-
-    @torch.inference_mode()
-    def timed():
-        start = time.perf_counter()
-        floor.decoder(inputs_embeds=floor.embed(ids), use_cache=False, **chunk)
-        return time.perf_counter() - start
-
-    return COMPUTE.call(timed)
 
 
 def main() -> None:
