@@ -1,9 +1,11 @@
 """1,000 questions over one state against the compute floor of their tokens, side by side in one process.
 
     .venv/bin/python bench/latency/many_questions.py [--model large] [--state-tokens 500] [--questions 1000]
+        [--mix ncs]
 
-One decision of `--questions` questions (~30 tokens each as rendered: noul, choice of 4, score of 3-5,
-bench/workload.py) over one ~`--state-tokens` state, the most a request may ask (the limits' default):
+One decision of `--questions` questions (bench/workload.py's, choices without descriptions; `--mix` the kinds in
+turn: `ncs` noul, choice of 4, score of 3-5, ~43 tokens a question as rendered; `nnnc` three nouls to a choice, ~31)
+over one ~`--state-tokens` state, the most a request may ask (the limits' default):
 
 - **engine**: the engine's steps for it (`prepare`, `score`, `answer`; no HTTP), a state never seen each rep;
 - **served**: the same request's round trip to `python -m blink serve` (its defaults), another new state;
@@ -37,17 +39,21 @@ from helpers import running
 BATCHES = (16, 64, 256)
 
 
-def questions(count: int, seed: int) -> dict:
-    """`count` short questions (~30 tokens each as rendered): bench/workload.py's, choices without descriptions."""
-    out = workload.questions(count, seed)
-    for q in out.values():
+KINDS = {"n": "noul", "c": "choice", "s": "score"}
+
+
+def questions(count: int, seed: int, mix: str = "ncs") -> dict:
+    """`count` questions of the kinds `mix` names in turn: bench/workload.py's, choices without descriptions."""
+    pool: dict[str, list] = {kind: [] for kind in KINDS.values()}
+    for q in workload.questions(3 * count, seed).values():
         if q["type"] == "choice":
             q["criteria"] = dict.fromkeys(q["criteria"])
-    return out
+        pool[q["type"]].append(q)
+    return {f"q{i:04d}": pool[KINDS[mix[i % len(mix)]]][i // len(mix)] for i in range(count)}
 
 
-def request(tokenizer, model: str, state_tokens: int, count: int, seed: int) -> dict:
-    return {**workload.body(tokenizer, model, state_tokens, 0, seed), "questions": questions(count, seed)}
+def request(tokenizer, model: str, state_tokens: int, count: int, seed: int, mix: str) -> dict:
+    return {**workload.body(tokenizer, model, state_tokens, 0, seed), "questions": questions(count, seed, mix)}
 
 
 def main() -> None:
@@ -56,13 +62,16 @@ def main() -> None:
     parser.add_argument("--state-tokens", type=int, default=500)
     parser.add_argument("--questions", type=int, default=1000)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--mix", default="ncs", help="the kinds of question in turn: n noul, c choice, s score")
     args = parser.parse_args()
+    if not args.mix or set(args.mix) - set(KINDS):
+        parser.error("--mix: letters n, c and s only")
 
     model, loaded, engine, params = bench_engine(args.model, prefix_cache_bytes=0)
     tokenizer = loaded.tokenizer
     floor = Floor(loaded, tokenizer(workload.text_of_tokens(tokenizer, 256, 0), add_special_tokens=False)["input_ids"])
     print(f"model {args.model} ({params:.0f}M params), {args.reps} reps; load average before: {load_average()}")
-    body = request(tokenizer, args.model, args.state_tokens, args.questions, 1)
+    body = request(tokenizer, args.model, args.state_tokens, args.questions, 1, args.mix)
     prompts = engine.prepare(body).prompts
     total, state = request_tokens(prompts), prompts[0].state_end
     per_question = (total - state) / len(prompts)
@@ -76,10 +85,10 @@ def main() -> None:
         running(blink_serve(model=model), DEMO_ROOT, name="many-questions-serve") as url,
         httpx.Client(base_url=url, timeout=900) as client,
     ):
-        served_once(client, request(tokenizer, args.model, args.state_tokens, args.questions, 2))  # warm
+        served_once(client, request(tokenizer, args.model, args.state_tokens, args.questions, 2, args.mix))  # warm
         for rep in range(args.reps):
-            ours = request(tokenizer, args.model, args.state_tokens, args.questions, 10 + 2 * rep)
-            theirs = request(tokenizer, args.model, args.state_tokens, args.questions, 11 + 2 * rep)
+            ours = request(tokenizer, args.model, args.state_tokens, args.questions, 10 + 2 * rep, args.mix)
+            theirs = request(tokenizer, args.model, args.state_tokens, args.questions, 11 + 2 * rep, args.mix)
             steps = [
                 ("floor", lambda: floor(state) + floor.rows(len(prompts), length, best)),
                 ("engine", lambda: blink_once(engine, ours)[0]),
