@@ -1,12 +1,14 @@
 """run-batch against the compute floor and against a client loop over HTTP, the same rows, in one run.
 
     .venv/bin/python bench/throughput/batch.py [--model large] [--rows 2000] [--state-tokens 60] [--clients 64]
+        [--skip-loop] [--variant "--max-batch-requests 16" ...]
 
 The rows: `--rows` support-ticket states of ~`--state-tokens` tokens, each asked the same three questions (noul,
 choice of 4, score of 3-5; bench/workload.py), as a JSONL table. Three sides:
 
 - **run-batch**: `python -m blink run-batch --table ...` as its users run it (its defaults); rows/s over the run,
-  model loading excluded (the summary it writes in `OUT.blink.json`);
+  model loading excluded (the summary it writes in `OUT.blink.json`); each `--variant` runs it again with those
+  flags, a row of the table each (a sweep of its knobs on the same rows);
 - **client loop**: `python -m blink serve --batch-window-ms 10` on the same model, `--clients` connections each
   sending its share of the rows as `/v1/systemone` requests one after another (what a user writes by hand today);
 - **floor**: the decoder alone (no LM head, no cache kept) over the same tokens (the rows' `usage.input_tokens`,
@@ -23,6 +25,7 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -54,10 +57,11 @@ def write_table(tokenizer, folder: Path, rows: int, state_tokens: int) -> tuple[
     return table, asked, questions
 
 
-def run_batch(model: str, table: Path, asked: Path, folder: Path) -> dict:
+def run_batch(model: str, table: Path, asked: Path, folder: Path, flags: str = "") -> dict:
     out = folder / "out.jsonl"
     argv = [sys.executable, "-m", "blink", "run-batch", "--model", model, "--table", str(table)]
     argv += ["--state-column", "text", "--questions", str(asked), "-o", str(out), "--quiet", "--overwrite"]
+    argv += shlex.split(flags)
     done = subprocess.run(argv, capture_output=True, text=True, env=server_env(DEMO_ROOT))
     if done.returncode:
         raise SystemExit(f"run-batch failed:\n{done.stderr[-3000:]}")
@@ -99,6 +103,12 @@ def main() -> None:
     parser.add_argument("--state-tokens", type=int, default=60)
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--skip-loop", action="store_true", help="leave out the client loop over HTTP")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help='run-batch again with these flags, e.g. "--max-batch-requests 16" (repeatable: a row each)',
+    )
     args = parser.parse_args()
     from blink.model.demo import demo_model_dir
     from blink.model.loading import load
@@ -113,6 +123,9 @@ def main() -> None:
         batch = run_batch(model, table, asked, folder)
         tokens_per_row = batch["input_tokens"] / batch["rows"]
         print(f"run-batch: {batch['rows_per_s']:.2f} rows/s ({tokens_per_row:.0f} tokens a row); load {load_average()}")
+        variants = {flags: run_batch(model, table, asked, folder, flags)["rows_per_s"] for flags in args.variant}
+        for flags, rate in variants.items():
+            print(f"run-batch {flags}: {rate:.2f} rows/s; load {load_average()}")
         loop = None if args.skip_loop else client_loop(model, table, questions, args.clients, folder)
         if loop:
             print(f"client loop: {loop['rows_per_s']:.2f} rows/s, {len(loop['errors'])} errors; load {load_average()}")
@@ -122,6 +135,7 @@ def main() -> None:
     print("| side | rows/s | ÷ floor |")
     print("|---|---|---|")
     sides = [("floor (decoder alone, best batch)", floor["rows_per_s"]), ("run-batch", batch["rows_per_s"])]
+    sides += [(f"run-batch {flags}", rate) for flags, rate in variants.items()]
     if loop:
         sides.append((f"client loop ({args.clients} connections, serve --batch-window-ms 10)", loop["rows_per_s"]))
     for name, rate in sides:
