@@ -94,8 +94,8 @@ ENGINE, CHAT_ENGINE = SERVED.planner, SERVED.chat_engine
 # --- the GPU functions (module scope, plain def / plain generator) -------------------------------------------
 @spaces.GPU(duration=GpuCall.duration, size=decorator_size(GPU_SIZE))
 def gpu_score(plans, saves: bool, seconds: int):
-    """A batch of decisions in the GPU worker (`saves`: whether their states may be saved in the prefix-state cache;
-    `seconds`: what its GpuCall asked for)."""
+    """A batch of decisions in the GPU worker (`saves` False: bulk rows, whose states are saved in the prefix-state
+    cache only where they repeat; `seconds`: what its GpuCall asked for)."""
     return ENGINE.score(plans, saves=saves)
 
 

@@ -51,8 +51,8 @@ class LocalBackend:
         return self.engine.executor.passes_thread
 
     def score(self, plans: list[list[Prompt]], caller: Any = None) -> list[Scored]:
-        # bulk and table rows (the Batch API's, the Sheet's) save no state: a table never pushes interactive callers'
-        # states out
+        # bulk and table rows (the Batch API's, the Sheet's) save a state only where it repeats: a table never pushes
+        # interactive callers' states out
         return self.engine.score(plans, saves=getattr(caller, "saves_state", True))
 
     def generate(self, ids: list[int], params: GenerationParams, caller: Any = None) -> Iterator[Any]:

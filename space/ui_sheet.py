@@ -126,7 +126,7 @@ class Sheet:
         if problem:
             raise SheetRefused(problem)
         answers = answers_for(self.ctx, questions, table.columns)
-        # the table's rows save no state in the prefix-state cache: a table never pushes others' states out
+        # the table's rows save a state in the prefix-state cache only where it repeats: others' states stay
         caller = replace(self.ctx.caller_of(request) if request is not None else NOBODY, table_rows=True)
         run = SheetRun(self.ctx, table, columns, questions, answers, workdir(), caller, ui_class(self.ctx, request))
         run.total = total

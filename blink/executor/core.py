@@ -152,13 +152,16 @@ class Executor(PromptInputs):
 
     def score_reusing(self, groups: list[list[Prompt]], saves: bool = True) -> tuple[list, list[int]]:
         """`score`, and per group the prefix tokens taken from the prefix-state cache (not run again). `saves=False`:
-        states already saved are read, no new one is saved (bulk rows must not push interactive callers' out)."""
+        states already saved are read, and a new one is saved only where bulk rows brought it before (bulk rows must
+        not push interactive callers' out; a state or system prompt they repeat is run once)."""
         return on_cpu_thread(self.device, self._score_reusing, groups, saves)
 
     @torch.inference_mode()
     def _score_reusing(self, groups: list[list[Prompt]], saves: bool = True) -> tuple[list, list[int]]:
         inputs = self.inputs(groups)
         inputs.saves = saves
+        if not saves and inputs.keys:
+            inputs.repeats = frozenset(g for g, keys in inputs.keys.items() if self.prefix_cache.repeats(keys))
         resumed = self.saved_prefixes(inputs)
         inputs.features = self._encode_images(inputs, resumed)
         cached = [resumed[g].length if g in resumed else 0 for g in range(len(groups))]
@@ -231,7 +234,7 @@ class Executor(PromptInputs):
         for bucket in self.prefix_passes(inputs, fresh):
             prefix = self.prefill(inputs, bucket)
             for g in bucket:
-                if g in inputs.keys and inputs.saves:
+                if g in inputs.keys and inputs.saving(g):
                     start = prefix.width - inputs.prefix_len[g]
                     self.prefix_cache.save(inputs.keys[g], row_of(prefix.cache, prefix.row_of[g], start))
             yield prefix
@@ -246,7 +249,7 @@ class Executor(PromptInputs):
             prefix = self.prefill(inputs, bucket, lengths)
             for g in bucket:
                 row = row_of(prefix.cache, prefix.row_of[g], prefix.width - lengths[g])
-                if inputs.saves:
+                if inputs.saves or self.prefix_cache.repeats(inputs.keys[g][: lengths[g]]):
                     self.prefix_cache.save(inputs.keys[g][: lengths[g]], row)
                 found[g] = Entry(lengths[g], row, 0)
             del prefix
@@ -262,7 +265,7 @@ class Executor(PromptInputs):
             return shared_structure(entry.cache)
         cache = copy.deepcopy(entry.cache)
         self.extend(inputs, g, cache, done, n)
-        if inputs.saves:
+        if inputs.saving(g):
             self.prefix_cache.save(inputs.keys[g], copy.deepcopy(cache))
         return cache
 

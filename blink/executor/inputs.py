@@ -25,7 +25,12 @@ class Inputs:
     spans: dict  # id(prompt) -> (image, first token, token count) per image (see _image_spans)
     keys: dict | None = None  # group -> its prefix's cache keys, for the groups whose prefix is saved
     systems: dict | None = None  # group -> where its system prompt ends (a second save point), for those that have one
-    saves: bool = True  # False: saved states are read, none is written (bulk rows: blink.backend.LocalBackend)
+    saves: bool = True  # False: saved states are read; one is written only where it repeats (bulk rows)
+    repeats: frozenset = frozenset()  # with `saves` False: the groups whose prefix bulk rows brought before
+
+    def saving(self, g: int) -> bool:
+        """Whether group `g`'s prefix is saved: every group's, or, for bulk rows, one that repeats."""
+        return self.saves or g in self.repeats
 
 
 class PromptInputs:

@@ -17,6 +17,11 @@ tokens are kept as 4-byte arrays and counted in the same budget. Lookups and sav
 a GPU, decisions (the batcher's thread) and scoring prompts (a request's thread) use the cache at once. An entry is
 never written once saved (a resumed state runs on a copy). Entries live on the model's device; nothing here crosses a
 process boundary.
+
+Bulk rows (the Batch API's, the Sheet's: `saves=False`) read entries but save one only where their prefix repeats:
+`repeats` remembers the last `SEEN` prefixes such rows brought (a hash each), and a prefix seen there before is saved
+like any other. A table of new states leaves the cache as it was; a table whose rows share a state (or a system
+prompt) runs it once.
 """
 
 from __future__ import annotations
@@ -102,6 +107,7 @@ def shared_structure(cache):
 class PrefixCache:
     BLOCK_TOKENS = 32  # the default of `prefix_block_tokens` (blink/settings.py)
     RECENT = 8  # scoring prompts remembered (their tokens only): where the next one meets them is a save point
+    SEEN = 4096  # bulk rows' prefixes remembered (a hash each, ~100 bytes): one met again there is saved
 
     def __init__(self, max_bytes: int, block_tokens: int | None = None):
         self.max_bytes = int(max_bytes)
@@ -114,6 +120,7 @@ class PrefixCache:
         self.bytes = 0
         self.churn = 0  # bytes saved or evicted since the C heap was last trimmed
         self.hits = self.misses = self.cached_tokens = 0
+        self.seen: OrderedDict[int, None] = OrderedDict()  # bulk rows' prefixes, by hash, most recent last
 
     @property
     def active(self) -> bool:
@@ -161,6 +168,18 @@ class PrefixCache:
         if self.churn >= TRIM_EVERY_BYTES:  # glibc keeps the freed heap otherwise (coalesced, in the background)
             self.churn = 0
             give_back_memory()
+
+    def repeats(self, keys) -> bool:
+        """Whether a bulk row brought the prefix `keys` before (among the last `SEEN`); remembers it either way."""
+        key = hash(tuple(keys))
+        with self.lock:
+            if key in self.seen:
+                self.seen.move_to_end(key)
+                return True
+            self.seen[key] = None
+            if len(self.seen) > self.SEEN:
+                self.seen.popitem(last=False)
+            return False
 
     def remember(self, prompts: list[list]) -> None:
         """Scoring prompts' tokens, kept (the last `RECENT`) to choose the next ones' save points."""

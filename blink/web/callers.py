@@ -31,14 +31,15 @@ class Caller:
     key: str  # whose fair share: "ip:127.0.0.2", "user:alice", "zerogpu:<digest>"
     quota: Any = None  # what a GPU call is charged to (opaque; the Space's identity headers), None on `serve`
     bulk: bool = False  # the Batch API's rows: their own model calls, after interactive work (blink.decide.batching)
-    # rows of a table (the Sheet's): decided as any request, but, as bulk rows, saving no state in the prefix-state
-    # cache, so that a table never pushes interactive callers' states out
+    # rows of a table (the Sheet's): decided as any request, but, as bulk rows, saving a state in the prefix-state
+    # cache only where it repeats, so that a table never pushes interactive callers' states out
     table_rows: bool = False
 
     @property
     def saves_state(self) -> bool:
-        """Whether its requests' states may be saved in the prefix-state cache (backends read it with getattr: a
-        caller that is not a Caller, None in-process, may)."""
+        """Whether its requests' states are saved in the prefix-state cache (False: only where they repeat,
+        blink.executor.prefix_cache; backends read it with getattr: a caller that is not a Caller, None
+        in-process, saves)."""
         return not (self.bulk or self.table_rows)
 
 

@@ -2,7 +2,8 @@
 a model call with an interactive request, an interactive request waiting goes before every queued bulk row (it
 waits at most for the bulk call already running), and a bulk call holds as many rows as its seconds allow at the
 speed bulk calls ran at. The batcher runs on its own thread with a score function that records each call and can
-be held mid-call; the Batch API's end-to-end side is in test_batch_api.py."""
+be held mid-call; the Batch API's end-to-end side is in test_batch_api.py. On the demo engine: a bulk row reads saved
+states and saves one only where bulk rows repeat it."""
 
 from __future__ import annotations
 
@@ -106,9 +107,9 @@ def test_only_an_in_process_caller_is_bulk():
     assert with_lane(person, None) is person
 
 
-def test_bulk_rows_read_saved_states_and_save_none(engine):
-    """On the local backend a bulk row saves no state in the prefix-state cache (a batch never pushes interactive
-    callers' states out) but reads one saved there; its answer is the same either way."""
+def test_bulk_rows_read_saved_states_and_save_no_new_one(engine):
+    """On the local backend a bulk row about a new state saves nothing in the prefix-state cache (a batch never
+    pushes interactive callers' states out) but reads one saved there; its answer is the same either way."""
     from blink.backend import LocalBackend
 
     backend, cache = LocalBackend(engine, None), engine.executor.prefix_cache
@@ -123,6 +124,26 @@ def test_bulk_rows_read_saved_states_and_save_none(engine):
     assert again.cached_tokens > 0  # and a bulk row about it resumes there
     for one in (person, again):
         for a, b in zip(flat(bulk.result()), flat(one.result())):
+            assert abs(a - b) <= 1e-5
+
+
+def test_a_state_bulk_rows_repeat_is_saved_once_it_repeats(engine):
+    """A table whose rows share a state runs it once: the first bulk row about it saves nothing (a table of new
+    states leaves the cache as it was), the second saves it, the third resumes there; the answers are the same."""
+    from blink.backend import LocalBackend
+
+    backend, cache = LocalBackend(engine, None), engine.executor.prefix_cache
+    state = "A state bulk rows repeat: the same ticket asked about by every line of a table, word for word. " * 4
+    plan = engine.prepare({"state": state, "questions": {"q": {"type": "noul", "instructions": "Urgent?"}}}).prompts
+    held = {k: cache.stats()[k] for k in ("entries", "used_mib")}
+    (first,) = backend.score([plan], BULK)
+    assert {k: cache.stats()[k] for k in held} == held and first.cached_tokens == 0
+    (second,) = backend.score([plan], BULK)
+    assert cache.stats()["used_mib"] > held["used_mib"] and second.cached_tokens < len(plan[0].ids) // 2
+    (third,) = backend.score([plan], BULK)
+    assert third.cached_tokens >= plan[0].state_end  # resumed at the state's end
+    for one in (second, third):
+        for a, b in zip(flat(first.result()), flat(one.result())):
             assert abs(a - b) <= 1e-5
 
 

@@ -201,7 +201,7 @@ def test_the_endpoint_labels_a_file_as_run_batch_does(space, demo_root, tmp_path
     held = saved_states(space)
     assert held["active"]  # off ZeroGPU the Space keeps a prefix-state cache
     labelled = client.predict(handle_file(str(path)), ["text"], QUESTIONS, "csv", api_name="/sheet")
-    assert saved_states(space) == held  # the table's rows saved no state there: others' states stay
+    assert saved_states(space) == held  # 24 new states saved nothing there: others' states stay
     got = read_csv(open(labelled, encoding="utf-8").read())
     questions = tmp_path / "questions.json"
     questions.write_text(json.dumps(QUESTIONS))
