@@ -100,12 +100,44 @@ class Floor:
         """The decoder over `rows` sequences of `length` tokens, `batch` at a time (a batched call's floor), with the
         Gated DeltaNet rule's chunk the engine picks where its reference rule runs (blink.executor.passes)."""
         from blink.executor.compute_thread import COMPUTE
+
+        ids = self._tokens(length).repeat(min(batch, rows), 1)
+        return COMPUTE.call(self._timed_rows, rows, ids, batch, self._rule_chunk(length))
+
+    def _rule_chunk(self, length: int) -> dict:
+        """The Gated DeltaNet rule's chunk the engine picks for `length`-token rows where its reference rule runs."""
         from blink.executor.decoder import has_linear_attention
         from blink.executor.passes import delta_rule_chunk, fla_version
 
         reference = has_linear_attention(self.decoder.config) and fla_version() is None
-        chunk = {"chunk_size": delta_rule_chunk(length)} if reference else {}
-        return COMPUTE.call(self._timed_rows, rows, self._tokens(length).repeat(min(batch, rows), 1), batch, chunk)
+        return {"chunk_size": delta_rule_chunk(length)} if reference else {}
+
+    def rows_resumed(self, state: int, rows: int, length: int, batch: int) -> float:
+        """`rows` sequences of `length` tokens continuing one `state`-token sequence whose cache is computed (not
+        timed: `self(state)` is its cost), `batch` at a time, each batch attending to the state through a copy of
+        its cache with one row per sequence (the questions of one decision, as the engine fans out its state)."""
+        from blink.executor.compute_thread import COMPUTE
+
+        ids = self._tokens(length, offset=state).repeat(min(batch, rows), 1)
+        return COMPUTE.call(self._timed_rows_resumed, state, rows, ids, batch, self._rule_chunk(length))
+
+    @torch.inference_mode()
+    def _timed_rows_resumed(self, state: int, rows: int, ids, batch: int, chunk: dict) -> float:
+        from blink.executor.prefix_cache import shared_structure
+
+        if self._saved is None or self._saved[0] != state:
+            out = self.decoder(inputs_embeds=self.embed(self._tokens(state)), use_cache=True)
+            self._saved = (state, out.cache)
+        length = ids.shape[1]
+        positions = torch.arange(state, state + length).expand(ids.shape[0], length)
+        start = time.perf_counter()
+        for at in range(0, rows, batch):
+            n = min(batch, rows - at)
+            cache = shared_structure(self._saved[1])
+            cache.reorder_cache(torch.zeros(n, dtype=torch.long))  # one row per sequence: new tensors
+            embeds = self.embed(ids[:n])
+            self.decoder(inputs_embeds=embeds, cache=cache, use_cache=True, position_ids=positions[:n], **chunk)
+        return time.perf_counter() - start
 
     @torch.inference_mode()
     def _timed_rows(self, rows: int, ids, batch: int, chunk: dict) -> float:
