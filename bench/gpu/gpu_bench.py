@@ -9,8 +9,9 @@
    benchmark's own requests: max |diff| of probabilities, argmax agreement;
 3. prints Kev's cells (6 questions on a short text; 5 questions on a 2,200-token text: model time, ours vs
    the plain per-question forward) and the throughput row (64 concurrent clients, 6 questions each: one
-   batched call vs one call per request), peak GPU memory, and duration honesty (GPU seconds the estimator
-   of space/durations.py would request per call vs the compute each call used).
+   batched call vs one call per request), run-batch's row (512 rows of ~60-token states x 3 questions, 64 rows a
+   call, against the decoder alone at its best batch: bench/gpu/gpu_bulk.py), peak GPU memory, and duration
+   honesty (GPU seconds the estimator of space/durations.py would request per call vs the compute each call used).
 
 In-process, no HTTP: on the GPU box nothing else is served; `transformers serve`'s model cost per question is
 the plain path's (DecisionPipeline runs the same one-forward-per-question with `logits_to_keep`).
@@ -33,6 +34,7 @@ import offline  # noqa: F401 - first: the repository importable, the Hub off
 # isort: split
 
 import workload
+from gpu_bulk import bulk_row
 from gpu_table import KEV, Check, Results, print_table, write_json
 from honesty import duration_honesty
 
@@ -392,14 +394,15 @@ def main(argv=None) -> None:
     # 3b. the pass cost of length bucketing, at a few values
     default_cost = engine.executor.pass_cost_tokens
     sweep = sweep_pass_cost(engine, cells, prepared_clients, args.device, args.reps)
-    # 4. throughput: N clients' requests in one batched call vs one call per request
+    # 4. throughput: N clients' requests in one batched call vs one call per request; run-batch's calls
     thr, tokens_all = throughput(engine, clients, prepared_clients, args.device, calls)
+    bulk = bulk_row(engine, model, tokenizer, args.device, timed)
     peak = torch.cuda.max_memory_allocated() if args.device.startswith("cuda") else None
 
     # 5. duration honesty over every timed call, in order, as the Space's settings would ask
     honesty = duration_honesty(calls)
     res = Results(
-        args, gpu, params, kernels, check, rows, thr, tokens_all, peak, sweep, default_cost, honesty, moderation
+        args, gpu, params, kernels, check, rows, thr, tokens_all, peak, sweep, default_cost, honesty, moderation, bulk
     )
     print_table(res)
     print(f"(wall {time.time() - started:.0f} s)")

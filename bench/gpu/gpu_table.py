@@ -47,6 +47,7 @@ class Results:
     default_cost: float
     honesty: dict
     moderation: dict
+    bulk: dict | None = None  # run-batch's row (bench/gpu/gpu_bulk.py)
 
 
 def print_table(res: Results) -> None:
@@ -90,6 +91,10 @@ def print_table(res: Results) -> None:
         f"{m['tokens_run']} | {m['ours_ms']:.1f} ms | | one pass over the {m['input_tokens']}-token input: "
         f"{m['pass_ms']:.1f} ms | {m['ours_ms'] / m['pass_ms']:.2f}× the pass | |"
     )
+    if res.bulk is not None:
+        from gpu_bulk import bulk_line
+
+        print(bulk_line(res.bulk))
     if res.peak is not None:
         print(f"| peak GPU memory allocated | | {res.peak / 2**30:.1f} GiB | | | | |")
     for cost, times in res.sweep.items():
@@ -126,6 +131,7 @@ def write_json(res: Results, path: str) -> None:
                 "pass_cost_sweep": res.sweep,
                 "durations": res.honesty,
                 "moderation": res.moderation,
+                "run_batch": res.bulk,
             },
             indent=1,
         )
