@@ -36,7 +36,6 @@ from blink.web import metrics
 log = logging.getLogger("blink")
 CALLER = "batch-api"  # the peer address admission sees for every batch row: one caller, one fair share
 IDLE_S = 1.0  # between looks at the store when nothing wakes the worker (expiry, retention)
-CHUNKS_IN_FLIGHT = 2  # a batch's chunks admitted at once
 NOT_RUN_LINES = 1000  # recorded per transaction when a batch ends with lines not run
 MAX_ERRORS = 1000  # entries of a failed batch's `errors` (the count says how many lines were bad in all)
 ENDS = {"finalizing": ("completed", "completed_at"), "cancelling": ("cancelled", "cancelled_at")}
@@ -142,40 +141,21 @@ class Worker:
         done = await asyncio.to_thread(self.store.done_indexes, batch_id)
         rows = (row for row in self._rows(batch) if row.index not in done)
         self.current = {"id": batch_id, "rows": 0, "since": time.monotonic()}
-        if not await self.run_chunks(batch_id, rows):
-            return  # cancelled or expired: the next step ends it
+        while True:
+            chunk = await asyncio.to_thread(lambda: list(itertools.islice(rows, self.settings.chunk_rows)))
+            if not chunk:
+                break
+            now = await asyncio.to_thread(self.store.batch, batch_id)
+            if now is None or now["status"] != "in_progress" or time.time() >= now["expires_at"]:
+                return  # cancelled (or expired) between chunks: the next step ends it
+            if not await self.run_chunk(batch_id, chunk, now["expires_at"]):
+                return  # rows stopped waiting for room: cancelled or expired, which the next step ends
         now = int(time.time())
         await asyncio.to_thread(
             self.store.update, batch_id, expect=("in_progress",), status="finalizing", finalizing_at=now
         )
         self.current = {}
         self.jobs.notify()
-
-    async def run_chunks(self, batch_id: str, rows) -> bool:
-        """Every chunk of `rows` run and recorded, `CHUNKS_IN_FLIGHT` at a time (the next chunk's rows queue while
-        one finishes, so the batcher's calls stay full at a chunk's end); False once the batch is cancelled or
-        expired (seen before each chunk, and by rows waiting for room), the chunks started then still recorded."""
-        running: set[asyncio.Task] = set()
-        ok = True
-        try:
-            while ok:
-                if len(running) >= CHUNKS_IN_FLIGHT:
-                    finished, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                    ok = all(task.result() for task in finished)
-                    continue
-                chunk = await asyncio.to_thread(lambda: list(itertools.islice(rows, self.settings.chunk_rows)))
-                if not chunk:
-                    break
-                now = await asyncio.to_thread(self.store.batch, batch_id)
-                if now is None or now["status"] != "in_progress" or time.time() >= now["expires_at"]:
-                    ok = False
-                    break
-                running.add(asyncio.create_task(self.run_chunk(batch_id, chunk, now["expires_at"])))
-            results = await asyncio.gather(*running)
-        finally:
-            for task in running:
-                task.cancel()  # only where this loop itself failed: the rows not recorded run again later
-        return ok and all(results)
 
     async def run_chunk(self, batch_id: str, chunk: list, expires_at: float) -> bool:
         """The chunk's answers recorded; False when rows stopped waiting for room (cancelled, expired): those are
