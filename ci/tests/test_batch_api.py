@@ -186,8 +186,11 @@ def test_cancel(client):
     for x in not_run:  # OpenAI's code for a line a cancel stopped
         assert x["response"] is None and x["error"]["code"] == "batch_cancelled", x
     assert client.batches.cancel(batch.id).status == "cancelled"  # again: as it is
-    done = client.batches.list(limit=100).data
-    completed = next(b for b in done if b.status == "completed")
+    one = upload(client, [line("done", "/v1/systemone", CASES["/v1/systemone"][0])])  # a batch of its own to finish
+    completed = finished(
+        client, client.batches.create(input_file_id=one.id, endpoint="/v1/systemone", completion_window="24h").id
+    )
+    assert completed.status == "completed"
     with pytest.raises(openai.ConflictError, match="only a validating or in_progress batch"):
         client.batches.cancel(completed.id)
 
