@@ -192,6 +192,7 @@ class Worker:
         status, stamp = end
         if status in NOT_RUN:
             self.record_not_run(batch_id, *NOT_RUN[status])
+        self.jobs.cancelled.discard(batch_id)  # ended: no row of it waits for room any more
         files = {}
         for kind, ok in (("output", True), ("error", False)):
             file_id = output_id(batch_id, kind)
@@ -224,7 +225,6 @@ class Worker:
         counts = self.store.record(batch_id, lines)["request_counts"]
         if counts["total"] != total:  # it expired while validating: the lines were never counted
             self.store.update(batch_id, request_counts={**counts, "total": total})
-        self.jobs.cancelled.discard(batch_id)
 
     def _gauges(self) -> None:
         counts = self.counts = self.store.counts()
