@@ -1,7 +1,7 @@
 """run-batch against the compute floor and against a client loop over HTTP, the same rows, in one run.
 
     .venv/bin/python bench/throughput/batch.py [--model large] [--rows 2000] [--state-tokens 60] [--clients 64]
-        [--skip-loop] [--variant "--max-batch-requests 16" ...]
+        [--reps 3] [--skip-loop] [--variant "--max-batch-requests 16" ...]
 
 The rows: `--rows` support-ticket states of ~`--state-tokens` tokens, each asked the same three questions (noul,
 choice of 4, score of 3-5; bench/workload.py), as a JSONL table. Three sides:
@@ -14,6 +14,12 @@ choice of 4, score of 3-5; bench/workload.py), as a JSONL table. Three sides:
 - **floor**: the decoder alone (no LM head, no cache kept) over the same tokens (the rows' `usage.input_tokens`,
   state counted once), as batches of equal sequences of the rows' mean length, at the best of batch sizes
   1 / 4 / 16 / 64: what the tokens cost at the decoder's best batch.
+
+How the floor is measured: a sweep of the batch sizes picks the best (a few passes each), then the floor is measured
+again at that batch over `FLOOR_ROWS` rows right after each run-batch run, `--reps` times: each ratio is of two
+measurements made side by side. Taking the best of the sweep's own short, noisy figures would bias the floor up (the
+largest of four noisy estimates), and one floor measured minutes away from run-batch reads the machine's drift (the
+same pass varies by up to 30 % between minutes on this shared machine).
 
 Every side uses the machine's cores as torch sets them (run-batch and serve run as their users run them). The load
 average is printed before and after: these machines are shared, read the ratios.
@@ -45,6 +51,7 @@ from servers import DEMO_ROOT, Server, blink_serve, closed_loop
 from helpers import server_env
 
 BATCHES = (1, 4, 16, 64)
+FLOOR_ROWS = 256  # rows the floor runs beside each run-batch run (~10 s on the large model)
 
 
 def write_table(tokenizer, folder: Path, rows: int, state_tokens: int) -> tuple[Path, Path, dict]:
@@ -80,20 +87,28 @@ def client_loop(model: str, table: Path, questions: dict, clients: int, logdir: 
     return result
 
 
-def floor_rows_per_s(model: str, tokens_per_row: float, reps: int = 5) -> dict:
-    """Rows/s of the decoder alone over rows of the mean length, at the best batch size (a warm-up pass first)."""
-    from blink.model.loading import load
+class FloorSide:
+    """The decoder alone over rows of the mean length: a sweep to pick the batch, then measurements at it."""
 
-    loaded = load(model)
-    floor = Floor(loaded, list(range(1000, 3000)))
-    length = max(1, round(tokens_per_row))
-    rates = {}
-    for batch in BATCHES:
-        floor.rows(batch, length, batch)
-        times = [floor.rows(batch, length, batch) for _ in range(reps)]
-        rates[batch] = batch / statistics.median(times)
-    best = max(rates, key=rates.get)
-    return {"rows_per_s": rates[best], "best_batch": best, "by_batch": rates, "tokens_per_row": length}
+    def __init__(self, model: str, tokens_per_row: float):
+        from blink.model.loading import load
+
+        self.floor = Floor(load(model), list(range(1000, 3000)))
+        self.length = max(1, round(tokens_per_row))
+
+    def sweep(self, reps: int = 3) -> dict:
+        """Rows/s by batch size (a warm-up pass, then the median of `reps` passes each): which batch is best."""
+        rates = {}
+        for batch in BATCHES:
+            self.floor.rows(batch, self.length, batch)
+            times = [self.floor.rows(batch, self.length, batch) for _ in range(reps)]
+            rates[batch] = batch / statistics.median(times)
+        self.batch = max(rates, key=rates.get)
+        return rates
+
+    def rows_per_s(self) -> float:
+        """Rows/s over FLOOR_ROWS rows at the batch the sweep picked."""
+        return FLOOR_ROWS / self.floor.rows(FLOOR_ROWS, self.length, self.batch)
 
 
 def main() -> None:
@@ -102,6 +117,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=2000)
     parser.add_argument("--state-tokens", type=int, default=60)
     parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--reps", type=int, default=3, help="run-batch runs, each with the floor measured beside it")
     parser.add_argument("--skip-loop", action="store_true", help="leave out the client loop over HTTP")
     parser.add_argument(
         "--variant",
@@ -120,29 +136,50 @@ def main() -> None:
         table, asked, questions = write_table(
             load(model, weights=False).tokenizer, folder, args.rows, args.state_tokens
         )
-        batch = run_batch(model, table, asked, folder)
-        tokens_per_row = batch["input_tokens"] / batch["rows"]
-        print(f"run-batch: {batch['rows_per_s']:.2f} rows/s ({tokens_per_row:.0f} tokens a row); load {load_average()}")
-        variants = {flags: run_batch(model, table, asked, folder, flags)["rows_per_s"] for flags in args.variant}
-        for flags, rate in variants.items():
-            print(f"run-batch {flags}: {rate:.2f} rows/s; load {load_average()}")
+        reps, floor = [], None
+        for rep in range(args.reps):
+            sides = {"run-batch": run_batch(model, table, asked, folder)}
+            sides |= {f"run-batch {flags}": run_batch(model, table, asked, folder, flags) for flags in args.variant}
+            if floor is None:
+                tokens_per_row = sides["run-batch"]["input_tokens"] / sides["run-batch"]["rows"]
+                floor = FloorSide(model, tokens_per_row)
+                by_batch = ", ".join(f"{b}: {r:.1f}" for b, r in floor.sweep().items())
+                print(f"floor sweep ({floor.length} tokens a row), rows/s by batch: {by_batch}; best {floor.batch}")
+            rates = {name: summary["rows_per_s"] for name, summary in sides.items()}
+            rates["floor"] = floor.rows_per_s()
+            reps.append(rates)
+            shown = ", ".join(f"{name} {rate:.2f}" for name, rate in rates.items())
+            print(
+                f"rep {rep + 1}: {shown} rows/s; run-batch ÷ floor {rates['run-batch'] / rates['floor']:.3f}x; "
+                f"load {load_average()}"
+            )
         loop = None if args.skip_loop else client_loop(model, table, questions, args.clients, folder)
         if loop:
             print(f"client loop: {loop['rows_per_s']:.2f} rows/s, {len(loop['errors'])} errors; load {load_average()}")
-        floor = floor_rows_per_s(model, tokens_per_row)
-    by_batch = ", ".join(f"{b}: {r:.1f}" for b, r in floor["by_batch"].items())
-    print(f"floor: {floor['rows_per_s']:.2f} rows/s at batch {floor['best_batch']} (rows/s by batch: {by_batch})")
-    print("| side | rows/s | ÷ floor |")
-    print("|---|---|---|")
-    sides = [("floor (decoder alone, best batch)", floor["rows_per_s"]), ("run-batch", batch["rows_per_s"])]
-    sides += [(f"run-batch {flags}", rate) for flags, rate in variants.items()]
-    if loop:
-        sides.append((f"client loop ({args.clients} connections, serve --batch-window-ms 10)", loop["rows_per_s"]))
-    for name, rate in sides:
-        print(f"| {name} | {rate:.2f} | {rate / floor['rows_per_s']:.2f}x |")
-    if loop:
-        print(f"run-batch ÷ client loop: {batch['rows_per_s'] / loop['rows_per_s']:.2f}x; load {load_average()}")
+    report(reps, floor, loop, args.clients)
     print(f"torch threads {torch.get_num_threads()}, cores {os.cpu_count()}")
+
+
+def report(reps: list[dict], floor: FloorSide, loop: dict | None, clients: int) -> None:
+    """Per side: the median rows/s over the reps, and the median of its per-rep ratios to the floor beside it."""
+    median_floor = statistics.median(r["floor"] for r in reps)
+    print(f"| side | rows/s (median of {len(reps)}) | ÷ floor (median of the per-rep ratios) | per-rep ratios |")
+    print("|---|---|---|---|")
+    side = f"floor (decoder alone, batch {floor.batch}, {FLOOR_ROWS} rows beside each run)"
+    print(f"| {side} | {median_floor:.2f} | 1.00x | |")
+    for name in [n for n in reps[0] if n != "floor"]:
+        ratios = [r[name] / r["floor"] for r in reps]
+        each = " / ".join(f"{x:.3f}" for x in ratios)
+        rate = statistics.median(r[name] for r in reps)
+        print(f"| {name} | {rate:.2f} | {statistics.median(ratios):.3f}x | {each} |")
+    if loop:
+        rate = loop["rows_per_s"]
+        run_batch = statistics.median(r["run-batch"] for r in reps)
+        print(
+            f"| client loop ({clients} connections, serve --batch-window-ms 10) | {rate:.2f} | "
+            f"{rate / median_floor:.2f}x (÷ the median floor) | |"
+        )
+        print(f"run-batch ÷ client loop: {run_batch / rate:.2f}x; load {load_average()}")
 
 
 if __name__ == "__main__":
