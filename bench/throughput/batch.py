@@ -16,10 +16,10 @@ choice of 4, score of 3-5; bench/workload.py), as a JSONL table. Three sides:
   1 / 4 / 16 / 64: what the tokens cost at the decoder's best batch.
 
 How the floor is measured: a sweep of the batch sizes picks the best (a few passes each), then the floor is measured
-again at that batch over `FLOOR_ROWS` rows right after each run-batch run, `--reps` times: each ratio is of two
-measurements made side by side. Taking the best of the sweep's own short, noisy figures would bias the floor up (the
-largest of four noisy estimates), and one floor measured minutes away from run-batch reads the machine's drift (the
-same pass varies by up to 30 % between minutes on this shared machine).
+again at that batch over `FLOOR_ROWS` rows just before and just after each run-batch run (after only, for the
+first), `--reps` times: each ratio is of run-batch and the floor around it. Taking the best of the sweep's own short,
+noisy figures would bias the floor up (the largest of four noisy estimates), and one floor measured minutes away from
+run-batch reads the machine's drift (the same pass varies by up to 30 % between minutes on this shared machine).
 
 Every side uses the machine's cores as torch sets them (run-batch and serve run as their users run them). The load
 average is printed before and after: these machines are shared, read the ratios.
@@ -51,7 +51,7 @@ from servers import DEMO_ROOT, Server, blink_serve, closed_loop
 from helpers import server_env
 
 BATCHES = (1, 4, 16, 64)
-FLOOR_ROWS = 256  # rows the floor runs beside each run-batch run (~10 s on the large model)
+FLOOR_ROWS = 256  # rows the floor runs before and after each run-batch run (~10-15 s each on the large model)
 
 
 def write_table(tokenizer, folder: Path, rows: int, state_tokens: int) -> tuple[Path, Path, dict]:
@@ -106,9 +106,14 @@ class FloorSide:
         self.batch = max(rates, key=rates.get)
         return rates
 
-    def rows_per_s(self) -> float:
-        """Rows/s over FLOOR_ROWS rows at the batch the sweep picked."""
-        return FLOOR_ROWS / self.floor.rows(FLOOR_ROWS, self.length, self.batch)
+    def measure(self) -> float:
+        """Seconds for FLOOR_ROWS rows at the batch the sweep picked."""
+        return self.floor.rows(FLOOR_ROWS, self.length, self.batch)
+
+    def rows_per_s(self, before: float | None, after: float) -> float:
+        """The floor over the measurements either side of a run (the first run has only the one after it)."""
+        times = [t for t in (before, after) if t is not None]
+        return FLOOR_ROWS * len(times) / sum(times)
 
 
 def main() -> None:
@@ -138,6 +143,7 @@ def main() -> None:
         )
         reps, floor = [], None
         for rep in range(args.reps):
+            before = floor.measure() if floor else None
             sides = {"run-batch": run_batch(model, table, asked, folder)}
             sides |= {f"run-batch {flags}": run_batch(model, table, asked, folder, flags) for flags in args.variant}
             if floor is None:
@@ -146,7 +152,7 @@ def main() -> None:
                 by_batch = ", ".join(f"{b}: {r:.1f}" for b, r in floor.sweep().items())
                 print(f"floor sweep ({floor.length} tokens a row), rows/s by batch: {by_batch}; best {floor.batch}")
             rates = {name: summary["rows_per_s"] for name, summary in sides.items()}
-            rates["floor"] = floor.rows_per_s()
+            rates["floor"] = floor.rows_per_s(before, floor.measure())
             reps.append(rates)
             shown = ", ".join(f"{name} {rate:.2f}" for name, rate in rates.items())
             print(
@@ -165,7 +171,7 @@ def report(reps: list[dict], floor: FloorSide, loop: dict | None, clients: int) 
     median_floor = statistics.median(r["floor"] for r in reps)
     print(f"| side | rows/s (median of {len(reps)}) | ÷ floor (median of the per-rep ratios) | per-rep ratios |")
     print("|---|---|---|---|")
-    side = f"floor (decoder alone, batch {floor.batch}, {FLOOR_ROWS} rows beside each run)"
+    side = f"floor (decoder alone, batch {floor.batch}, {FLOOR_ROWS} rows before and after each run)"
     print(f"| {side} | {median_floor:.2f} | 1.00x | |")
     for name in [n for n in reps[0] if n != "floor"]:
         ratios = [r[name] / r["floor"] for r in reps]
