@@ -9,6 +9,7 @@ by line (a row is any JSON object).
 from __future__ import annotations
 
 import csv
+import math
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -158,9 +159,7 @@ class Answers:
         """A row's answer columns from what /v1/systemone answered (an error body's message in the error column)."""
         body = answered.body if isinstance(answered.body, dict) else {}
         if answered.status != 200:
-            error = body.get("error") if isinstance(body.get("error"), dict) else body
-            message = error.get("message") if isinstance(error, dict) else None
-            return self.empty(f"{answered.status}: {message or answered.body}")
+            return self.empty(f"{answered.status}: {error_message(body) or answered.body}")
         out = self.empty(None)
         for q in self.parsed:
             answer = body["answers"][q.name]
@@ -170,16 +169,33 @@ class Answers:
         return out
 
 
+def error_message(body: dict) -> str | None:
+    """A refusal's words: OpenAI's `{"error": {"message"}}`, or System One's `{"error": "..."}`."""
+    error = body.get("error")
+    if isinstance(error, dict):
+        error = error.get("message")
+    return error if isinstance(error, str) else None
+
+
 def state_of(row, columns: list[str]) -> tuple[Any, str | None]:
-    """A row's state: the one column's value as it is, or a JSON object of several; or why it has none."""
+    """A row's state: the one column's value (a number or truth value as its text: a table's column of numbers is
+    text to decide about), or a JSON object of several; or why it has none."""
     if isinstance(row, Exception):
         return None, str(row)
     missing = [c for c in columns if c not in row]
     if missing:
         return None, f"the row has no column {', '.join(map(repr, missing))}"
     if len(columns) == 1:
-        return jsonable(row[columns[0]]), None
+        return as_text(jsonable(row[columns[0]])), None
     return {c: jsonable(row[c]) for c in columns}, None
+
+
+def as_text(value):
+    """A number or truth value as JSON writes it; a float that is no number (NaN: pandas' missing value, infinity) as
+    missing, for the route to refuse in words."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return orjson.dumps(value).decode() if isinstance(value, (bool, int, float)) else value
 
 
 def jsonable(value):

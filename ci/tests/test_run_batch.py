@@ -237,19 +237,28 @@ def test_refused_before_the_model_loads(tmp_path, demo_root):
 
 def test_rows_without_a_state_or_with_an_answer_columns_name_are_error_rows(tmp_path, demo_root):
     rows = [{"text": "I was charged twice."}, {"body": "no text column"}, {"text": "hi", "blink.refund": "mine"}, 7]
+    rows += [{"text": None}, {"text": 42}, {"text": "42"}]
     table = tmp_path / "t.jsonl"
     table.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     (tmp_path / "q.json").write_text(json.dumps({"questions": QUESTIONS}), encoding="utf-8")  # a whole request's file
     out = tmp_path / "out.jsonl"
     done = run_table(demo_root, table, tmp_path / "q.json", out)
     assert done.returncode == 0, done.stderr[-3000:]
-    first, missing, clash, scalar = read_lines(out)
+    first, missing, clash, scalar, null, number, text = read_lines(out)
     assert first["blink.error"] is None and 0 < first["blink.refund"] < 1
     assert missing["body"] == "no text column" and missing["blink.error"] == "the row has no column 'text'"
     assert missing["blink.refund"] is None
     assert clash["blink.refund"] == "mine" and "answer column's name" in clash["blink.error"]  # its own value kept
     assert "line 4 is not a JSON object" in scalar["blink.error"]
-    assert "4 rows, 3 errors" in done.stderr
+    # the route's refusal in its words, not its body's repr
+    assert null["blink.error"] == "422: `state` must be a string, object or array, got null"
+    assert number["text"] == 42 and number["blink.error"] is None  # a number is decided as its text
+    for column, value in text.items():
+        if isinstance(value, float):
+            assert abs(number[column] - value) <= 1e-6, column
+        else:
+            assert column == "text" or number[column] == value, column
+    assert "7 rows, 4 errors" in done.stderr
 
 
 def test_a_table_that_stops_being_readable_stops_the_run_in_words(tmp_path, demo_root):
