@@ -39,6 +39,9 @@ class Table:
     def __init__(self, path: str, fmt: str, max_bytes: int):
         self.path, self.format, self.max_bytes = path, fmt, max_bytes
         self.columns = self._columns()
+        twice = sorted({name for name in self.columns if self.columns.count(name) > 1})
+        if twice:  # a row is keyed by name: one of the two would be lost
+            raise StartupError(f"{path}: it has two columns named {twice[0]!r}; give every column a name of its own")
 
     def _columns(self) -> list[str]:
         try:

@@ -229,6 +229,10 @@ def test_refused_before_the_model_loads(tmp_path, demo_root):
     assert itself.returncode == 1 and "is the input" in itself.stderr and table.read_text().startswith("id,body")
     huge = run_batch(demo_root, *base, "--state-column", "body", "--chunk-rows", "10000000", timeout=120)
     assert huge.returncode == 1 and "--chunk-rows must be between 1 and 65536" in huge.stderr
+    twice = tmp_path / "twice.csv"
+    twice.write_text("body,body,id\nx,y,1\n", encoding="utf-8")
+    named = run_batch(demo_root, "--table", str(twice), *base[2:], "--state-column", "body", timeout=120)
+    assert named.returncode == 1 and "two columns named 'body'" in named.stderr, named.stderr[-2000:]
     (tmp_path / "bad.json").write_text('{"q": {"type": "choice", "instructions": "?"}}', encoding="utf-8")
     questions = str(tmp_path / "bad.json")
     bad = run_batch(demo_root, "--table", str(table), "--state-column", "body", "--questions", questions, "-o", out)
