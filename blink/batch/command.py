@@ -97,6 +97,8 @@ class Plan:
         self.table = self.questions = None
         if args.table:
             self.table = tables.Table(self.input, tables.format_of(self.input, args.table_format), self._max_bytes)
+            if not self.table.has_rows():  # the Sheet refuses it too; an output of no rows would have no header
+                raise StartupError(f"{self.input} has no rows after its header: there is nothing to decide")
             self.out_format = tables.format_of(args.output_file, args.output_format)
             self._check_table_arguments()
 

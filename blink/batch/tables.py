@@ -62,6 +62,14 @@ class Table:
         except (OSError, ValueError) as error:  # pyarrow's errors are ValueErrors (ArrowInvalid)
             raise StartupError(f"{self.path}: cannot read it as {self.format}: {error}") from None
 
+    def has_rows(self) -> bool:
+        """Whether a row follows the header (Parquet: its footer says; else the first chunk is read and let go)."""
+        if self.format == "parquet":
+            import pyarrow.parquet as pq
+
+            return pq.ParquetFile(self.path).metadata.num_rows > 0
+        return next(self.chunks(1), None) is not None
+
     def chunks(self, size: int) -> Iterator[tuple[list, Any]]:
         """(rows, the chunk as Arrow where the table is Parquet, else None); each row a dict or, for a JSONL line
         that is not an object, the error saying so. A file that stops being readable part way (text that is not

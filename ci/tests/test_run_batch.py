@@ -229,6 +229,10 @@ def test_refused_before_the_model_loads(tmp_path, demo_root):
     assert itself.returncode == 1 and "is the input" in itself.stderr and table.read_text().startswith("id,body")
     huge = run_batch(demo_root, *base, "--state-column", "body", "--chunk-rows", "10000000", timeout=120)
     assert huge.returncode == 1 and "--chunk-rows must be between 1 and 65536" in huge.stderr
+    header = tmp_path / "header.csv"
+    header.write_text("id,body\n", encoding="utf-8")
+    bare = run_batch(demo_root, "--table", str(header), *base[2:], "--state-column", "body", timeout=120)
+    assert bare.returncode == 1 and "has no rows after its header" in bare.stderr, bare.stderr[-2000:]
     twice = tmp_path / "twice.csv"
     twice.write_text("body,body,id\nx,y,1\n", encoding="utf-8")
     named = run_batch(demo_root, "--table", str(twice), *base[2:], "--state-column", "body", timeout=120)
