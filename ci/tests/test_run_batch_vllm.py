@@ -55,12 +55,13 @@ def test_run_batch_spreads_over_the_replicas_and_loses_no_row_when_one_dies(vllm
         run = start_batch(root, *args, model=str(qwen3_dir))
         parts = out.with_name(out.name + ".parts")
         deadline = time.time() + 900
-        while not parts.is_dir() or len(list(parts.glob("part-*"))) < 2:  # two chunks written: mid-run
+        # two chunks written: mid-run (a chunk's part, not its stats file beside it)
+        while not parts.is_dir() or len(list(parts.glob("part-*.jsonl"))) < 2:
             assert run.poll() is None, run.communicate()[1][-3000:]
             assert time.time() < deadline, "no progress"
             time.sleep(0.2)
         before_kill = served_prompts(doomed)
-        written_then = len(list(parts.glob("part-*")))
+        written_then = len(list(parts.glob("part-*.jsonl")))
         stop_group(doomed_proc)  # the replica dies with rows in flight on it
         _, err = run.communicate(timeout=900)
     assert run.returncode == 0, err[-3000:]
