@@ -82,7 +82,7 @@ def header_problem(columns: list[str]) -> str | None:
             or len(name.split()) > 5  # a sentence, not a name
             or re.fullmatch(r"[-+]?\d+(\.\d+)?", name.strip()) is not None
         )
-        if looks_like_data or columns.count(name) > 1:
+        if looks_like_data:  # (two columns of one name: Table refuses it first, naming it)
             shown = name if len(name) <= 40 else name[:40] + "…"
             return (
                 f"the first line does not look like a header (a column named {shown!r}). Add a first line naming "

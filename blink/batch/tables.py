@@ -12,6 +12,7 @@ import csv
 import math
 import os
 from collections.abc import Iterator
+from contextlib import closing
 from typing import Any
 
 import orjson
@@ -68,7 +69,8 @@ class Table:
             import pyarrow.parquet as pq
 
             return pq.ParquetFile(self.path).metadata.num_rows > 0
-        return next(self.chunks(1), None) is not None
+        with closing(self.chunks(1)) as chunks:  # the file closed now, not when the generator is collected
+            return next(chunks, None) is not None
 
     def chunks(self, size: int) -> Iterator[tuple[list, Any]]:
         """(rows, the chunk as Arrow where the table is Parquet, else None); each row a dict or, for a JSONL line

@@ -251,3 +251,14 @@ def test_a_spent_quota_stops_the_run_saying_when_to_come_back():
     told = stopped_by(error, 128, 1000)
     assert told.startswith("Stopped after 128 of 1,000 rows; the rows done are in the downloads.")
     assert "ZeroGPU quota ran out" in told and "Come back in about 30 minutes (after " in told and "UTC)" in told
+
+
+# --- an upload refused before any work -----------------------------------------------------------------------------
+def test_an_upload_with_two_columns_of_one_name_is_refused_naming_it(tmp_path):
+    """One of two columns of one name would be lost (rows are keyed by name): refused at upload, in words."""
+    from space.sheet import SheetLimits, SheetRefused, open_table
+
+    path = tmp_path / "twice.csv"
+    path.write_text("text,text,id\nx,y,1\n", encoding="utf-8")
+    with pytest.raises(SheetRefused, match="twice.csv cannot be read: it has two columns named 'text'"):
+        open_table(str(path), SheetLimits(max_rows=10, max_bytes=10**6))
