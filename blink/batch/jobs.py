@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass
 
 from blink.batch.requests_file import ROUTES
-from blink.batch.store import Store, new_id
-from blink.errors import BlinkError, InvalidRequest, NoRoute
+from blink.batch.store import Store, new_id, not_found
+from blink.errors import BlinkError, InvalidRequest
 
 COMPLETION_WINDOW_S = 24 * 3600  # "24h", the only window OpenAI offers
 # the fields OpenAI's batch object carries, empty until the batch reaches them
@@ -53,10 +53,6 @@ class Conflict(BlinkError):
     error_type = "invalid_request_error"
 
 
-def not_found(what: str, item_id: str) -> NoRoute:
-    return NoRoute(f"no {what} {item_id!r} here (or it expired)", kind="not_found")
-
-
 class Jobs:
     def __init__(self, settings: BatchSettings):
         self.settings = settings
@@ -76,7 +72,7 @@ class Jobs:
     def file(self, file_id: str) -> dict:
         found = self.store.file(file_id)
         if found is None:
-            raise not_found("file", file_id)
+            raise not_found("file", file_id, ("path", "file_id"))
         return found
 
     def delete_file(self, file_id: str) -> dict:
@@ -100,7 +96,7 @@ class Jobs:
             )
         found = self.store.file(input_file_id)
         if found is None:
-            raise InvalidRequest(f"no file {input_file_id!r} here", loc=["body", "input_file_id"], kind="not_found")
+            raise not_found("file", input_file_id, ("body", "input_file_id"))
         if found["purpose"] != "batch":
             raise InvalidRequest(
                 f"file {input_file_id!r} has purpose {found['purpose']!r}; a batch reads a file uploaded with "
@@ -133,7 +129,7 @@ class Jobs:
     def batch(self, batch_id: str) -> dict:
         found = self.store.batch(batch_id)
         if found is None:
-            raise not_found("batch", batch_id)
+            raise not_found("batch", batch_id, ("path", "batch_id"))
         return found
 
     def cancel(self, batch_id: str) -> dict:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import orjson
 
-from blink.errors import InvalidRequest
+from blink.errors import NoRoute
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
@@ -36,6 +36,15 @@ CREATE TABLE IF NOT EXISTS lines (
     batch_id TEXT NOT NULL, idx INTEGER NOT NULL, ok INTEGER NOT NULL, line BLOB NOT NULL,
     PRIMARY KEY (batch_id, idx));
 """
+
+
+def not_found(what: str, item_id: str, loc: tuple) -> NoRoute:
+    """The one answer for a file or a batch that is not here (never was, deleted, or past its retention), wherever
+    it is named (a path, `input_file_id`, a page's `after`): 404 in OpenAI's shape (`invalid_request_error`, code
+    `not_found`, `param` the field that named it), so the openai SDK raises `NotFoundError`."""
+    return NoRoute(f"no {what} {item_id!r} here (or it expired)", loc=list(loc), kind="not_found")
+
+
 # the statuses a batch is worked on in; the others are where it ends
 ACTIVE = ("validating", "in_progress", "finalizing", "cancelling")
 
@@ -117,11 +126,11 @@ class Store:
         return gone
 
     def _after(self, table: str, item_id: str) -> int:
-        """Where a page after `item_id` starts; an id not here is a 400 (a page never starts over silently)."""
+        """Where a page after `item_id` starts; an id not here is the 404 of any id not here (a page never starts
+        over silently)."""
         rows = self._rows(f"SELECT seq FROM {table} WHERE id=?", (item_id,))  # noqa: S608 - our own table names
         if not rows:
-            what = {"files": "file", "batches": "batch"}[table]
-            raise InvalidRequest(f"`after`: no {what} {item_id!r} here (or it expired)", loc=["query", "after"])
+            raise not_found({"files": "file", "batches": "batch"}[table], item_id, ("query", "after"))
         return rows[0][0]
 
     # --- batches ----------------------------------------------------------------------------------------------

@@ -161,7 +161,7 @@ def test_list_pages_with_after_and_limit(client):
     everything = [b.id for b in client.batches.list(limit=100).data]
     assert [b.id for b in client.batches.list(limit=2)] == everything  # the SDK's pages, through `after`
     assert len(everything) == len(set(everything)) >= 2
-    with pytest.raises(openai.BadRequestError, match="`after`: no batch 'batch_gone'"):
+    with pytest.raises(openai.NotFoundError, match="no batch 'batch_gone' here"):  # never a page from the start
         client.batches.list(after="batch_gone")
     files = client.files.list(purpose="batch")
     assert source.id in [f.id for f in files.data] and all(f.purpose == "batch" for f in files.data)
@@ -234,10 +234,6 @@ def test_bad_requests_are_openais_4xx(client, batch_server):
         client.batches.create(input_file_id=source.id, endpoint="/v1/embeddings", completion_window="24h")
     with pytest.raises(openai.BadRequestError, match="completion_window"):
         client.batches.create(input_file_id=source.id, endpoint="/v1/systemone", completion_window="1h")
-    with pytest.raises(openai.BadRequestError, match="no file"):
-        client.batches.create(input_file_id="file-nope", endpoint="/v1/systemone", completion_window="24h")
-    with pytest.raises(openai.NotFoundError):
-        client.batches.retrieve("batch_nope")
     headers = {"Authorization": f"Bearer {KEY}"}
     raw = httpx.post(batch_server.url + "/v1/files", content=b"{}", headers=headers)
     assert raw.status_code == 400 and raw.json()["error"]["code"] == "unsupported_media"
@@ -251,6 +247,37 @@ def test_bad_requests_are_openais_4xx(client, batch_server):
     assert client.files.delete(source.id).deleted
     with pytest.raises(openai.NotFoundError):
         client.files.content(source.id)
+
+
+def test_a_file_or_batch_not_here_is_one_404_wherever_it_is_named(client):
+    """A path, `input_file_id` or a page's `after`: one status, one wording, OpenAI's shape (NotFoundError)."""
+    gone = {"file": "file-nope", "batch": "batch_nope"}
+    asks = [
+        ("file", "path.file_id", lambda: client.files.retrieve(gone["file"])),
+        ("file", "path.file_id", lambda: client.files.content(gone["file"])),
+        ("file", "path.file_id", lambda: client.files.delete(gone["file"])),
+        ("file", "query.after", lambda: client.files.list(after=gone["file"])),
+        (
+            "file",
+            "input_file_id",
+            lambda: client.batches.create(
+                input_file_id=gone["file"], endpoint="/v1/systemone", completion_window="24h"
+            ),
+        ),
+        ("batch", "path.batch_id", lambda: client.batches.retrieve(gone["batch"])),
+        ("batch", "path.batch_id", lambda: client.batches.cancel(gone["batch"])),
+        ("batch", "query.after", lambda: client.batches.list(after=gone["batch"])),
+    ]
+    for what, param, ask in asks:
+        with pytest.raises(openai.NotFoundError) as refused:
+            ask()
+        assert refused.value.status_code == 404
+        assert refused.value.body == {
+            "message": f"no {what} {gone[what]!r} here (or it expired)",
+            "type": "invalid_request_error",
+            "param": param,
+            "code": "not_found",
+        }
 
 
 def test_an_upload_past_the_quota_is_refused(client):
