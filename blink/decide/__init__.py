@@ -1,2 +1,2 @@
-"""Decisions: questions, prompts, option rotation, answers, calibration, the planner, the decision service and
-its batcher."""
+"""Decisions: questions, prompts, option rotation, answers, calibration (and the `calibrate` command), the prior,
+the planner, the decision service and its batcher (bulk rows paced in calls of their own)."""

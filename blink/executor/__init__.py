@@ -1,1 +1,2 @@
-"""The forward pass: shared prefixes, length-bucketed passes, the prefix-state cache, vision features."""
+"""The forward pass: shared prefixes, length-bucketed passes, the prefix-state cache, prompts scored token by token
+(echo), vision features, and the one compute thread the CPU's passes run on."""

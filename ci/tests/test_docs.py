@@ -5,6 +5,7 @@ knob tables. (The tables themselves: test_settings.py::test_docs_tables_match_th
 
 from __future__ import annotations
 
+import ast
 import re
 
 import pytest
@@ -14,6 +15,8 @@ from blink.settings import Listen, Settings, SpaceSettings, knobs
 from helpers import ROOT
 
 README = ROOT / "README.md"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+SOURCES = ("blink", "space")  # the packages docs/architecture.md maps module by module
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 
@@ -101,3 +104,45 @@ def test_the_error_table_is_what_the_code_raises():
     page = (ROOT / PAGE).read_text(encoding="utf-8")
     assert with_error_table(page) == page, f"{PAGE}'s error table drifted: run `python build.py --docs`"
     assert "| 415 | `api_usage_error` | 415 | `invalid_request_error` | `unsupported_encoding` |" in page
+
+
+def layout_map() -> tuple[set[str], set[str]]:
+    """docs/architecture.md's layout: the packages it has a heading for (a heading that is the package's path in
+    backticks) and the modules its tables name, one row each, under their package's heading or "The top level"."""
+    layout = text(ARCHITECTURE).split("\n## The layout\n", 1)[1].split("\n## ", 1)[0]
+    packages, modules, prefix = set(), set(), None
+    for line in layout.splitlines():
+        if line.startswith("### "):
+            heading = re.fullmatch(r"### `((?:blink|space)(?:/\w+)*/)`", line)
+            prefix = heading.group(1) if heading else ("" if line == "### The top level" else None)
+            packages |= {prefix} if heading else set()
+        elif prefix is not None and (row := re.match(r"\| `(\w+\.py)` \|", line)):
+            modules.add(prefix + row.group(1))
+    return packages, modules
+
+
+def test_the_architecture_map_names_every_module_and_only_those():
+    """The map stays true: a module added under blink/ or space/ (or at the top) needs its line, a module gone
+    takes its line (and any other mention of its path in the page) with it."""
+    files = [p for source in SOURCES for p in (ROOT / source).rglob("*.py")]
+    packages = {p.parent.relative_to(ROOT).as_posix() + "/" for p in files if p.name == "__init__.py"}
+    modules = {p.relative_to(ROOT).as_posix() for p in files if p.name != "__init__.py"}
+    modules |= {p.name for p in ROOT.glob("*.py")}
+    mapped_packages, mapped = layout_map()
+    named = set(re.findall(r"`((?:blink|space)/[\w/]+\.py)`", text(ARCHITECTURE)))
+    page = ARCHITECTURE.relative_to(ROOT)
+    assert not modules - mapped, (
+        f"modules with no line in {page}'s layout (add one: what it is): {sorted(modules - mapped)}"
+    )
+    assert not mapped - modules, f"{page}'s layout names modules that are gone: {sorted(mapped - modules)}"
+    assert packages == mapped_packages, (
+        f"{page}: packages with no heading {sorted(packages - mapped_packages)}, "
+        f"headings of no package {sorted(mapped_packages - packages)}"
+    )
+    assert named <= modules, f"{page} names modules that are gone: {sorted(named - modules)}"
+
+
+def test_every_package_says_what_it_holds():
+    packages = [p for source in SOURCES for p in sorted((ROOT / source).rglob("__init__.py"))]
+    silent = [str(p.relative_to(ROOT)) for p in packages if not ast.get_docstring(ast.parse(text(p)))]
+    assert not silent, f"packages whose __init__.py has no docstring saying what the package holds: {silent}"
