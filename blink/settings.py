@@ -240,6 +240,9 @@ class Settings:
     batch_call_s: float = knob(1.0, Number(0.01, 60), "Batch API: seconds one model call of batch rows may take "
                                "(sized by the speed such calls ran at): an interactive decision, always taken "
                                "before batch rows and never in a call with them, waits at most this long")
+    batch_retry_s: float = knob(600.0, Number(0.01, 86400), "run-batch and the Batch API: seconds in all a row is "
+                                "sent again while the routes have no room for it (529, 429, 503 with Retry-After); "
+                                "past them the row is written as an error that names this knob")
     engine: str = knob("local", Choice(("local", "vllm")), "who runs the model: local (blink's own engine, the "
                        "weights in this process) or vllm (the replicas at `engine_url`; this process loads only the "
                        "model's tokenizer, templates and config, no weights)")

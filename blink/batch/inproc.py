@@ -9,16 +9,20 @@ rest of the way to the batcher (bench/RESULTS.md)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
 
+from blink.settings import Settings, knobs
 from blink.web.callers import BULK
 
-# what the route answers when it has no room now; the row is sent again after `Retry-After`, never written as an error
+# what the route answers when it has no room now; the row is sent again after `Retry-After`, for at most
+# `batch_retry_s` seconds in all (then it is written as the route's last refusal, saying so)
 RETRIED = {429, 503, 529}
-MAX_TRIES = 1000
+RETRY_KNOB = next(k for k in knobs(Settings) if k.name == "batch_retry_s")
+RETRY_S = RETRY_KNOB.default
 
 
 class GaveUp(Exception):
@@ -36,29 +40,43 @@ class Answered:
 class InProcess:
     """POSTs to one ASGI app in this process."""
 
-    def __init__(self, app, caller: str = "127.0.0.1", headers: dict | None = None, bulk: bool = False):
+    def __init__(
+        self,
+        app,
+        caller: str = "127.0.0.1",
+        headers: dict | None = None,
+        bulk: bool = False,
+        retry_s: float = RETRY_S,
+    ):
         """`caller`: the peer address the routes see (who admission counts the rows as); `headers`: sent with
         every row (the API key, where the app requires one); `bulk`: the rows are bulk work, decided in model calls
-        of their own after any interactive request waiting (blink.decide.batching)."""
-        self.app, self.caller, self.bulk = app, caller, bulk
+        of their own after any interactive request waiting (blink.decide.batching); `retry_s`: how long in all a
+        row is sent again while the routes have no room (the `batch_retry_s` knob)."""
+        self.app, self.caller, self.bulk, self.retry_s = app, caller, bulk, retry_s
         self.headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
 
     async def post(self, path: str, body: bytes, give_up: Callable[[], bool] | None = None) -> Answered:
         """One request, sent again while the route says it has no room (529, 429, 503 with `Retry-After`), unless
-        `give_up()` says to stop waiting (GaveUp: the row was not answered)."""
-        for tries in range(MAX_TRIES):
+        `give_up()` says to stop waiting (GaveUp: the row was not answered), for at most `retry_s` seconds in all:
+        past them the row is answered with the route's last refusal, its message saying so and naming the knob."""
+        deadline, tries = time.monotonic() + self.retry_s, 0
+        while True:
             status, headers, raw = await self._call(path, body)
-            if status not in RETRIED or "retry-after" not in headers or tries == MAX_TRIES - 1:
+            if status not in RETRIED or "retry-after" not in headers:
                 break
             if give_up is not None and give_up():
                 raise GaveUp(path)
-            await asyncio.sleep(max(0.05, min(float(headers["retry-after"] or 1), 30.0)))
-        try:
-            parsed = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            parsed = raw.decode("utf-8", "replace")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return self._answered(status, headers, out_of_time(parsed_body(raw), self.retry_s), tries)
+            await asyncio.sleep(min(wait_of(headers["retry-after"]), left))
+            tries += 1
+        return self._answered(status, headers, parsed_body(raw), tries)
+
+    @staticmethod
+    def _answered(status: int, headers: dict, body: object, tries: int) -> Answered:
         request_id = headers.get("x-request-id") or headers.get("x-typesafe-request-id")
-        return Answered(status, parsed, request_id, tries)
+        return Answered(status, body, request_id, tries)
 
     async def _call(self, path: str, body: bytes) -> tuple[int, dict, bytes]:
         scope = {
@@ -107,3 +125,38 @@ class InProcess:
         finally:
             done.set()
         return status[0], headers, b"".join(chunks)
+
+
+def parsed_body(raw: bytes) -> object:
+    """The route's JSON body, or its text where it is not JSON."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw.decode("utf-8", "replace")
+
+
+def wait_of(retry_after: str) -> float:
+    """`Retry-After`'s seconds, kept between 50 ms and 30 s (one that is not a number: 1 s)."""
+    try:
+        seconds = float(retry_after or 1)
+    except ValueError:
+        seconds = 1.0
+    return max(0.05, min(seconds, 30.0))
+
+
+def out_of_time(body: object, retry_s: float) -> object:
+    """The route's last refusal, in its own wire's shape, its message saying the row waited `retry_s` seconds for
+    room in vain and which knob sets that."""
+    said = (
+        f"no room for this row in {retry_s:g} s of retries, the server full all along (the `{RETRY_KNOB.name}` "
+        f"knob: {RETRY_KNOB.flag}, {RETRY_KNOB.env}; or give the run more room)"
+    )
+    if not isinstance(body, dict) or "error" not in body:
+        return {"error": f"{said}; the last refusal: {body}"}
+    error = body["error"]
+    if isinstance(error, dict):  # OpenAI's, Gemini's: {"error": {"message": ...}}
+        return {**body, "error": {**error, "message": f"{said}; the last refusal: {error.get('message')}"}}
+    out = {**body, "error": f"{said}; the last refusal: {error}"}  # System One's: {"error": str, "detail": ...}
+    if isinstance(body.get("detail"), dict) and "message" in body["detail"]:
+        out["detail"] = {**body["detail"], "message": out["error"]}
+    return out

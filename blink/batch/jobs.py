@@ -13,6 +13,7 @@ import contextlib
 import time
 from dataclasses import dataclass
 
+from blink.batch.inproc import RETRY_S
 from blink.batch.requests_file import ROUTES
 from blink.batch.store import Store, new_id, not_found
 from blink.errors import BlinkError, InvalidRequest
@@ -31,6 +32,7 @@ class BatchSettings:
     retention_s: float
     chunk_rows: int
     max_body_bytes: int
+    retry_s: float = RETRY_S  # how long a row waits in all for room (`batch_retry_s`)
 
     @classmethod
     def of(cls, settings) -> BatchSettings | None:
@@ -45,6 +47,7 @@ class BatchSettings:
             settings.retention_hours * 3600,
             settings.batch_chunk_rows,
             settings.max_body_bytes,
+            settings.batch_retry_s,
         )
 
 
@@ -157,6 +160,7 @@ class Jobs:
         from blink.batch.worker import Worker
 
         self.worker, self.loop = Worker(self, app), asyncio.get_running_loop()
+        self.worker.client.retry_s = self.settings.retry_s  # its rows wait for room this long in all, then fail
         self.task = asyncio.create_task(self.worker.run())
         try:
             yield

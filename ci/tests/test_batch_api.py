@@ -404,3 +404,50 @@ def test_a_server_killed_mid_batch_finishes_every_line_once(client, batch_server
     assert batch.status == "completed" and batch.request_counts.completed == n, batch
     ids = [o["custom_id"] for o in read(client, batch.output_file_id)]
     assert ids == [f"k{i}" for i in range(n)]  # each once, in input order
+
+
+def test_a_row_with_no_room_in_batch_retry_s_is_an_error_naming_the_knob(engine, demo_dir, tmp_path):
+    """The in-process client's overall deadline: while the server has no room (its one decide place held) every row
+    is answered 529 with Retry-After; past `batch_retry_s` seconds in all the row is the route's last refusal, its
+    message saying so and naming the knob. Run-batch's client alone, then the Batch API's worker driven by the openai
+    SDK, both on the real app in this process; with room again, the same row is answered."""
+    import asyncio
+    import dataclasses
+
+    from starlette.testclient import TestClient
+
+    from blink.batch.inproc import InProcess
+    from blink.batch.jobs import BatchSettings, Jobs
+    from blink.server import ServedModel, build_chat_engine, build_context, create_app
+    from blink.settings import Settings
+    from blink.web.admission import Admission, Policy
+
+    retry_s = 0.3
+    settings = Settings(model=str(demo_dir), api_key=KEY, data_dir=str(tmp_path), batch_retry_s=retry_s)
+    served = ServedModel(engine.loaded, engine, build_chat_engine(settings, engine.loaded))
+    ctx = build_context(settings, served, warmup=False)
+    ctx = dataclasses.replace(ctx, admission=Admission({"decide": Policy(1), "chat": Policy(1)}))
+    jobs = Jobs(BatchSettings.of(settings))
+    app = create_app(ctx, metrics=False, jobs=jobs)
+    row = CASES["/v1/systemone"][0]
+    inproc = InProcess(app, headers={"Authorization": f"Bearer {KEY}"}, bulk=True, retry_s=retry_s)
+    said = ("no room for this row in 0.3 s of retries", "batch_retry_s", "--batch-retry-s", "BLINK_BATCH_RETRY_S")
+
+    with TestClient(app) as http:
+        client = openai.OpenAI(base_url="http://testserver/v1", api_key=KEY, http_client=http, max_retries=0)
+        with ctx.admission.gate("decide").enter_sync():  # the only place, held: no room for anyone else
+            started = time.monotonic()
+            answered = asyncio.run(inproc.post("/v1/systemone", json.dumps(row).encode()))
+            took = time.monotonic() - started
+            assert answered.status == 529 and answered.retries >= 1 and retry_s <= took < retry_s + 5
+            assert all(part in answered.body["error"] for part in said), answered.body
+            assert answered.body["detail"]["error_type"] == "overloaded_error"  # System One's shape, kept
+
+            source = upload(client, [line(f"r{i}", "/v1/systemone", row) for i in range(3)])
+            batch = client.batches.create(input_file_id=source.id, endpoint="/v1/systemone", completion_window="24h")
+            batch = finished(client, batch.id, timeout=60)
+        assert batch.status == "completed" and batch.request_counts.failed == 3, batch
+        for out in read(client, batch.error_file_id):
+            assert out["response"]["status_code"] == 529
+            assert all(part in out["response"]["body"]["error"] for part in said), out
+        assert asyncio.run(inproc.post("/v1/systemone", json.dumps(row).encode())).status == 200
