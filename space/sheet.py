@@ -63,7 +63,10 @@ def open_table(path: str, limits: SheetLimits) -> Table:
     except StartupError as error:
         if "say which format" in str(error):
             raise SheetRefused(f"{name}: upload a .csv, .jsonl or .parquet file.") from None
-        raise SheetRefused(f"{name} cannot be read: {str(error).removeprefix(path + ': ')}") from None
+        said = str(error)
+        if said.startswith(path + ": "):
+            raise SheetRefused(f"{name} cannot be read: {said.removeprefix(path + ': ')}") from None
+        raise SheetRefused(said.replace(path, name)) from None  # "x.csv is not a text table (…)"
     problem = header_problem(table.columns)
     if problem:
         raise SheetRefused(f"{name}: {problem}")
@@ -266,7 +269,8 @@ class SheetRun:
             yield snap
 
     def _sinks(self) -> dict[str, TableParts]:
-        return {fmt: TableParts(self.answers, self.table.format, fmt) for fmt in ("csv", "parquet")}
+        delimiter = self.table.dialect.delimiter
+        return {fmt: TableParts(self.answers, self.table.format, fmt, delimiter) for fmt in ("csv", "parquet")}
 
     def _downloads(self, sinks: dict[str, TableParts], parts: list[Path]) -> list[str]:
         """The rows done, joined into a CSV and a Parquet file (rewritten whole after each chunk)."""

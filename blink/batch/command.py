@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import dataclasses
 import os
+import sys
 
 import orjson
 
@@ -68,6 +69,9 @@ def run(args) -> int:
 
     settings = dataclasses.replace(from_args(args, Settings), api_key=None, metrics=False)
     plan = Plan(args, settings)  # refusals that need no model
+    note = plan.table.dialect.note() if plan.table is not None else None
+    if note and not args.quiet:  # what a person may not expect of their file, before the minutes of work
+        print(f"run-batch: {plan.input}: {note}", file=sys.stderr, flush=True)
     from blink.model.loading import go_offline_if_local
 
     go_offline_if_local(settings.model)
@@ -237,7 +241,7 @@ class Plan:
         size = self.args.chunk_rows
         if self.table is None:
             return RequestsParts(), chunked(RequestsFile(self.input, self.settings.max_body_bytes).rows(), size)
-        sink = TableParts(self.answers, self.table.format, self.out_format)
+        sink = TableParts(self.answers, self.table.format, self.out_format, self.table.dialect.delimiter)
         columns, model = self.args.state_column, ctx.served_name
 
         def chunks():

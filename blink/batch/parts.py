@@ -3,7 +3,8 @@
 The requests file's parts are its output lines. A table's parts are Parquet where the input is Parquet (its column
 types kept), else JSON lines of the rows with their answer columns; they are joined into the output's format, its
 columns the input's in their order, then the answers. A CSV's text cells that a spreadsheet would run as a
-formula are escaped (blink.batch.tables.csv_safe).
+formula are escaped (blink.batch.tables.csv_safe); a CSV out is written with the input CSV's delimiter (a table
+Excel wrote with semicolons comes back with semicolons, so the same spreadsheet opens it in columns).
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ class RequestsParts:
 
 
 class TableParts:
-    def __init__(self, answers: Answers, in_format: str, out_format: str):
-        self.answers, self.out_format = answers, out_format
+    def __init__(self, answers: Answers, in_format: str, out_format: str, delimiter: str = ","):
+        self.answers, self.out_format, self.delimiter = answers, out_format, delimiter
         self.ext = "parquet" if in_format == "parquet" else "jsonl"
 
     def answer_columns(self, rows: list, answered: list) -> list[dict]:
@@ -69,11 +70,11 @@ class TableParts:
 
     def join(self, parts: list[Path], out) -> None:
         if self.ext == "parquet":
-            join_parquet_parts(parts, out, self.out_format)
+            join_parquet_parts(parts, out, self.out_format, self.delimiter)
         elif self.out_format == "jsonl":
             RequestsParts.join(self, parts, out)
         elif self.out_format == "csv":
-            join_rows_csv(parts, out, self.answers)
+            join_rows_csv(parts, out, self.answers, self.delimiter)
         else:
             join_rows_parquet(parts, out, self.answers)
 
@@ -118,10 +119,10 @@ def csv_cell(value):
     return csv_safe(value)
 
 
-def join_rows_csv(parts: list[Path], out, answers: Answers) -> None:
+def join_rows_csv(parts: list[Path], out, answers: Answers, delimiter: str = ",") -> None:
     columns = ordered_columns(parts, answers)
     text = io.TextIOWrapper(out, encoding="utf-8", newline="", write_through=True)
-    writer = csv_writer(text)
+    writer = csv_writer(text, delimiter)
     writer.writerow([csv_safe(c) for c in columns])
     for part in parts:
         for row in part_rows(part):
@@ -147,7 +148,7 @@ def join_rows_parquet(parts: list[Path], out, answers: Answers) -> None:
         raise StartupError(f"the rows do not make one Parquet table ({error}): write JSONL or CSV instead") from None
 
 
-def join_parquet_parts(parts: list[Path], out, out_format: str) -> None:
+def join_parquet_parts(parts: list[Path], out, out_format: str, delimiter: str = ",") -> None:
     import pyarrow.parquet as pq
 
     if out_format == "parquet":
@@ -157,7 +158,7 @@ def join_parquet_parts(parts: list[Path], out, out_format: str) -> None:
                 writer.write_table(pq.read_table(part).cast(schema))
         return
     text = io.TextIOWrapper(out, encoding="utf-8", newline="", write_through=True)
-    writer = csv_writer(text) if out_format == "csv" else None
+    writer = csv_writer(text, delimiter) if out_format == "csv" else None
     if writer is not None:
         writer.writerow([csv_safe(c) for c in pq.read_schema(parts[0]).names])
     for part in parts:

@@ -69,8 +69,8 @@ def connect(address: str, actors: int, cpus: float) -> None:
         ray.init(address=address, **common)
 
 
-def read(path: str, fmt: str, columns: list[str]):
-    """The table as Ray Data reads it, in the file's order."""
+def read(path: str, fmt: str, columns: list[str], dialect):
+    """The table as Ray Data reads it, in the file's order (a CSV in its encoding and delimiter: Table's dialect)."""
     import pyarrow as pa
     import pyarrow.csv as pcsv
     import ray
@@ -81,7 +81,8 @@ def read(path: str, fmt: str, columns: list[str]):
     if fmt == "csv":
         types = {name: pa.string() for name in columns}
         convert = pcsv.ConvertOptions(column_types=types, strings_can_be_null=False)
-        return ray.data.read_csv(path, convert_options=convert, file_extensions=None)
+        options = {"read_options": dialect.read_options(), "parse_options": dialect.parse_options()}
+        return ray.data.read_csv(path, convert_options=convert, file_extensions=None, **options)
     return ray.data.read_json(path, file_extensions=None)
 
 
@@ -178,7 +179,7 @@ def run(plan, ctx, served, journal) -> int:
         spec["threads"] = max(1, int(args.ray_cpus))
         handles = start_actors(spec, args.ray_actors, args.ray_cpus, args.ray_gpus)
         progress = Progress(None, args.quiet)
-        source = read(plan.input, plan.table.format, plan.table.columns)
+        source = read(plan.input, plan.table.format, plan.table.columns, plan.table.dialect)
         batches = source.iter_batches(batch_size=args.chunk_rows, batch_format="pyarrow", drop_last=False)
         try:
             chunks = RayRun(journal, progress, handles).run(batches)
@@ -186,7 +187,7 @@ def run(plan, ctx, served, journal) -> int:
             raise StartupError(
                 f"{plan.input}: Ray Data cannot read on: {getattr(error, 'cause', None) or error}"
             ) from None
-        join(journal, TableParts(plan.answers, "parquet", plan.out_format), chunks)
+        join(journal, TableParts(plan.answers, "parquet", plan.out_format, plan.table.dialect.delimiter), chunks)
         summary = progress.summary()
         journal.finished(summary)
         progress.close(summary)

@@ -2,8 +2,9 @@
 named column (several columns: a JSON object of them); the answers as columns after the row's own.
 
 Rows are read in chunks, never the whole file at once: CSV with pyarrow's streaming reader (every column as
-text, so a CSV written back holds the cells as they were), Parquet by record batches (its types kept), JSONL line
-by line (a row is any JSON object).
+text, so a CSV written back holds the cells as they were; its encoding and delimiter found first, blink.batch.dialect),
+Parquet by record batches (its types kept), JSONL line by line (a row is any JSON object). A row whose state is empty
+is an error row: in a table an empty cell is a gap in the data, not a text to decide about.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from blink.batch.dialect import Dialect, of_file
 from blink.batch.requests_file import Row, lines
 from blink.errors import StartupError
 
@@ -39,6 +41,10 @@ class Table:
 
     def __init__(self, path: str, fmt: str, max_bytes: int):
         self.path, self.format, self.max_bytes = path, fmt, max_bytes
+        try:
+            self.dialect: Dialect = of_file(path, fmt)
+        except OSError as error:
+            raise StartupError(f"{path}: cannot read it: {error}") from None
         self.columns = self._columns()
         twice = sorted({name for name in self.columns if self.columns.count(name) > 1})
         if twice:  # a row is keyed by name: one of the two would be lost
@@ -49,7 +55,8 @@ class Table:
             if self.format == "csv":
                 import pyarrow.csv as pcsv
 
-                with pcsv.open_csv(self.path) as reader:
+                d = self.dialect
+                with pcsv.open_csv(self.path, read_options=d.read_options(), parse_options=d.parse_options()) as reader:
                     return list(reader.schema.names)
             if self.format == "parquet":
                 import pyarrow.parquet as pq
@@ -102,7 +109,9 @@ class Table:
         types = {name: pa.string() for name in self.columns}
         convert = pcsv.ConvertOptions(column_types=types, strings_can_be_null=False)
         pending: list = []
-        with pcsv.open_csv(self.path, convert_options=convert) as reader:
+        d = self.dialect
+        options = {"read_options": d.read_options(), "parse_options": d.parse_options(), "convert_options": convert}
+        with pcsv.open_csv(self.path, **options) as reader:
             for batch in reader:
                 pending.extend(batch.to_pylist())
                 while len(pending) >= size:
@@ -198,14 +207,22 @@ def state_of(row, columns: list[str]) -> tuple[Any, str | None]:
     missing = [c for c in columns if c not in row]
     if missing:
         return None, f"the row has no column {', '.join(map(repr, missing))}"
+    if all(is_empty(row[c]) for c in columns):
+        return None, "the state is empty" if len(columns) == 1 else "the state columns are all empty"
     if len(columns) == 1:
         return as_text(jsonable(row[columns[0]])), None
     return {c: jsonable(row[c]) for c in columns}, None
 
 
+def is_empty(value) -> bool:
+    """A cell with nothing in it: none, blank text, or a float that is no number (NaN: pandas' missing value)."""
+    if isinstance(value, float):
+        return math.isnan(value)
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
 def as_text(value):
-    """A number or truth value as JSON writes it; a float that is no number (NaN: pandas' missing value, infinity) as
-    missing, for the route to refuse in words."""
+    """A number or truth value as JSON writes it; infinity as missing, for the route to refuse in words."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return orjson.dumps(value).decode() if isinstance(value, (bool, int, float)) else value
@@ -247,5 +264,5 @@ def csv_safe(value):
     return value
 
 
-def csv_writer(fh):
-    return csv.writer(fh, lineterminator="\n")
+def csv_writer(fh, delimiter: str = ","):
+    return csv.writer(fh, delimiter=delimiter, lineterminator="\n")
