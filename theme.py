@@ -57,6 +57,19 @@ CSS = (
 .blink-bar.blink-flagged .blink-fill { background: #dc2626; }
 .blink-bar.blink-flagged .blink-option { font-weight: 600; color: #b91c1c; }
 .dark .blink-bar.blink-flagged .blink-option, .dark .blink-error { color: #f87171; }
+/* the Sheet's progress: as wide as its column, in the bars' colours */
+.blink-sheet-status progress { display: block; width: 100%; height: .6rem; margin: .2rem 0 .35rem 0; border: 0;
+                               border-radius: 4px; -webkit-appearance: none; appearance: none; accent-color: """
+    + ACCENT
+    + """;
+                               background: rgba(100, 116, 139, .18); overflow: hidden; }
+.blink-sheet-status progress::-webkit-progress-bar { background: rgba(100, 116, 139, .18); border-radius: 4px; }
+.blink-sheet-status progress::-webkit-progress-value { background: """
+    + ACCENT
+    + """; border-radius: 4px; }
+.blink-sheet-status progress::-moz-progress-bar { background: """
+    + ACCENT
+    + """; border-radius: 4px; }
 /* the chat's example prompts, drawn as the buttons they are */
 #blink-chatbot button.example { border: 1px solid var(--border-color-primary); border-radius: 8px;
                                 background: var(--background-fill-secondary); cursor: pointer; }

@@ -43,6 +43,7 @@ from space.ui_shared import PRIVATE, caveat_html, error_html, reveal_js, ui_clas
 log = logging.getLogger("blink.space")
 WORK = Path(tempfile.gettempdir()) / "blink-sheet"  # a folder per run; Gradio copies the downloads to its cache
 KEEP_S = 3600  # a run's folder is removed this long after it was made
+SHOWN_CHARS = 60  # the labelled rows' table cuts a longer cell here, with an ellipsis (the downloads keep it whole)
 LIKELY_STATE = ("text", "state", "content", "message", "body", "review", "comment", "ticket")
 EXAMPLE_CSV = """id,text
 T1,"I was charged twice for order #8812, please refund the second charge."
@@ -87,26 +88,48 @@ def source(file: str | None, pasted: str | None) -> str:
     return str(path)
 
 
-def status_html(text: str, done: int = 0, total: int = 0) -> str:
+def status_html(text: str, done: int = 0, total: int = 0, cls: str = "blink-summary") -> str:
+    """The status line (`cls`: blink-summary, in the page's colour; blink-error for a run that failed), under a
+    bar as wide as its column while there are rows to count."""
     bar = f'<progress value="{done}" max="{max(total, 1)}"></progress>' if total else ""
-    return f'<div class="blink-sheet-status">{bar}<div class="blink-summary">{html.escape(text)}</div></div>'
+    return f'<div class="blink-sheet-status">{bar}<div class="{cls}">{html.escape(text)}</div></div>'
 
 
-def progress_line(snap) -> str:
+def progress_line(snap, error_column: str = "the error column") -> str:
     left = (snap.total - snap.done) / snap.rate if snap.rate else 0
     eta = f" · about {left:.0f} s to go" if snap.done < snap.total else ""
-    errors = f" · {snap.errors} with an error (see the error column)" if snap.errors else ""
-    return f"{snap.done:,} of {snap.total:,} rows labelled · {snap.rate:.1f} rows/s{eta}{errors}"
+    return (
+        f"{snap.done:,} of {snap.total:,} rows labelled · {snap.rate:.1f} rows/s{eta}{errors_note(snap, error_column)}"
+    )
+
+
+def errors_note(snap, error_column: str) -> str:
+    """The rows done that got no answer (an empty state, one too long…), counted where the person looks."""
+    if not snap.errors:
+        return ""
+    return f" · {snap.errors:,} {'row' if snap.errors == 1 else 'rows'} refused: see {error_column}"
+
+
+def share(part: int, whole: int) -> str:
+    """A share of rows as a percentage (not a probability's 0-1): 100 %, 37 %, <1 %."""
+    if not whole or not part:
+        return "0 %"
+    pct = 100 * part / whole
+    return "<1 %" if pct < 1 else f"{pct:.0f} %"
 
 
 def charts_html(answers, rows: list[dict]) -> str:
-    """A bar chart per question: the share of the rows done that got each answer."""
+    """A bar chart per question: the share of the rows done that got each answer, as a percentage."""
     parts = ['<div class="blink-results blink-sheet-charts">']
     for qid, counts in how_answers_fall(answers, rows).items():
         n = sum(count for _, count in counts)
         parts.append(f'<div class="blink-summary">{html.escape(qid)}: how the {n:,} answers fall</div>')
         for name, count in counts:
-            parts.append(bar_html(name, count / n if n else 0.0, desc=f"{count:,} rows"))
+            p = count / n if n else 0.0
+            bar = bar_html(name, p, desc=f"{count:,} rows")
+            parts.append(
+                bar.replace(f'<span class="blink-p">{p:.3f}</span>', f'<span class="blink-p">{share(count, n)}</span>')
+            )
     parts.append("</div>")
     return "".join(parts)
 
@@ -117,6 +140,7 @@ class Sheet:
     def __init__(self, ctx: Context, settings: SheetSettings):
         self.ctx, self.settings = ctx, settings
         self.running: dict[str, SheetRun] = {}
+        self.done: dict[str, int] = {}  # the rows a running run has done (for Stop's line)
 
     def prepare(self, path: str, columns: list[str], questions: dict, request) -> SheetRun:
         limits = self.settings.limits
@@ -163,21 +187,41 @@ class Sheet:
             return
         key = request.session_hash if request is not None else None
         self.running[key] = run
+        self.done[key] = 0
         try:
             yield status_html(f"Labelling {run.total:,} rows…", 0, run.total), None, "", None
             async for snap in run.run():
-                status = status_html(snap.stopped or progress_line(snap), snap.done, snap.total)
-                if snap.stopped:
-                    status = error_html(snap.stopped) + status
-                table = rows_table(snap.rows)
-                yield status, table, charts_html(run.answers, snap.rows), snap.downloads or None
+                self.done[key] = snap.done
+                yield (
+                    self.snap_status(run, snap),
+                    rows_table(snap.rows, run),
+                    charts_html(run.answers, snap.rows),
+                    snap.downloads or None,
+                )
         finally:
             self.running.pop(key, None)
+            self.done.pop(key, None)
 
-    def ui_stop(self, request: gr.Request):
-        run = self.running.get(request.session_hash if request is not None else None)
-        if run is not None:
-            run.stop.set()
+    @staticmethod
+    def snap_status(run: SheetRun, snap) -> str:
+        """Where the run stands: its progress, or once why it stopped early: a Stop the person pressed in the page's
+        colour (marked blink-stopped, which the page scrolls into view), a quota or a failure as an error."""
+        error_column = run.answers.error_column
+        if not snap.stopped:
+            return status_html(progress_line(snap, error_column), snap.done, snap.total)
+        told = snap.stopped + errors_note(snap, error_column)
+        cls = "blink-summary blink-stopped" if run.stop.is_set() else "blink-error blink-stopped"
+        return status_html(told, snap.done, snap.total, cls)
+
+    async def ui_stop(self, request: gr.Request):
+        """The Stop button (off the queue, so at once): the run stops after the chunk in flight; told so now. (On
+        the event loop, as the run: its stop is set before this answer leaves, so the run's last word comes later.)"""
+        key = request.session_hash if request is not None else None
+        run = self.running.get(key)
+        if run is None or run.stop.is_set():
+            return gr.update()
+        run.stop.set()
+        return status_html("Stopping after this chunk…", self.done.get(key, 0), run.total)
 
     def endpoint(self, needs_key: bool):
         async def sheet(table, state_columns, questions, output_format, request: gr.Request):
@@ -205,10 +249,37 @@ class Sheet:
         return sheet
 
 
-def rows_table(rows: list[dict]):
+def rows_table(rows: list[dict], run: SheetRun | None = None):
+    """The rows done as the page shows them (the downloads keep the table's order): the first column (an id, as a
+    rule), then each question's answer and the error column, then the other columns, the probabilities last, so
+    the answers are on screen beside a long text column (whose cells the table shows cut at SHOWN_CHARS). No rows:
+    the table is hidden (an empty one would show placeholder headers)."""
     import pandas as pd
 
-    return pd.DataFrame(rows).round(4) if rows else None
+    if not rows:
+        return gr.update(value=None, visible=False)
+    frame = pd.DataFrame(rows)
+    if run is not None:
+        answers = run.answers
+        first = [answers.name(q.name) for q in answers.parsed] + [answers.error_column]
+        last = [name for name, _ in answers.columns if name not in first]
+        inputs = [c for c in frame.columns if c not in first and c not in last]
+        frame = frame[[c for c in inputs[:1] + first + inputs[1:] + last if c in frame.columns]]
+    return gr.update(value=frame.round(4), visible=True)
+
+
+def example_loaded(file, pasted) -> list:
+    """The example button: with a table given (an upload or pasted rows) the example's questions only, the table
+    left as it is; with none, the example's rows too, to run as they are."""
+    has_table = bool(file) or bool((pasted or "").strip())
+    rows = [gr.update(), gr.update()] if has_table else [None, EXAMPLE_CSV]
+    return [*rows, *filled(EXAMPLES["Ticket routing"]["questions"])]
+
+
+def reveal_stopped_js() -> str:
+    """After a run: a run that stopped early (its status marked blink-stopped) has its status scrolled into view; a
+    run that ended leaves the page where the person put it."""
+    return f"() => {{ if (document.querySelector('#sheet-status .blink-stopped')) ({reveal_js('sheet-status')})(); }}"
 
 
 def sheet_tab(ctx: Context, caveat: str, settings: SheetSettings, needs_key: bool = False) -> None:
@@ -243,7 +314,14 @@ def sheet_tab(ctx: Context, caveat: str, settings: SheetSettings, needs_key: boo
         with gr.Column(scale=1):
             gr.HTML(caveat_html(caveat))
             status = gr.HTML("", elem_id="sheet-status")
-            table = gr.Dataframe(label="Labelled rows", interactive=False, max_height=360, elem_id="sheet-table")
+            table = gr.Dataframe(
+                label="Labelled rows",
+                interactive=False,
+                max_height=360,
+                max_chars=SHOWN_CHARS,
+                visible=False,
+                elem_id="sheet-table",
+            )
             charts = gr.HTML("", elem_id="sheet-charts")
             downloads = gr.File(label="Downloads", file_count="multiple", interactive=False, elem_id="sheet-downloads")
     # the Gradio endpoint's inputs and output (never shown)
@@ -257,16 +335,14 @@ def sheet_tab(ctx: Context, caveat: str, settings: SheetSettings, needs_key: boo
 
     for box in (upload, pasted):
         box.change(sheet.header, [upload, pasted], [columns, status], queue=False, api_visibility=PRIVATE)
-    example_questions = EXAMPLES["Ticket routing"]["questions"]
-    example.click(
-        lambda: [None, EXAMPLE_CSV, *filled(example_questions)],
-        None,
-        [upload, pasted, *editor.outputs],
-        api_visibility=PRIVATE,
-    )
+    example.click(example_loaded, [upload, pasted], [upload, pasted, *editor.outputs], api_visibility=PRIVATE)
     shown = [status, table, charts, downloads]
     run.click(
-        lambda: (status_html("Reading the table…"), None, "", None), None, shown, queue=False, api_visibility=PRIVATE
+        lambda: (status_html("Reading the table…"), rows_table([]), "", None),
+        None,
+        shown,
+        queue=False,
+        api_visibility=PRIVATE,
     ).then(None, js=reveal_js("sheet-status")).then(
         sheet.ui_run,
         [upload, pasted, columns, editor.count, *editor.boxes],
@@ -276,8 +352,10 @@ def sheet_tab(ctx: Context, caveat: str, settings: SheetSettings, needs_key: boo
         concurrency_id="sheet",
         show_progress="hidden",
         api_visibility=PRIVATE,
+    ).then(None, js=reveal_stopped_js())
+    stop.click(sheet.ui_stop, None, status, queue=False, show_progress="hidden", api_visibility=PRIVATE).then(
+        None, js=reveal_js("sheet-status")
     )
-    stop.click(sheet.ui_stop, None, None, queue=False, api_visibility=PRIVATE)
     gr.Button(visible=False).click(
         sheet.endpoint(needs_key),
         api_in,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 import sys
 
@@ -22,7 +23,7 @@ import pytest
 
 from helpers import ROOT, running
 from helpers.batch import ANSWER_COLUMNS, QUESTIONS, run_table, tickets
-from helpers.browser import in_view, open_page, open_tab, screenshot_on_failure, visible_text
+from helpers.browser import in_view, open_page, open_tab, rect, screenshot_on_failure, visible_text
 
 pytestmark = [pytest.mark.e2e, pytest.mark.space, pytest.mark.slow]
 browser_test = pytest.mark.browser
@@ -65,23 +66,48 @@ def error_shown(browser):
 
 
 def open_sheet(browser, url: str, screen: str):
-    """The Sheet tab with Decide's ticket questions loaded by the view's example (its pasted rows then cleared); a wait
-    that looks again when the page redraws what it was reading (the status and the table redraw after each chunk)."""
+    """The Sheet tab; a wait that looks again when the page redraws what it was reading (the status and the table
+    redraw after each chunk)."""
     from selenium.common.exceptions import StaleElementReferenceException
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import WebDriverWait
 
     open_page(browser, url, screen)
     wait = WebDriverWait(browser, 90, ignored_exceptions=(StaleElementReferenceException,))
     open_tab(browser, wait, "Sheet")
+    return wait
+
+
+def load_example(browser, wait) -> None:
+    """The view's example button pressed: Decide's ticket questions in the editor (and its rows, with no table)."""
+    from selenium.webdriver.common.by import By
+
     browser.find_element(By.ID, "sheet-example").click()
     wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "#sheet-q0-instructions textarea").get_attribute("value"))
-    pasted = browser.find_element(By.CSS_SELECTOR, "#sheet-paste textarea")
-    pasted.send_keys(Keys.CONTROL, "a")
-    pasted.send_keys(Keys.DELETE)
-    wait.until(lambda d: not d.find_element(By.CSS_SELECTOR, "#sheet-paste textarea").get_attribute("value"))
-    return wait
+
+
+def pasted_rows(browser) -> str:
+    from selenium.webdriver.common.by import By
+
+    return browser.find_element(By.CSS_SELECTOR, "#sheet-paste textarea").get_attribute("value")
+
+
+def shown_cell(browser, column: str, first: str):
+    """The labelled rows' cell drawn in `column` (by its header) on the row whose first cell is `first`, and the box
+    the table shows of it (what the boxes around it that scroll or clip leave in sight), or None."""
+    return browser.execute_script(
+        "const table = document.getElementById('sheet-table');"
+        "const at = [...table.querySelectorAll('thead th')].map(th => th.title).indexOf(arguments[0]);"
+        "const first = [...table.querySelectorAll('.body-cell.first-column, tbody td:first-child')]"
+        ".find(c => c.innerText.trim() === arguments[1] && c.getBoundingClientRect().height > 0);"
+        "if (!first || at < 0) return null;"
+        "const cell = first.parentElement.children[at]; const box = cell.getBoundingClientRect().toJSON();"
+        "for (let e = cell.parentElement; e && e !== table.parentElement; e = e.parentElement) {"
+        " if (getComputedStyle(e).overflowX === 'visible') continue; const r = e.getBoundingClientRect();"
+        " box.left = Math.max(box.left, r.left); box.right = Math.min(box.right, r.right); }"
+        "return [cell, box];",
+        column,
+        first,
+    )
 
 
 def progress(browser) -> tuple[int, int] | None:
@@ -128,12 +154,19 @@ def test_a_table_labelled_in_the_browser(space, browser, screen, tmp_path):
     with screenshot_on_failure(browser, f"{screen}-sheet"):
         wait = open_sheet(browser, space, screen)
         upload(browser, wait, path)
+        load_example(browser, wait)  # with a table given: the example's questions only, the upload kept
+        assert "tickets.csv" in browser.find_element(By.ID, "sheet-file").text.replace("\n", "")
+        assert pasted_rows(browser) == ""
         assert "200 rows" in browser.find_element(By.ID, "sheet-status").text
         seen = run_and_watch(browser, wait)
         assert any(0 < done < 200 for done, _ in seen), seen  # the progress moved chunk by chunk
         first = wait.until(lambda d: visible_text(d, "T0000"))  # the first labelled row's first cell
         assert in_view(browser, browser.find_element(By.CSS_SELECTOR, "#sheet-status .blink-summary"))
         assert in_view(browser, first), "the first labelled row is out of the window"
+        answer, shown = shown_cell(browser, "blink.team", "T0000")  # beside the first column, not behind the text
+        at = rect(browser, answer)
+        assert answer.text in TEAMS and in_view(browser, answer), at
+        assert shown["right"] - shown["left"] >= at["width"] - 1, (at, shown)  # in sight, no sideways scroll
         charts = browser.find_elements(By.CSS_SELECTOR, "#sheet-charts .blink-summary")
         assert [c.text.split(":")[0] for c in charts] == ["team", "urgent"]
         bars = browser.find_elements(By.CSS_SELECTOR, "#sheet-charts .blink-bar")
@@ -158,13 +191,67 @@ def test_stop_keeps_the_rows_done(space, browser, tmp_path):
     with screenshot_on_failure(browser, "laptop-sheet-stop"):
         wait = open_sheet(browser, space, "laptop")
         upload(browser, wait, path)
+        load_example(browser, wait)
         browser.find_element(By.ID, "sheet-run").click()
         wait.until(lambda d: (progress(d) or (0, 0))[0] > 0)
-        browser.find_element(By.ID, "sheet-stop").click()
-        stopped = wait.until(lambda d: visible_text(d, "Stopped after"))
+        # every text the status shows from now on, timed; Stop pressed where it is (the page scrolled to it)
+        clicked = browser.execute_script(
+            "window.told = []; const box = document.getElementById('sheet-status');"
+            "new MutationObserver(() => window.told.push([performance.now(), box.innerText]))"
+            ".observe(box, {subtree: true, childList: true, characterData: true});"
+            "const stop = document.getElementById('sheet-stop'); stop.scrollIntoView({block: 'center'});"
+            "const t = performance.now(); stop.click(); return t;"
+        )
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#sheet-status .blink-stopped"))
+        told = browser.execute_script("return window.told")
+        stopping = next((t for t, text in told if "Stopping after this chunk" in text), math.inf) - clicked
+        stopped_at = next((t for t, text in told if "Stopped after" in text), math.inf) - clicked
+        assert stopping < 2000 and stopping < stopped_at, told  # told at once, before the chunk in flight ends
+        stopped = browser.find_element(By.CSS_SELECTOR, "#sheet-status .blink-stopped")
+        assert "blink-error" not in stopped.get_attribute("class")  # asked for: no error, in the page's colour
+        colour = "return getComputedStyle(arguments[0]).color"
+        page = browser.find_element(By.CSS_SELECTOR, "#sheet-charts .blink-summary")
+        assert browser.execute_script(colour, stopped) == browser.execute_script(colour, page)
+        assert browser.find_element(By.TAG_NAME, "body").text.count("Stopped after") == 1  # said once
+        assert in_view(browser, stopped), rect(browser, stopped)
         done = int(re.search(r"Stopped after ([\d,]+) of", stopped.text)[1].replace(",", ""))
         assert 0 < done < MAX_ROWS
         assert len(downloaded_csv(browser, wait)) == done
+
+
+@browser_test
+def test_the_example_rows_run_and_are_shown_plainly(space, browser):
+    """Before a run no table (no placeholder headers); with no table given, the example button loads its rows and
+    questions. A row with an empty state is counted in the status line; the bar is as wide as its column, in the
+    theme's colour; a chart gives a share of rows as a percentage."""
+    from PIL import Image
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    from theme import ACCENT
+
+    with screenshot_on_failure(browser, "laptop-sheet-example"):
+        wait = open_sheet(browser, space, "laptop")
+        assert not [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#sheet-table th") if th.is_displayed()]
+        load_example(browser, wait)
+        assert pasted_rows(browser).startswith("id,text\nT1,")
+        pasted = browser.find_element(By.CSS_SELECTOR, "#sheet-paste textarea")
+        pasted.send_keys(Keys.CONTROL, Keys.END, Keys.NULL)
+        pasted.send_keys("\nT6,")  # a row whose state is empty
+        wait.until(lambda d: "6 rows; columns: id, text" in d.find_element(By.ID, "sheet-status").text)
+        browser.find_element(By.ID, "sheet-run").click()
+        wait.until(lambda d: progress(d) == (6, 6))
+        status = browser.find_element(By.ID, "sheet-status")
+        assert "1 row refused: see blink.error" in status.text, status.text
+        bar = browser.find_element(By.CSS_SELECTOR, "#sheet-status progress")
+        at, column = rect(browser, bar), rect(browser, status)
+        assert at["width"] >= 0.95 * column["width"], (at, column)
+        shot = Image.open(io.BytesIO(browser.get_screenshot_as_png())).convert("RGB")
+        filled = shot.getpixel((int(at["left"] + at["width"] / 2), int(at["top"] + at["height"] / 2)))
+        assert all(abs(a - b) <= 12 for a, b in zip(filled, bytes.fromhex(ACCENT[1:]), strict=True)), filled
+        shares = [p.text for p in browser.find_elements(By.CSS_SELECTOR, "#sheet-charts .blink-p")]
+        assert len(shares) == 6 and all(re.fullmatch(r"(\d{1,3}|<1) %", p) for p in shares), shares
+        assert "how the 5 answers fall" in browser.find_element(By.ID, "sheet-charts").text  # the refused row not
 
 
 @browser_test
@@ -184,6 +271,7 @@ def test_a_bad_table_is_told_in_words(space, browser, tmp_path, screen, case, wo
         wait = open_sheet(browser, space, screen)
         upload(browser, wait, path)
         assert words in error_shown(browser).text  # told on upload
+        load_example(browser, wait)
         browser.find_element(By.ID, "sheet-run").click()  # and on Run, where the person looks
         told = "Nothing was run. bad.csv: the first line" if case == "no header" else "Nothing was run. The table"
         wait.until(lambda d: (e := error_shown(d)) and told in e.text and words in e.text and in_view(d, e))
