@@ -26,7 +26,7 @@ from blink.decide.calibration import (
     probabilities,
     weights_fingerprint,
 )
-from helpers import ROOT, blink_serve, running, server_env
+from helpers import ROOT, assert_close, blink_serve, running, server_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -262,14 +262,17 @@ def test_calibrated_server_says_so_and_raw_equals_an_uncalibrated_server(server,
         ).json()
     assert calibrated["x_calibration"] == {"applied": True, "temperatures": temperatures}
     assert raw["x_calibration"] == {"applied": False, "temperatures": {}}
-    assert raw["answers"] == plain["answers"]  # exactly: the raw opt-out is the uncalibrated server
+    # the raw opt-out is the uncalibrated server: equal within blink's 1e-6 (another process, and each request's
+    # state may resume from the prefix-state cache's saved blocks: not bit for bit)
+    assert_close(raw["answers"], plain["answers"])
     assert calibrated["answers"] != plain["answers"]
     team_plain, team = plain["answers"]["team"]["probabilities"], calibrated["answers"]["team"]["probabilities"]
     assert max(team, key=team.get) == max(team_plain, key=team_plain.get)  # temperature never moves the argmax
     assert max(team.values()) > max(team_plain.values())  # T = 0.2 sharpens
-    # T applied to the label logits before the softmax: p_T ∝ p_raw ** (1 / T)
+    # T applied to the label logits before the softmax: p_T ∝ p_raw ** (1 / T); p_raw is the other server's, within
+    # 1e-6, which the power 1 / T = 5 can widen up to five times
     weights = {k: p ** (1 / 0.2) for k, p in team_plain.items()}
-    assert all(abs(team[k] - w / sum(weights.values())) < 1e-9 for k, w in weights.items())
+    assert all(abs(team[k] - w / sum(weights.values())) < 5e-6 for k, w in weights.items())
     assert health["calibration"] == {
         "loaded": True,
         "source": str(path),
@@ -284,8 +287,9 @@ def test_calibrated_server_says_so_and_raw_equals_an_uncalibrated_server(server,
         "wide": "30 options; the calibration was fitted on score questions of at most 10"
     }
     assert calibrated_wide["x_calibration"]["applied"] is True
-    assert calibrated_wide["answers"]["wide"] == plain_wide["answers"]["wide"]
-    assert calibrated_wide["answers"]["team"] == calibrated["answers"]["team"]
+    # answers of other requests (another batch shape, another process): within blink's 1e-6, not bit for bit
+    assert_close(calibrated_wide["answers"]["wide"], plain_wide["answers"]["wide"])
+    assert_close(calibrated_wide["answers"]["team"], calibrated["answers"]["team"])
     assert decision_raw["calibration"] == {"applied": False, "temperatures": {}}
     assert decision_raw["answers"][0]["probability"] != decision["answers"][0]["probability"]
 
@@ -364,5 +368,6 @@ def test_calibration_beside_the_weights_and_the_server_default_order(demo_root, 
         fixed = post(url, {**request, "x_order": "fixed"}).json()
     assert health["calibration"]["source"] == str(model / "calibration.json") and health["x_order"] == "rotate"
     assert default["x_calibration"] == {"applied": True, "temperatures": {"choice": 0.5}}
-    assert default["answers"] == rotated["answers"] != fixed["answers"]
+    assert_close(default["answers"], rotated["answers"])  # two requests: within blink's 1e-6
+    assert default["answers"] != fixed["answers"]
     assert default["usage"]["input_tokens"] > fixed["usage"]["input_tokens"]

@@ -11,6 +11,7 @@ import pytest
 from blink.executor.compute_thread import COMPUTE
 from blink.executor.decoder import decoder_of
 from blink.plan import GenerationParams
+from helpers import assert_close
 
 REQUEST = {
     "state": "The parcel arrived broken and I want my money back.",
@@ -94,7 +95,7 @@ def test_the_service_batches_on_the_compute_thread_itself(engine, pass_threads):
             return await service.run(checked, ticket)
 
     assert service.batcher.thread is None and service.batcher.on is COMPUTE
-    assert asyncio.run(decide()).answers == engine.decide(REQUEST)
+    assert_close(asyncio.run(decide()).answers, engine.decide(REQUEST))  # two forwards: within blink's 1e-6
     assert service.batcher.stats()["worker_alive"] and service.batcher.requests == 1
     assert pass_threads == {COMPUTE._ident}
 

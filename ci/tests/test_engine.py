@@ -8,6 +8,7 @@ import time
 import pytest
 
 from blink.errors import InvalidRequest, StartupError
+from helpers import assert_close
 
 REQUEST = {
     "state": {"message": "I was charged twice. Please fix this today."},
@@ -90,7 +91,7 @@ def test_score_gives_each_request_its_own_outcome(engine):
     broken = [Prompt([1, 2, 3], [Read(2, [10**9])])]  # a label id past the vocabulary: this one request fails
     out = engine.score([good, broken, good])
     assert [scored.error is None for scored in out] == [True, False, True]
-    assert out[0].scores == out[2].scores
+    assert_close(out[0].scores, out[2].scores)  # two rows of one batch: within blink's 1e-6
     assert len({scored.compute_s for scored in out}) == 1 and out[0].compute_s > 0  # the one call's seconds
 
 

@@ -210,14 +210,14 @@ def test_decisions_equal_systemone(client, server, served_name):
         timeout=60,
         json={"model": served_name, "state": STATE, "questions": SYSTEMONE_QUESTIONS},
     ).json()["answers"]
-    urgent, route, tone = mine.answers
-    assert urgent.probability == pytest.approx(so["urgent"]["noul"], abs=1e-9)
+    urgent, route, tone = mine.answers  # another request than systemone's: within blink's 1e-6
+    assert urgent.probability == pytest.approx(so["urgent"]["noul"], abs=1e-6)
     assert route.choice == so["route"]["choice"] and route.confidence == pytest.approx(so["route"]["confidence"])
     for p in route.probabilities:
-        assert p.probability == pytest.approx(so["route"]["probabilities"][p.value], abs=1e-9)
-    assert tone.score == pytest.approx(so["tone"]["score"], abs=1e-9)
+        assert p.probability == pytest.approx(so["route"]["probabilities"][p.value], abs=1e-6)
+    assert tone.score == pytest.approx(so["tone"]["score"], abs=1e-6)
     for p in tone.probabilities:
-        assert p.probability == pytest.approx(so["tone"]["probabilities"][str(p.value)], abs=1e-9)
+        assert p.probability == pytest.approx(so["tone"]["probabilities"][str(p.value)], abs=1e-6)
 
 
 JSON_DATA = {"city": "Zürich", "note": "café ☕"}
@@ -260,8 +260,8 @@ def test_decisions_write_json_in_a_transcript_as_its_text(server, served_name, c
     )
     assert mine.status_code == 200 and so.status_code == 200, (mine.text, so.text)
     assert mine.json()["usage"]["input_tokens"] == so.json()["usage"]["input_tokens"]
-    urgent = mine.json()["answers"][0]
-    assert urgent["probability"] == pytest.approx(so.json()["answers"]["urgent"]["noul"], abs=1e-9)
+    urgent = mine.json()["answers"][0]  # another request: within blink's 1e-6
+    assert urgent["probability"] == pytest.approx(so.json()["answers"]["urgent"]["noul"], abs=1e-6)
 
 
 def test_decisions_boolean_choice_values_stay_typed(client, served_name):

@@ -17,7 +17,7 @@ from biased_demo import QUESTION, TEAMS, biased_copy
 from blink.decide.answers import normalized
 from blink.decide.planner import Engine
 from blink.model.loading import load
-from helpers import running
+from helpers import assert_close, running
 
 BODY = {
     "state": "My parcel never arrived and the tracking page says it was delivered.",
@@ -75,7 +75,9 @@ def test_normalized_probabilities_are_the_hand_computation_from_the_raw_ones(bia
         p = probs(raw[qid])
         w = [a / b for a, b in zip(p, c)]
         hand = [x / math.fsum(w) for x in w]
-        assert max(abs(a - b) for a, b in zip(probs(answers[qid]), hand)) <= 1e-9, qid
+        # `raw` is another forward (alone) than `answers`' (batched with the prior's plans): its probabilities within
+        # 1e-6, divided by the prior's (~1 / n options) and renormalised: within a few times that
+        assert max(abs(a - b) for a, b in zip(probs(answers[qid]), hand)) <= 1e-5, qid
     team = answers["team"]["probabilities"]
     assert team["billing"] < raw["team"]["probabilities"]["billing"]  # the favoured label loses its bias
 
@@ -127,7 +129,7 @@ def test_the_wire_raw_equals_an_uncalibrated_server_and_prior_says_it_was_applie
             },
             "/v1/decisions",
         )
-    assert raw["answers"] == plain["answers"]  # exactly: "raw" is the model's probabilities
+    assert_close(raw["answers"], plain["answers"])  # "raw" is the model's probabilities (another process: 1e-6)
     assert raw["x_calibration"] == plain["x_calibration"] == {"applied": False, "temperatures": {}}
     assert default["answers"] != plain["answers"]
     prior = default["x_calibration"]["prior"]

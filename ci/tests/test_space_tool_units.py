@@ -9,7 +9,7 @@ import asyncio
 import gradio as gr
 import pytest
 
-from helpers import uncached
+from helpers import assert_close, uncached
 from space import zerogpu
 
 pytestmark = pytest.mark.space
@@ -58,7 +58,8 @@ def test_the_requests_identity_header_is_the_caller_of_the_batch(ctx_and_callers
     body = asyncio.run(decide("The parcel is five days late.", QUESTIONS, request_with(x_ip_token="tok-carol")))
     assert callers[-1] == (("x-ip-token", "tok-carol"),)  # what `spaces` charges (zerogpu.as_caller)
     direct = asyncio.run(decide_body(ctx, {"state": "The parcel is five days late.", "questions": QUESTIONS}))
-    assert uncached(body) == uncached(direct) and callers[-1] is None  # anonymous: nobody's token
+    assert_close(uncached(body), uncached(direct))  # two decisions: within blink's 1e-6
+    assert callers[-1] is None  # anonymous: nobody's token
     assert "Args:" in decide.__doc__ and "probability for every option" in decide.__doc__
 
 
@@ -92,7 +93,8 @@ def test_decide_takes_x_calibration_and_checks_it_as_the_wire_does(ctx_and_calle
 
     for value in ("raw", None):
         body = asyncio.run(decide(state, QUESTIONS, request_with(), value))
-        assert uncached(body) == uncached(direct(**({} if value is None else {"x_calibration": value}))), value
+        wire = direct(**({} if value is None else {"x_calibration": value}))
+        assert_close(uncached(body), uncached(wire), f"x_calibration={value}")
     prior = asyncio.run(decide(state, QUESTIONS, request_with(), "prior"))["x_calibration"]
     assert prior["applied"] is True and prior["prior"]["tokens"] > 0  # its content-free prompts ran
     # the wire's own prior: the same one (its prompts kept, so none ran again)

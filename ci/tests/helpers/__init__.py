@@ -8,7 +8,8 @@ every name from here (`from helpers import running`); each lives in a module of 
 - helpers/watch.py: `rss`, `Watch` and `watching` (a server's memory and /healthz while a request runs),
   `ServerProcess` (a `blink serve` by its URL: pid, log);
 - helpers/bodies.py: request and answer helpers: `random_request`, `body` (the scripted-replica tests' numbered
-  request), `probabilities`, `worst`, `uncached`, `png`, `text_of`, `MB`, `WORDS`;
+  request), `probabilities`, `worst`, `assert_close` (two answers within blink's 1e-6), `uncached`, `png`,
+  `text_of`, `MB`, `WORDS`;
 - helpers/contracts.py: wire contracts: `UNROUTED`, `ROOT_UNROUTED` and `check_unrouted` (unknown paths and
   methods), `run_jevcompat` and `assert_all_pass` (the conformance suite);
 - helpers/clients.py: `mcp_call` (one MCP session), `bearer`, `form_args` and `example_form` (the UI's Decide
@@ -31,7 +32,7 @@ helpers/images.py (the photo questions `QUESTIONS` and `vision_serve`, the visio
 image tests' own and is imported as `helpers.images`.
 """
 
-from helpers.bodies import MB, WORDS, body, png, probabilities, random_request, text_of, uncached, worst
+from helpers.bodies import MB, WORDS, assert_close, body, png, probabilities, random_request, text_of, uncached, worst
 from helpers.cache_checks import check_resumes_share_and_keep_saved_states
 from helpers.clients import (
     CHROMEDRIVER,
@@ -91,6 +92,7 @@ __all__ = [
     "body",
     "probabilities",
     "worst",
+    "assert_close",
     "uncached",
     "text_of",
     "png",

@@ -1,6 +1,6 @@
 """Request bodies and answers: random System One requests, the numbered one-question request of the scripted-replica
-tests, the numbers in an answer and the largest difference between two, an answer without the cache's note, plain
-text and PNGs of a given size."""
+tests, the numbers in an answer and the largest difference between two, two answers compared within blink's promise
+(`assert_close`), an answer without the cache's note, plain text and PNGs of a given size."""
 
 from __future__ import annotations
 
@@ -54,6 +54,33 @@ def worst(a: dict, b: dict) -> float:
     pa, pb = probabilities(a), probabilities(b)
     assert len(pa) == len(pb) and pa
     return max(abs(x - y) for x, y in zip(pa, pb))
+
+
+# blink's promise for one question's numbers asked twice: equal within 1e-6 whatever else shared the forward (a batch,
+# the prefix-state cache's saved blocks, another process). Bit-identity is not promised: another batch shape, or a
+# resume from a saved state, sums in another order (seen: 1e-11 apart on a busy machine).
+TOLERANCE = 1e-6
+
+
+def assert_close(a, b, where: str = "answers", tol: float = TOLERANCE) -> None:
+    """`a` and `b` (answers, bodies: JSON values) the same but for their floats, each within `tol` of its
+    counterpart: the same keys, items, labels, booleans and integers (token counts) exactly. Fails naming the first
+    place they differ (`answers.team.probabilities.billing: 0.48 against 0.47`)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        assert a.keys() == b.keys(), f"{where}: keys {sorted(a.keys() ^ b.keys())} in one only"
+        for key in a:
+            assert_close(a[key], b[key], f"{where}.{key}", tol)
+    elif isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        assert len(a) == len(b), f"{where}: {len(a)} items against {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_close(x, y, f"{where}[{i}]", tol)
+    elif isinstance(a, float | int) and isinstance(b, float | int) and bool not in (type(a), type(b)):
+        if isinstance(a, int) and isinstance(b, int):
+            assert a == b, f"{where}: {a} against {b}"
+        else:
+            assert abs(a - b) <= tol, f"{where}: {a!r} against {b!r} (more than {tol} apart)"
+    else:
+        assert type(a) is type(b) and a == b, f"{where}: {a!r} against {b!r}"
 
 
 def uncached(body: dict) -> dict:
