@@ -7,8 +7,8 @@
 # about the build; the tests find them ready (each keeps its own build-on-first-use for a test run without this).
 #
 #   bash ci/prebuild.sh                      # everything the whole suite needs
-#   bash ci/prebuild.sh ci/tests/test_x.py   # only what the named test files need (ci/test.sh passes its arguments:
-#                                            # a folder, or no file at all (`-m vllm`, `-k ...`), means everything)
+#   bash ci/prebuild.sh ci/tests/test_x.py   # only what the tests these pytest arguments select need (ci/test.sh
+#                                            # passes its own): a test file's own; `-m vllm` .venv-vllm and -router
 #   BLINK_PREBUILD=0 bash ci/test.sh ...     # skip it (ci/test.sh); BLINK_PREBUILD_JOBS=1 builds one at a time
 #
 # Two at a time by default (the large downloads, vLLM's and ZeroGPU's CUDA torch, in one lane; the rest in another):
@@ -42,19 +42,26 @@ npm_ci() {
   .venv/bin/python -c 'import sys; sys.path.insert(0, "ci/tests"); from helpers import npm_installed; from pathlib import Path; npm_installed(Path(sys.argv[1]), timeout=10**6)' "$1"
 }
 
-# the test files named in the arguments (a test id's file, `-k` values and options left out); "all" when none is,
-# or when one is a folder
+# the test files pytest selects with these arguments (named ones as they are, else its own --collect-only, for -k, -m
+# and folders alike), as base names;
+# "all" when there are none (the whole suite), nothing when it selects none
 selected() {
-  local arg path files=()
-  for arg in "$@"; do
-    path=${arg%%::*}
-    if [ -d "$path" ]; then
-      echo all
-      return
-    fi
-    [[ -f "$path" && "$path" == *.py ]] && files+=("$(basename "$path")")
+  local ids arg files=()
+  if [ $# -eq 0 ]; then
+    echo all
+    return
+  fi
+  for arg in "$@"; do # test files alone (ids too) need no collection: their names are the answer
+    [[ -f ${arg%%::*} && $arg == *.py* ]] || break
+    files+=("$(basename "${arg%%::*}")")
   done
-  if [ ${#files[@]} -eq 0 ]; then echo all; else echo "${files[@]}"; fi
+  if [ ${#files[@]} -eq $# ]; then
+    echo "${files[@]}"
+    return
+  fi
+  ids=$(HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv/bin/python -m pytest --collect-only -q -p no:cacheprovider \
+    "$@" -n 0 2>/dev/null || true)
+  grep -oE '^[^:[:space:]]+[.]py::' <<<"$ids" | sed 's/::$//; s|.*/||' | sort -u | tr '\n' ' ' || true
 }
 
 # needed USERS SELECTED: whether a step whose users are USERS is needed by SELECTED
@@ -128,6 +135,9 @@ lane() {
 }
 
 SELECTED=$(selected "$@")
+if [ "$SELECTED" != all ]; then
+  echo "ci: building what the selected test files need (${SELECTED:-none selected})"
+fi
 start=$SECONDS
 rc=0
 if [ "${BLINK_PREBUILD_JOBS:-2}" -le 1 ]; then

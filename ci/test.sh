@@ -17,7 +17,7 @@ if git grep -qE "$MARKERS" -- "${TEXT[@]}"; then
 fi
 # the environments the tests run their clients in (the client suites' venvs, the JS clients, chromium, promtool),
 # built here, each bounded and saying so, rather than inside a test's set-up where pytest-timeout's 600 s cut a slow
-# build short (ci/prebuild.sh): when test files are named, only what they need; BLINK_PREBUILD=0 skips it
+# build short (ci/prebuild.sh): with arguments, only what the tests they select need; BLINK_PREBUILD=0 skips it
 if [ "${BLINK_PREBUILD:-1}" != 0 ]; then
   bash ci/prebuild.sh "$@"
 fi
