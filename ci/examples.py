@@ -39,6 +39,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -69,6 +70,10 @@ NOTE = "  ("  # an output's note starts here, in a print line's comment
 # a number as printed (JSON, Python, JS), its sign with it: `-0.25`, `3`, `1e-07`, `2.5E+3`
 NUMBER = re.compile(r"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
 TOLERANCE = 1e-6
+# how long one example may run: the slowest, docs/batch.md's `--ray local` run-batch (a Ray cluster, two actors each
+# loading the model), took 698 s on a 2-core machine at load 10-11 (2026-12-07; 300 s, the bound before, was too
+# short in CI at load 8-11): ~2.5 times that, so a busy machine is never a failure and a hung example still is
+EXAMPLE_TIMEOUT_S = 1800
 
 
 @dataclass
@@ -100,16 +105,17 @@ def run(code: str, runner: str, url: str) -> str:
     elif runner == "shell":  # commands that write files: in a folder of their own, `.venv` linked into it
         with tempfile.TemporaryDirectory() as folder:
             os.symlink(ROOT / ".venv", Path(folder) / ".venv")
+            shutil.copytree(ROOT / "examples", Path(folder) / "examples")  # the tables they name, as shipped
             demo = os.environ.get("BLINK_TEST_DEMO_ROOT") or str(Path.home() / ".cache" / "blink")
             env = {**env, "BLINK_DEMO_DIR": demo, "HF_HUB_OFFLINE": "1"}
             argv = ["bash", "-c", code]
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=folder)
+            proc = bounded(argv, env=env, cwd=folder)
         return checked(proc, code)
     elif runner == "node":  # in ci/js, whose node_modules hold the pinned JS clients (package.json)
         script = JS / f".example-{os.getpid()}.mjs"
         script.write_text(code + "\nprocess.exit(0);\n")  # @gradio/client's open stream would keep node running
         try:
-            proc = subprocess.run(["node", script.name], capture_output=True, text=True, timeout=300, cwd=JS)
+            proc = bounded(["node", script.name], cwd=JS)
         finally:
             script.unlink()
         return checked(proc, code)
@@ -117,7 +123,29 @@ def run(code: str, runner: str, url: str) -> str:
         with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as fh:
             fh.write(code)
         argv = [str(PYTHONS[runner]), fh.name]
-    return checked(subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT), code)
+    return checked(bounded(argv, env=env, cwd=ROOT), code)
+
+
+def bounded(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """`argv` run to its end in a process group of its own, its output captured; past EXAMPLE_TIMEOUT_S the whole
+    group is stopped (what the example started goes with it: a run-batch and its Ray cluster outlived the bash that
+    a plain timeout killed) and the error says so."""
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs
+    )
+    try:
+        out, err = proc.communicate(timeout=EXAMPLE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        stop_group(proc)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:  # something that left the group still holds the pipes
+            out, err = "", ""
+        raise RuntimeError(
+            f"the example ran past its {EXAMPLE_TIMEOUT_S} s bound (EXAMPLE_TIMEOUT_S in ci/examples.py):\n{argv[-1]}\n"
+            f"{out}\n{err[-4000:]}"
+        ) from None
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def checked(proc: subprocess.CompletedProcess, code: str) -> str:
