@@ -3,13 +3,15 @@ score of 3-5: bench/workload.py), decided as run-batch decides them (its default
 model call), against the decoder alone over the same tokens (each row's, the state counted once) as equal sequences
 of the rows' mean length at its best batch: what the tokens cost at the decoder's best batch (the CPU's twin is
 bench/throughput/batch.py, which runs the command itself; here the engine's calls, without the in-process route
-pipeline, which costs 0.7-2 ms of CPU a row: bench/RESULTS.md)."""
+pipeline, which costs 0.7-2 ms of CPU a row: bench/RESULTS.md). The floor is bench/latency/floor.py's `Floor.rows`,
+the one every bench measures it with, its clock read after `torch.cuda.synchronize` on CUDA (a no-op on the CPU)."""
 
 from __future__ import annotations
 
 import statistics
 
 import workload
+from latency.floor import Floor
 
 ROWS = 512
 CALL_ROWS = 64  # run-batch's default --max-batch-requests
@@ -17,11 +19,8 @@ FLOOR_BATCHES = (16, 64, 256)
 
 
 def bulk_row(engine, model, tokenizer, device: str, timed) -> dict:
-    """rows/s of run-batch's calls and of the floor; `timed(fn, device, reps)` -> ms per rep (synchronized)."""
-    import torch
-
-    from blink.executor.decoder import decoder_of
-
+    """rows/s of run-batch's calls and of the floor over `model` (the engine's); `timed(fn, device, reps)` -> ms per
+    rep of our calls (synchronized)."""
     questions = workload.questions(3)
     bodies = [
         {**workload.body(tokenizer, "blink-4b-random", 60, 0, seed=20_000 + i), "questions": questions}
@@ -38,22 +37,12 @@ def bulk_row(engine, model, tokenizer, device: str, timed) -> dict:
     calls()  # warm: every shape timed below runs once first
     ours_s = statistics.median(timed(calls, device, 3)) / 1000
 
-    decoder, _ = decoder_of(model)
-    embed = decoder.get_input_embeddings()
-    ids = (torch.arange(length, device=embed.weight.device) + 1000).repeat(max(FLOOR_BATCHES), 1)
-
-    def floor(batch: int):
-        @torch.inference_mode()
-        def run():
-            for at in range(0, ROWS, batch):
-                decoder(inputs_embeds=embed(ids[: min(batch, ROWS - at)]), use_cache=False)
-
-        return run
-
+    assert engine.loaded.model is model, "the floor is the engine's own model's decoder"
+    floor = Floor(engine.loaded, list(range(1000, 3000)))  # each row tokens 1000, 1001, ...: no padding, no cache
     rates = {}
     for batch in FLOOR_BATCHES:
-        floor(batch)()  # warm
-        rates[batch] = ROWS / (statistics.median(timed(floor(batch), device, 3)) / 1000)
+        floor.rows(ROWS, length, batch)  # warm
+        rates[batch] = ROWS / statistics.median(floor.rows(ROWS, length, batch) for _ in range(3))
     best = max(rates, key=rates.get)
     return {
         "rows": ROWS,

@@ -26,6 +26,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: offline.py and the shared modules
@@ -33,12 +34,11 @@ import offline  # noqa: F401 - first: the repository importable, the Hub off
 
 # isort: split
 
-import httpx
 import torch
 import workload
-from servers import DEMO_ROOT, blink_serve
 
-from helpers import running
+# the server side (httpx, bench/servers.py, the suite's helpers) is imported by `main` alone: Floor is imported by the
+# other benches, bench/gpu/gpu_bulk.py on a GPU box among them, which have no use for it
 
 
 def load_average() -> str:
@@ -51,38 +51,56 @@ def request_tokens(prompts) -> int:
     return state + sum(len(p.ids) - state for p in prompts) if state else sum(len(p.ids) for p in prompts)
 
 
-class Floor:
-    """The decoder alone over n tokens: embeddings in, last hidden states out, no cache kept."""
+def synchronizer(device: torch.device) -> Callable[[], None]:
+    """What waits for a device's queued work before a clock is read: `torch.cuda.synchronize` on CUDA (kernels run
+    after the call that launched them returns), nothing on the CPU (a pass has run when its call returns)."""
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
 
-    def __init__(self, loaded, vocab_ids: list[int]):
+
+class Floor:
+    """The decoder alone over n tokens: embeddings in, last hidden states out, no cache kept; on the model's device,
+    each time read after `sync()` (a no-op on the CPU, `torch.cuda.synchronize` on CUDA unless told otherwise)."""
+
+    def __init__(self, loaded, vocab_ids: list[int], sync: Callable[[], None] | None = None):
         from blink.executor.decoder import decoder_of
 
         self.decoder, _ = decoder_of(loaded.model)
         self.embed = self.decoder.get_input_embeddings()
+        self.device = self.embed.weight.device
+        self.sync = sync if sync is not None else synchronizer(self.device)
         self.ids = vocab_ids
         self._saved = None  # (state tokens, their cache) for `resumed`
 
-    def __call__(self, n: int) -> float:
-        # on the thread that runs the engine's passes: one OpenMP pool in this process (compute_thread.py)
-        from blink.executor.compute_thread import COMPUTE
+    def _on_thread(self, fn, *args):
+        # on the CPU, on the thread that runs the engine's passes: one OpenMP pool in this process
+        # (compute_thread.py); on a GPU, here, as the engine's calls run
+        from blink.executor.compute_thread import on_cpu_thread
 
-        return COMPUTE.call(self._timed, n)
+        return on_cpu_thread(self.device, fn, *args)
+
+    def _clock(self) -> float:
+        self.sync()
+        return time.perf_counter()
+
+    def __call__(self, n: int) -> float:
+        return self._on_thread(self._timed, n)
 
     def resumed(self, state: int, n: int) -> float:
         """The decoder over n tokens that continue a `state`-token sequence whose cache is already computed."""
-        from blink.executor.compute_thread import COMPUTE
-
-        return COMPUTE.call(self._timed_resumed, state, n)
+        return self._on_thread(self._timed_resumed, state, n)
 
     def _tokens(self, n: int, offset: int = 0):
-        return torch.tensor([(self.ids * ((n + offset) // len(self.ids) + 1))[offset : offset + n]])
+        ids = (self.ids * ((n + offset) // len(self.ids) + 1))[offset : offset + n]
+        return torch.tensor([ids], device=self.device)
 
     @torch.inference_mode()
     def _timed(self, n: int) -> float:
         ids = self._tokens(n)
-        start = time.perf_counter()
+        start = self._clock()
         self.decoder(inputs_embeds=self.embed(ids), use_cache=False)
-        return time.perf_counter() - start
+        return self._clock() - start
 
     @torch.inference_mode()
     def _timed_resumed(self, state: int, n: int) -> float:
@@ -91,18 +109,16 @@ class Floor:
             self._saved = (state, out.cache)
         cache = copy.deepcopy(self._saved[1])
         ids = self._tokens(n, offset=state)
-        positions = torch.arange(state, state + n).unsqueeze(0)
-        start = time.perf_counter()
+        positions = torch.arange(state, state + n, device=self.device).unsqueeze(0)
+        start = self._clock()
         self.decoder(inputs_embeds=self.embed(ids), cache=cache, use_cache=True, position_ids=positions)
-        return time.perf_counter() - start
+        return self._clock() - start
 
     def rows(self, rows: int, length: int, batch: int) -> float:
         """The decoder over `rows` sequences of `length` tokens, `batch` at a time (a batched call's floor), with the
         Gated DeltaNet rule's chunk the engine picks where its reference rule runs (blink.executor.passes)."""
-        from blink.executor.compute_thread import COMPUTE
-
         ids = self._tokens(length).repeat(min(batch, rows), 1)
-        return COMPUTE.call(self._timed_rows, rows, ids, batch, self._rule_chunk(length))
+        return self._on_thread(self._timed_rows, rows, ids, batch, self._rule_chunk(length))
 
     def _rule_chunk(self, length: int) -> dict:
         """The Gated DeltaNet rule's chunk the engine picks for `length`-token rows where its reference rule runs."""
@@ -116,10 +132,8 @@ class Floor:
         """`rows` sequences of `length` tokens continuing one `state`-token sequence whose cache is computed (not
         timed: `self(state)` is its cost), `batch` at a time, each batch attending to the state through a copy of
         its cache with one row per sequence (the questions of one decision, as the engine fans out its state)."""
-        from blink.executor.compute_thread import COMPUTE
-
         ids = self._tokens(length, offset=state).repeat(min(batch, rows), 1)
-        return COMPUTE.call(self._timed_rows_resumed, state, rows, ids, batch, self._rule_chunk(length))
+        return self._on_thread(self._timed_rows_resumed, state, rows, ids, batch, self._rule_chunk(length))
 
     @torch.inference_mode()
     def _timed_rows_resumed(self, state: int, rows: int, ids, batch: int, chunk: dict) -> float:
@@ -129,22 +143,23 @@ class Floor:
             out = self.decoder(inputs_embeds=self.embed(self._tokens(state)), use_cache=True)
             self._saved = (state, out.cache)
         length = ids.shape[1]
-        positions = torch.arange(state, state + length).expand(ids.shape[0], length)
-        start = time.perf_counter()
+        positions = torch.arange(state, state + length, device=self.device).expand(ids.shape[0], length)
+        start = self._clock()
         for at in range(0, rows, batch):
             n = min(batch, rows - at)
             cache = shared_structure(self._saved[1])
-            cache.reorder_cache(torch.zeros(n, dtype=torch.long))  # one row per sequence: new tensors
+            # one row per sequence: new tensors
+            cache.reorder_cache(torch.zeros(n, dtype=torch.long, device=self.device))
             embeds = self.embed(ids[:n])
             self.decoder(inputs_embeds=embeds, cache=cache, use_cache=True, position_ids=positions[:n], **chunk)
-        return time.perf_counter() - start
+        return self._clock() - start
 
     @torch.inference_mode()
     def _timed_rows(self, rows: int, ids, batch: int, chunk: dict) -> float:
-        start = time.perf_counter()
+        start = self._clock()
         for at in range(0, rows, batch):
             self.decoder(inputs_embeds=self.embed(ids[: min(batch, rows - at)]), use_cache=False, **chunk)
-        return time.perf_counter() - start
+        return self._clock() - start
 
 
 def blink_once(engine, body) -> tuple[float, int, int]:
@@ -156,7 +171,7 @@ def blink_once(engine, body) -> tuple[float, int, int]:
     return time.perf_counter() - start, request_tokens(prepared.prompts), scored.cached_tokens
 
 
-def served_once(client: httpx.Client, body: dict) -> float:
+def served_once(client, body: dict) -> float:
     start = time.perf_counter()
     r = client.post("/v1/systemone", json=body)
     took = time.perf_counter() - start
@@ -182,6 +197,11 @@ def bench_engine(name: str, prefix_cache_bytes: int = 2 << 30):
 
 
 def main() -> None:
+    import httpx
+    from servers import DEMO_ROOT, blink_serve
+
+    from helpers import running
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="large", help="demo, large (the ~150M CPU benchmark model) or a path")
     parser.add_argument("--state-tokens", type=int, default=1000)
@@ -208,7 +228,7 @@ def main() -> None:
     print(f"\nload average after: {load_average()}")
 
 
-def table(args, engine, floor: Floor, tokenizer, client: httpx.Client) -> None:
+def table(args, engine, floor: Floor, tokenizer, client) -> None:
     print(
         "\n| questions | tokens (cold / warm new) | cold: engine / floor | cold: served / floor "
         "| warm: engine / floor over the new tokens | warm: served / floor over the new tokens "
