@@ -19,6 +19,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 LOGS=ci/artifacts/prebuild
 mkdir -p "$LOGS"
+# Ctrl-C or a TERM stops the builds too: `timeout` runs each in a process group of its own, which the terminal's
+# signal does not reach, so it is handed on (a TERM to `timeout` stops its whole group)
+CHILD=
+FIRST=
+stop() {
+  [ -z "$CHILD" ] || kill -TERM "$CHILD" 2>/dev/null || true
+  [ -z "$FIRST" ] || kill -TERM "$FIRST" 2>/dev/null || true
+  echo "ci: stopped: the builds under way are stopped too" >&2
+  exit 130
+}
+trap stop INT TERM
 
 # NAME|LANE|BOUND_S|HARD|WHAT|COMMAND|USERS (the test files that need it; a glob is allowed)
 STEPS=(
@@ -61,7 +72,7 @@ selected() {
   fi
   ids=$(HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv/bin/python -m pytest --collect-only -q -p no:cacheprovider \
     "$@" -n 0 2>/dev/null || true)
-  grep -oE '^[^:[:space:]]+[.]py::' <<<"$ids" | sed 's/::$//; s|.*/||' | sort -u | tr '\n' ' ' || true
+  grep -oE '^[^:[:space:]]+[.]py::' <<<"$ids" | sed 's/::$//; s|.*/||' | sort -u | paste -sd' ' || true
 }
 
 # needed USERS SELECTED: whether a step whose users are USERS is needed by SELECTED
@@ -92,6 +103,7 @@ step() {
   # shellcheck disable=SC2086 # the command is words
   timeout -k 30 "$bound" bash -c "$(declare -f npm_ci); $command" >"$log" 2>&1 &
   pid=$!
+  CHILD=$pid
   next=$((start + 60))
   while kill -0 "$pid" 2>/dev/null; do
     sleep 1
@@ -123,6 +135,7 @@ step() {
 # lane N SELECTED: the lane's steps one after another, every one tried; non-zero when one failed
 lane() {
   local line failed=0 lane users
+  trap stop TERM # in the background, a lane hears the script's TERM only through this
   for line in "${STEPS[@]}"; do
     lane=$(cut -d'|' -f2 <<<"$line")
     users=$(cut -d'|' -f7 <<<"$line")
@@ -144,9 +157,9 @@ if [ "${BLINK_PREBUILD_JOBS:-2}" -le 1 ]; then
   lane any "$SELECTED" || rc=1
 else
   lane 1 "$SELECTED" &
-  first=$!
+  FIRST=$!
   lane 2 "$SELECTED" || rc=1
-  wait "$first" || rc=1
+  wait "$FIRST" || rc=1
 fi
 if [ "$rc" -ne 0 ]; then
   echo "ci: an environment the tests need could not be built (above): no test run" >&2
