@@ -15,6 +15,7 @@ from helpers import (
     SPACE_ENV,
     STATE,
     UNROUTED,
+    assert_close,
     check_unrouted,
     example_form,
     form_args,
@@ -91,7 +92,7 @@ def test_ui_decision_and_api_decision_are_the_same_code_path(space):
     body = {"state": "The parcel is late.", "questions": {"late": {"type": "noul", "instructions": "Is it late?"}}}
     api = httpx.post(space + "/v1/systemone", json=body, timeout=60).json()
     _, raw = page_call(space, "decide_form", *form_args("The parcel is late.", ("late", "noul", "Is it late?", "")))
-    assert raw["answers"] == api["answers"]  # same engine, same prompt: same probabilities
+    assert_close(raw["answers"], api["answers"])  # same engine, same prompt: same probabilities (within 1e-6)
     assert httpx.get(space + "/healthz").json()["batching"]["requests"] == before + 2
 
 
@@ -204,16 +205,17 @@ def test_the_rank_and_moderate_views_answer_as_their_routes_do(space):
     api = httpx.post(
         space + "/v1/rerank", json={"query": query, "documents": documents.splitlines()}, timeout=60
     ).json()
-    assert [(r["index"], r["relevance_score"]) for r in raw["results"]] == [
-        (r["index"], r["relevance_score"]) for r in api["results"]
-    ]
-    first, second = api["results"][:2]
+    assert_close(
+        [(r["index"], r["relevance_score"]) for r in raw["results"]],
+        [(r["index"], r["relevance_score"]) for r in api["results"]],
+    )
+    first, second = raw["results"][:2]  # what drew the bars (api's are another request's: within 1e-6)
     assert bars.index(f'document {first["index"] + 1}"') < bars.index(f'document {second["index"] + 1}"')
     assert f'data-p="{first["relevance_score"]:.6f}"' in bars
     (text,) = values_only(page_call(space, "moderate_example_threat"))[:1]
     bars, raw = page_call(space, "moderate_form", text)
     api = httpx.post(space + "/v1/moderations", json={"input": text}, timeout=60).json()
-    assert raw["results"][0]["category_scores"] == api["results"][0]["category_scores"]
+    assert_close(raw["results"][0]["category_scores"], api["results"][0]["category_scores"])
     assert bars.count('class="blink-mark"') == len(api["results"][0]["categories"]) == 13
     flagged = [name for name, on in api["results"][0]["categories"].items() if on]
     assert bars.count("blink-flagged") == len(flagged)
@@ -249,9 +251,10 @@ def test_the_calibration_menu_sends_x_calibration_and_the_caveat_follows_it(spac
         return uncached(reply.json())
 
     _, default = page_call(space, "decide_form", *form_args(state, question))
-    assert uncached(default) == api() and "prior" not in default["x_calibration"]
+    assert_close(uncached(default), api())
+    assert "prior" not in default["x_calibration"]
     _, raw = page_call(space, "decide_form", *form_args(state, question, calibration="raw"))
-    assert uncached(raw) == api(x_calibration="raw")
+    assert_close(uncached(raw), api(x_calibration="raw"))
     wire = api(x_calibration="prior")["x_calibration"]
     bars, prior = page_call(space, "decide_form", *form_args(state, question, calibration="prior"))
     assert prior["x_calibration"]["applied"] is True and 'data-option="yes"' in bars
@@ -298,11 +301,12 @@ def test_the_gradio_api_is_one_documented_decide_endpoint(space):
     assert decide["parameters"][2]["parameter_default"] is None  # left out: the server's default
     assert "probability for every option" in decide["description"] and "x_calibration" in decide["description"]
     body = client.predict(state=STATE, questions=QUESTIONS, api_name="/decide")
-    assert uncached(body) == systemone(space)  # the same engine, the same prompts: the same body
+    assert_close(uncached(body), systemone(space))  # the same engine, the same prompts: the same body (1e-6)
     # the two-argument call, as before: by position too, and Gradio's REST path with two values
-    assert uncached(client.predict(STATE, QUESTIONS, api_name="/decide")) == systemone(space)
+    assert_close(uncached(client.predict(STATE, QUESTIONS, api_name="/decide")), systemone(space))
     rest = httpx.post(space + "/gradio_api/run/decide", json={"data": [STATE, QUESTIONS]}, timeout=120)
-    assert rest.status_code == 200 and uncached(rest.json()["data"][0]) == systemone(space)
+    assert rest.status_code == 200
+    assert_close(uncached(rest.json()["data"][0]), systemone(space))
     assert (
         client.predict(state="plain text works too", questions={"q": QUESTIONS["spam"]}, api_name="/decide")["answers"][
             "q"
@@ -319,10 +323,12 @@ def test_decide_takes_x_calibration_as_v1_systemone_does(space):
     client = Client(space, verbose=False)
     raw = systemone(space, x_calibration="raw")
     assert raw["x_calibration"] == {"applied": False, "temperatures": {}}
-    assert uncached(client.predict(state=STATE, questions=QUESTIONS, x_calibration="raw", api_name="/decide")) == raw
-    assert uncached(client.predict(STATE, QUESTIONS, "raw", api_name="/decide")) == raw
+    by_name = client.predict(state=STATE, questions=QUESTIONS, x_calibration="raw", api_name="/decide")
+    assert_close(uncached(by_name), raw)
+    assert_close(uncached(client.predict(STATE, QUESTIONS, "raw", api_name="/decide")), raw)
     rest = httpx.post(space + "/gradio_api/run/decide", json={"data": [STATE, QUESTIONS, "raw"]}, timeout=120)
-    assert rest.status_code == 200 and uncached(rest.json()["data"][0]) == raw
+    assert rest.status_code == 200
+    assert_close(uncached(rest.json()["data"][0]), raw)
     # the value reaches the decision (on the demo, with no calibration file, raw and the default read alike): the
     # prior divides the answers, the body says so as /v1/systemone's does, and the prior is the one it computed (the
     # same content-free prompts: kept, so none ran again)
@@ -354,8 +360,8 @@ def test_decide_refuses_bad_input_with_the_wire_message(space):
 def test_the_js_client_calls_decide_with_keyword_arguments(space):
     out = js_decide(space)
     assert out["endpoints"] == ["/decide"]
-    assert uncached(out["body"]) == systemone(space)
-    assert uncached(js_decide(space, x_calibration="raw")["body"]) == systemone(space, x_calibration="raw")
+    assert_close(uncached(out["body"]), systemone(space))
+    assert_close(uncached(js_decide(space, x_calibration="raw")["body"]), systemone(space, x_calibration="raw"))
 
 
 def test_mcp_on_the_space_lists_and_calls_decide(space):
@@ -371,12 +377,12 @@ def test_mcp_on_the_space_lists_and_calls_decide(space):
     assert {"enum": ["calibrated", "raw", "fitted", "prior", "fitted+prior"], "type": "string"} in calibration["anyOf"]
     assert calibration["default"] is None and "x_calibration" in tool.description
     result = mcp_decide(space)
-    assert uncached(tool_body(result)) == systemone(space)
+    assert_close(uncached(tool_body(result)), systemone(space))
     raw = mcp_call(
         space + "/gradio_api/mcp/",
         lambda mcp: mcp.call_tool("decide", {"state": STATE, "questions": QUESTIONS, "x_calibration": "raw"}),
     )
-    assert uncached(tool_body(raw)) == systemone(space, x_calibration="raw")
+    assert_close(uncached(tool_body(raw)), systemone(space, x_calibration="raw"))
     cooked = mcp_call(
         space + "/gradio_api/mcp/",
         lambda mcp: mcp.call_tool("decide", {"state": "x", "questions": QUESTIONS, "x_calibration": "cooked"}),
