@@ -54,6 +54,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     io.add_argument("--chunk-rows", type=int, default=256, help="rows per chunk: the unit written and resumed")
     io.add_argument("--overwrite", action="store_true", help="start again: remove the output and its progress")
     io.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    io.add_argument(
+        "--progress-every",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="seconds between progress lines where stderr is not a terminal (default 5; a terminal gets a bar)",
+    )
     cluster = parser.add_argument_group("on a Ray cluster (tables only; needs ray[data]: docs/batch.md)")
     cluster.add_argument("--ray", metavar="ADDRESS", help="a Ray cluster's address, or `local` to start one here")
     cluster.add_argument("--ray-actors", type=int, default=1, help="blink engines on the cluster (default 1)")
@@ -96,6 +103,8 @@ class Plan:
             raise StartupError(f"{self.input} is empty: there is nothing to decide")
         if not 1 <= args.chunk_rows <= MAX_CHUNK_ROWS:  # a chunk's rows are held until it is written
             raise StartupError(f"--chunk-rows must be between 1 and {MAX_CHUNK_ROWS}")
+        if not 0.1 <= args.progress_every <= 3600:
+            raise StartupError("--progress-every must be between 0.1 and 3600 seconds")
         if os.path.exists(args.output_file) and os.path.samefile(self.input, args.output_file):
             raise StartupError(f"{args.output_file} is the input: write the output to another file")
         self.table = self.questions = None
@@ -167,7 +176,7 @@ class Plan:
         return Answers(checked.decision.questions, self.table.columns, self.args.answer_prefix)
 
     def _facts(self, ctx, served) -> dict:
-        from blink.batch.journal import input_identity
+        from blink.batch.journal import FIRST_CHUNK_ROWS, input_identity
         from blink.decide.calibration import weights_fingerprint
 
         s = self.settings
@@ -175,6 +184,7 @@ class Plan:
             "mode": "table" if self.table is not None else "requests",
             "input": input_identity(self.input),
             "chunk_rows": self.args.chunk_rows,
+            "first_chunk_rows": FIRST_CHUNK_ROWS,  # the chunks' bounds (journal.chunk_sizes)
             "model": s.model,
             "revision": s.revision,
             "adapter": [s.adapter, s.adapter_revision],
@@ -203,7 +213,8 @@ class Plan:
         from blink.batch.runner import Runner, join
 
         sink, chunks = self._source(ctx)
-        progress = Progress(None, self.args.quiet)
+        progress = Progress(None, self.args.quiet, every_s=self.args.progress_every)
+        progress.resuming(self.args.output_file, journal.written(sink.ext))
         counting = asyncio.get_running_loop().run_in_executor(None, self._total, count_lines)
         counting.add_done_callback(lambda f: f.exception() is None and f.result() and progress.set_total(f.result()))
         s = self.settings
@@ -234,32 +245,25 @@ class Plan:
 
     def _source(self, ctx):
         """(the part writer, the chunks: (k, rows, the chunk as Arrow or None))."""
+        from blink.batch.journal import chunk_sizes
         from blink.batch.parts import RequestsParts, TableParts
         from blink.batch.requests_file import RequestsFile
-        from blink.batch.tables import decision_rows
+        from blink.batch.tables import decision_rows, regroup
 
-        size = self.args.chunk_rows
+        sizes = chunk_sizes(self.args.chunk_rows)
         if self.table is None:
-            return RequestsParts(), chunked(RequestsFile(self.input, self.settings.max_body_bytes).rows(), size)
+            rows = ([row] for row in RequestsFile(self.input, self.settings.max_body_bytes).rows())
+            return RequestsParts(), ((k, chunk, None) for k, (chunk, _) in enumerate(regroup(rows, sizes)))
         sink = TableParts(self.answers, self.table.format, self.out_format, self.table.dialect.delimiter)
         columns, model = self.args.state_column, ctx.served_name
 
         def chunks():
-            for k, (rows, arrow) in enumerate(self.table.chunks(size)):
-                yield k, decision_rows(rows, k * size, columns, self.questions, model, self.answers), arrow
+            start = 0
+            for k, (rows, arrow) in enumerate(self.table.chunks(sizes)):
+                yield k, decision_rows(rows, start, columns, self.questions, model, self.answers), arrow
+                start += len(rows)
 
         return sink, chunks()
-
-
-def chunked(rows, size: int):
-    chunk, k = [], 0
-    for row in rows:
-        chunk.append(row)
-        if len(chunk) == size:
-            yield k, chunk, None
-            chunk, k = [], k + 1
-    if chunk:
-        yield k, chunk, None
 
 
 def counted(chunks, seen: list):

@@ -1,7 +1,9 @@
 """What makes a run resumable, exactly once: a sidecar beside the output saying what the answers depend on, and the
 finished chunks as part files under fixed names.
 
-Chunk `k` is the input's rows `[k·n, (k+1)·n)`, `n` fixed for the run. A part is written whole under a temporary name
+Chunks grow from `FIRST_CHUNK_ROWS` rows, doubling up to `n` (`--chunk-rows`), then stay at `n` (`chunk_sizes`), the
+same for every run of the same arguments: a run killed in its first minute keeps the small chunks it finished,
+while a long run writes few large parts. A part is written whole under a temporary name
 and renamed, so it is either all there or not at all; a run killed at any point and started again with the same
 arguments skips the chunks whose parts exist and decides the rest. The sidecar (`OUT.blink.json`) records the model,
 revision, weights fingerprint, calibration, questions and settings that change answers; a rerun that differs in any
@@ -15,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -22,7 +25,16 @@ import orjson
 from blink.errors import StartupError
 
 SIDE_SUFFIX = ".blink.json"
+FIRST_CHUNK_ROWS = 16
 PARTS_SUFFIX = ".parts"
+
+
+def chunk_sizes(n: int) -> Iterator[int]:
+    """The rows of chunk 0, 1, 2, …: 16, 32, 64, … up to `n`, then `n` (n = 256: 240 rows in the first four)."""
+    size = min(FIRST_CHUNK_ROWS, n)
+    while True:
+        yield size
+        size = min(2 * size, n)
 
 
 def input_identity(path: str) -> dict:
@@ -80,6 +92,16 @@ class Journal:
 
     def done(self, k: int, ext: str) -> bool:
         return self.part(k, ext).is_file()
+
+    def written(self, ext: str) -> int:
+        """The rows in the parts an earlier run wrote (each part's stats file beside it says how many)."""
+        rows = 0
+        for part in self.parts.glob(f"part-*.{ext}"):
+            try:
+                rows += orjson.loads(part.with_suffix(".stats.json").read_bytes()).get("rows", 0)
+            except (OSError, orjson.JSONDecodeError):
+                continue  # counted when the run reaches it
+        return rows
 
     def finished(self, summary: dict) -> None:
         """OUT is in place: the run is complete; its parts go."""

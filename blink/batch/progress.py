@@ -1,5 +1,7 @@
 """What a run shows while it works: tqdm's bar on a terminal (rows/s, ETA, errors so far), a plain line every few
-seconds when stderr is not a terminal (a log, CI), a summary at the end; nothing but errors with `--quiet`."""
+seconds when stderr is not a terminal (a log, CI: `--progress-every`, from a thread of its own, so a line comes while
+a long model call is running too), a summary at the end; nothing but errors with `--quiet`. Rows count as each is
+answered, not when its chunk is written; errors when their chunk is written (the part writer decides what is one)."""
 
 from __future__ import annotations
 
@@ -11,17 +13,31 @@ PLAIN_EVERY_S = 5.0
 
 
 class Progress:
-    def __init__(self, total: int | None, quiet: bool = False, stream=None):
+    def __init__(self, total: int | None, quiet: bool = False, stream=None, every_s: float = PLAIN_EVERY_S):
         self.stream = stream or sys.stderr
         self.total, self.quiet = total, quiet
         self.done = self.errors = self.skipped = self.tokens = 0
-        self.started = self.last = time.perf_counter()
+        self.started = time.perf_counter()
         self.lock = threading.Lock()
+        self.closed = threading.Event()
         self.bar = None
-        if not quiet and self.stream.isatty():
+        if quiet:
+            return
+        if self.stream.isatty():
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, unit="row", file=self.stream, dynamic_ncols=True, smoothing=0.1)
+        else:
+            threading.Thread(target=self._lines, args=(every_s,), name="run-batch-progress", daemon=True).start()
+
+    def _lines(self, every_s: float) -> None:
+        while not self.closed.wait(every_s):
+            print(self.line(), file=self.stream, flush=True)
+
+    def resuming(self, output: str, rows: int) -> None:
+        """Said at the start of a run that finds rows an earlier one wrote."""
+        if rows and not self.quiet:
+            print(f"run-batch: resuming {output}: {rows} rows already written; deciding the rest", file=self.stream)
 
     def set_total(self, total: int) -> None:
         with self.lock:
@@ -46,9 +62,14 @@ class Progress:
             if self.bar is not None:
                 self.bar.set_postfix(errors=self.errors, refresh=False)
                 self.bar.update(rows)
-            elif not self.quiet and time.perf_counter() - self.last >= PLAIN_EVERY_S:
-                self.last = time.perf_counter()
-                print(self.line(), file=self.stream, flush=True)
+
+    def answered(self, tokens: int) -> None:
+        """One row answered (or refused before it was sent)."""
+        self.add(1, 0, tokens)
+
+    def written(self, errors: int) -> None:
+        """A chunk written: its error rows."""
+        self.add(0, errors, 0)
 
     def rate(self) -> float:
         return self.done / max(time.perf_counter() - self.started, 1e-9)
@@ -73,6 +94,7 @@ class Progress:
         }
 
     def close(self, summary: dict | None = None, stopped: bool = False) -> None:
+        self.closed.set()
         if self.bar is not None:
             self.bar.close()
         if self.quiet:

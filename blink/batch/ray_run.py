@@ -178,7 +178,7 @@ def run(plan, ctx, served, journal) -> int:
         )
         spec["threads"] = max(1, int(args.ray_cpus))
         handles = start_actors(spec, args.ray_actors, args.ray_cpus, args.ray_gpus)
-        progress = Progress(None, args.quiet)
+        progress = Progress(None, args.quiet, every_s=args.progress_every)
         source = read(plan.input, plan.table.format, plan.table.columns, plan.table.dialect)
         batches = source.iter_batches(batch_size=args.chunk_rows, batch_format="pyarrow", drop_last=False)
         try:

@@ -66,6 +66,16 @@ def lines(fh: BinaryIO, max_bytes: int) -> Iterator[tuple[bytes | None, int]]:
             yield raw, number
 
 
+def not_json(number: int, raw: bytes, error: orjson.JSONDecodeError) -> str:
+    """Why a line is not JSON, placed within the line (the parser's own "line 2 column 1" counts the line's newline
+    as a second line: one line number in a message, the file's)."""
+    if "utf-8" in error.msg.lower():
+        return f"line {number} is not UTF-8"
+    if error.pos >= len(raw.rstrip()):
+        return f"line {number} is not JSON (it ends before its JSON does: cut short?)"
+    return f"line {number} is not JSON ({error.msg} at character {error.pos + 1} of the line)"
+
+
 class RequestsFile:
     """The rows of one batch file, in order; remembers every `custom_id` it has read (duplicates are refused)."""
 
@@ -84,8 +94,7 @@ class RequestsFile:
         try:
             line = orjson.loads(raw)
         except orjson.JSONDecodeError as error:
-            what = "is not UTF-8" if "utf-8" in str(error).lower() else f"is not JSON ({error})"
-            return refused(index, None, "invalid_json_line", f"line {number} {what}")
+            return refused(index, None, "invalid_json_line", not_json(number, raw, error))
         if not isinstance(line, dict):
             return refused(index, None, "invalid_json_line", f"line {number} is not a JSON object")
         custom_id = line.get("custom_id")

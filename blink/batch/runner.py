@@ -51,9 +51,11 @@ class Runner:
             answered: list = [None] * len(rows)
             sent = []
             for i, row in enumerate(rows):
-                if row.path is not None:
-                    await self.room.acquire()
-                    sent.append(asyncio.create_task(self._one(row, i, answered)))
+                if row.path is None:  # refused before it was sent: done
+                    self.progress.answered(0)
+                    continue
+                await self.room.acquire()
+                sent.append(asyncio.create_task(self._one(row, i, answered)))
             task = asyncio.create_task(self._finish(k, rows, answered, sent, arrow))
             self.writing.add(task)
             task.add_done_callback(self.writing.discard)
@@ -70,12 +72,11 @@ class Runner:
                 answered[i] = await self.client.post(row.path, row.body)
         finally:
             self.room.release()
+        self.progress.answered(tokens_of(answered[i]))
 
     async def _finish(self, k: int, rows: list[Row], answered: list, sent: list, arrow) -> None:
         await asyncio.gather(*sent)
-        errors = await asyncio.to_thread(self._write, k, rows, answered, arrow)
-        tokens = sum(tokens_of(a) for a in answered if a is not None)
-        self.progress.add(len(rows), errors, tokens)
+        self.progress.written(await asyncio.to_thread(self._write, k, rows, answered, arrow))
 
     def _write(self, k: int, rows: list[Row], answered: list, arrow) -> int:
         """The chunk's part, whole or not at all: written under a temporary name, then renamed into place."""

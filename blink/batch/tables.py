@@ -10,16 +10,17 @@ is an error row: in a table an empty cell is a gap in the data, not a text to de
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import closing
 from typing import Any
 
 import orjson
 
 from blink.batch.dialect import Dialect, of_file
-from blink.batch.requests_file import Row, lines
+from blink.batch.requests_file import Row, lines, not_json
 from blink.errors import StartupError
 
 FORMATS = ("csv", "jsonl", "parquet")
@@ -79,57 +80,76 @@ class Table:
         with closing(self.chunks(1)) as chunks:  # the file closed now, not when the generator is collected
             return next(chunks, None) is not None
 
-    def chunks(self, size: int) -> Iterator[tuple[list, Any]]:
-        """(rows, the chunk as Arrow where the table is Parquet, else None); each row a dict or, for a JSONL line
-        that is not an object, the error saying so. A file that stops being readable part way (text that is not
-        UTF-8, a ragged CSV row, a truncated Parquet file) stops the run with pyarrow's reason, the parts written so
-        far kept."""
+    def chunks(self, size: int | Iterable[int]) -> Iterator[tuple[list, Any]]:
+        """(rows, the chunk as Arrow where the table is Parquet, else None), `size` rows each (or the sizes in turn);
+        each row a dict or, for a JSONL line that is not an object, the error saying so. A file that stops being
+        readable part way (a ragged CSV row, a truncated Parquet file) stops the run with pyarrow's reason, the parts
+        written so far kept."""
         import pyarrow as pa
 
+        sizes = itertools.repeat(size) if isinstance(size, int) else iter(size)
         try:
-            yield from self._chunks(size)
+            yield from self._chunks(sizes)
         except (pa.ArrowInvalid, OSError) as error:
             raise StartupError(f"{self.path}: cannot read on: {error}") from None
 
-    def _chunks(self, size: int) -> Iterator[tuple[list, Any]]:
+    def _chunks(self, sizes: Iterator[int]) -> Iterator[tuple[list, Any]]:
         if self.format == "parquet":
-            import pyarrow.parquet as pq
-
-            for batch in pq.ParquetFile(self.path).iter_batches(batch_size=size):
-                yield batch.to_pylist(), batch
+            yield from self._parquet_chunks(sizes)
         elif self.format == "csv":
-            yield from self._csv_chunks(size)
+            yield from regroup(self._csv_batches(), sizes)
         else:
-            yield from self._jsonl_chunks(size)
+            yield from regroup(self._jsonl_lines(), sizes)
 
-    def _csv_chunks(self, size: int):
+    def _parquet_chunks(self, sizes: Iterator[int]):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pending, rows = [], 0
+        size = next(sizes)
+        for batch in pq.ParquetFile(self.path).iter_batches(batch_size=1024):
+            pending.append(batch)
+            rows += batch.num_rows
+            while rows >= size:
+                whole = pa.Table.from_batches(pending)
+                head = pa.concat_batches(whole.slice(0, size).to_batches())
+                yield head.to_pylist(), head
+                pending, rows = whole.slice(size).to_batches(), rows - size
+                size = next(sizes)
+        if rows:
+            head = pa.concat_batches(pending)
+            yield head.to_pylist(), head
+
+    def _csv_batches(self):
         import pyarrow as pa
         import pyarrow.csv as pcsv
 
         types = {name: pa.string() for name in self.columns}
         convert = pcsv.ConvertOptions(column_types=types, strings_can_be_null=False)
-        pending: list = []
         d = self.dialect
         options = {"read_options": d.read_options(), "parse_options": d.parse_options(), "convert_options": convert}
         with pcsv.open_csv(self.path, **options) as reader:
             for batch in reader:
-                pending.extend(batch.to_pylist())
-                while len(pending) >= size:
-                    yield pending[:size], None
-                    pending = pending[size:]
-        if pending:
-            yield pending, None
+                yield batch.to_pylist()
 
-    def _jsonl_chunks(self, size: int):
-        pending: list = []
+    def _jsonl_lines(self):
         with open(self.path, "rb") as fh:
             for raw, number in lines(fh, self.max_bytes):
-                pending.append(json_row(raw, number))
-                if len(pending) == size:
-                    yield pending, None
-                    pending = []
-        if pending:
-            yield pending, None
+                yield [json_row(raw, number)]
+
+
+def regroup(pieces: Iterator[list], sizes: Iterator[int]) -> Iterator[tuple[list, None]]:
+    """Rows read in pieces of any length as chunks of the sizes asked, in turn (the last one what is left)."""
+    pending: list = []
+    size = next(sizes)
+    for piece in pieces:
+        pending.extend(piece)
+        while len(pending) >= size:
+            yield pending[:size], None
+            pending = pending[size:]
+            size = next(sizes)
+    if pending:
+        yield pending, None
 
 
 def json_row(raw: bytes | None, number: int):
@@ -138,7 +158,7 @@ def json_row(raw: bytes | None, number: int):
     try:
         row = orjson.loads(raw)
     except orjson.JSONDecodeError as error:
-        return ValueError(f"line {number} is not JSON ({error})")
+        return ValueError(not_json(number, raw, error))
     return row if isinstance(row, dict) else ValueError(f"line {number} is not a JSON object")
 
 

@@ -106,3 +106,16 @@ def test_an_empty_state_is_an_error_row(row, columns, error):
     state, why = state_of(row, columns)
     assert why == error
     assert (state is None) == (error is not None)
+
+
+def test_a_line_cut_mid_json_names_one_line_the_files():
+    from blink.batch.requests_file import RequestsFile
+    from blink.batch.tables import json_row
+
+    raw = b'{"custom_id": "c", "body": {"state": "x"\n'
+    for said in (str(json_row(raw, 3)), RequestsFile("unused", 1024).row(2, raw, 3).error["message"]):
+        assert said == "line 3 is not JSON (it ends before its JSON does: cut short?)"
+    said = str(json_row(b'{"state": "x",, "y": 1}\n', 7))
+    assert said.startswith("line 7 is not JSON (unexpected character") and said.endswith(
+        " at character 15 of the line)"
+    )
