@@ -167,7 +167,10 @@ class Sheet:
             return gr.update(choices=[], value=[]), "" if empty else error_html(str(refused))
         named = {c.lower(): c for c in table.columns}
         guess = next((named[name] for name in LIKELY_STATE if name in named), table.columns[0])
-        told = status_html(f"{rows:,} rows; columns: {', '.join(table.columns)}. Pick the state column(s), then Run.")
+        note = table.dialect.note()  # a semicolon or Windows-1252 CSV, say, read as such
+        read = f" ({note})" if note else ""
+        named_all = ", ".join(table.columns)
+        told = status_html(f"{rows:,} rows; columns: {named_all}{read}. Pick the state column(s), then Run.")
         return gr.update(choices=table.columns, value=[guess]), told
 
     async def ui_run(self, request: gr.Request, file, pasted, columns, count, *boxes):

@@ -278,6 +278,28 @@ def test_a_bad_table_is_told_in_words(space, browser, tmp_path, screen, case, wo
         assert not visible_text(browser, "T0000")  # no table
 
 
+@browser_test
+def test_tables_as_spreadsheets_write_them_are_read_or_refused_in_words(space, browser, tmp_path):
+    """Excel's European CSV (semicolons, Windows-1252) is read in its columns and said so on upload; a picture
+    renamed .csv is "not a text table", not a codec's complaint."""
+    from selenium.webdriver.common.by import By
+
+    europe = tmp_path / "europe.csv"
+    europe.write_bytes("id;text;channel\r\nT1;Caf\u00e9, cr\u00e8me;mail\r\nT2;late parcel;web\r\n".encode("cp1252"))
+    picture = tmp_path / "picture.csv"
+    picture.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(32))
+    with screenshot_on_failure(browser, "laptop-sheet-dialects"):
+        wait = open_sheet(browser, space, "laptop")
+        upload(browser, wait, europe)
+        status = browser.find_element(By.ID, "sheet-status").text
+        read = "(read as Windows-1252 text, columns separated by semicolons)"
+        assert f"2 rows; columns: id, text, channel {read}" in status, status
+        wait = open_sheet(browser, space, "laptop")
+        upload(browser, wait, picture)
+        said = error_shown(browser).text
+        assert "picture.csv is not a text table (it holds binary data)" in said and "codec" not in said, said
+
+
 # --- the Gradio endpoint -----------------------------------------------------------------------------------------
 def test_the_endpoint_labels_a_file_as_run_batch_does(space, demo_root, tmp_path):
     import pyarrow.parquet as pq
