@@ -17,7 +17,7 @@ import httpx
 import pytest
 from fake_zerogpu import FakeScheduler
 
-from helpers import ROOT, example_form, mcp_call, running
+from helpers import ROOT, assert_close, example_form, mcp_call, running
 
 pytestmark = [pytest.mark.e2e, pytest.mark.space, pytest.mark.zerogpu, pytest.mark.slow]
 
@@ -121,7 +121,7 @@ def test_prefix_cache_is_off_on_zerogpu(zspace, engine):
     assert health(url)["prefix_cache"]["active"] is False
     bodies = [httpx.post(url + "/v1/systemone", json=DECISION, timeout=120).json() for _ in range(2)]
     assert all("x_cached_tokens" not in body["usage"] for body in bodies)
-    assert bodies[0]["answers"] == bodies[1]["answers"]
+    assert_close(bodies[0]["answers"], bodies[1]["answers"])  # two requests: within blink's 1e-6
     local = [engine.executor.score_reusing([engine.prepare(DECISION).prompts]) for _ in range(2)]
     assert local[1][1][0] > 0  # the in-process engine's second run came from its cache
     prepared = engine.prepare(DECISION)
