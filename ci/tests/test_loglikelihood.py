@@ -18,7 +18,10 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.e2e
+# pytest-timeout's 600 s counts a test's fixtures too: the first test carries the module's lm-eval `hf` run and the
+# server's start (541 s of set-up on 2 cores at load 6-12, 2026-12-07) before its own lm-eval run; each run is
+# bounded at 900 s (`evaluate`), so two of them and a start fit in 1800 s
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv-lmeval"
