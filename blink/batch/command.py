@@ -162,7 +162,7 @@ class Plan:
             from blink.batch import ray_run
 
             return ray_run.run(self, ctx, served, journal)
-        client = InProcess(create_app(ctx, metrics=False))
+        client = InProcess(create_app(ctx, metrics=False), retry_s=self.settings.batch_retry_s)
         return asyncio.run(self._run(ctx, client, journal))
 
     def _answers(self, ctx):

@@ -160,7 +160,6 @@ class Jobs:
         from blink.batch.worker import Worker
 
         self.worker, self.loop = Worker(self, app), asyncio.get_running_loop()
-        self.worker.client.retry_s = self.settings.retry_s  # its rows wait for room this long in all, then fail
         self.task = asyncio.create_task(self.worker.run())
         try:
             yield

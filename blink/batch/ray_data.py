@@ -93,7 +93,7 @@ class Decider:
         self.spec, self.model = spec, ctx.served_name
         from blink.batch.inproc import InProcess
 
-        self.client = InProcess(create_app(ctx, metrics=False))
+        self.client = InProcess(create_app(ctx, metrics=False), retry_s=settings.batch_retry_s)
         s = settings
         self.room = s.max_batch_requests + s.max_queued_requests
         if s.max_places_per_caller:

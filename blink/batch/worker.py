@@ -55,7 +55,7 @@ class Worker:
     def __init__(self, jobs, app):
         self.jobs, self.store, self.settings = jobs, jobs.store, jobs.settings
         headers = {"authorization": f"Bearer {self.settings.api_key}"}
-        self.client = InProcess(app, caller=CALLER, headers=headers, bulk=True)
+        self.client = InProcess(app, caller=CALLER, headers=headers, bulk=True, retry_s=self.settings.retry_s)
         self.current: dict = {}  # the running batch's id, rows done since it started here, and when it started
         self.counts: dict = {}  # the store's counts as last read (/healthz reads no database on the event loop)
 
