@@ -183,7 +183,9 @@ async def _offer(url: str, bodies: list[dict], retries: int):
     """Everything at once; each client retries 529 as the SDKs do (Retry-After, capped for the test's time)."""
     results: dict[int, httpx.Response] = {}
     refusals = []
-    limits = httpx.Limits(max_connections=len(bodies), max_keepalive_connections=len(bodies))
+    # idle connections dropped before the server's keep-alive (5 s) closes them: httpx's default expiry is the same
+    # 5 s, and a request sent on a connection the server is closing that instant fails with ReadError
+    limits = httpx.Limits(max_connections=len(bodies), max_keepalive_connections=len(bodies), keepalive_expiry=2)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
 
         async def one(i, body):
