@@ -65,7 +65,7 @@ def run_command(argv: list[str] | None) -> None:
     )
     add_calibrate_arguments(calibrate)
 
-    from blink.batch.command import add_arguments as add_batch_arguments
+    from blink.run_batch.command import add_arguments as add_batch_arguments
 
     batch = commands.add_parser(
         "run-batch",
@@ -91,8 +91,8 @@ def run_command(argv: list[str] | None) -> None:
         sys.exit(calibrate(args))
 
     if args.command == "run-batch":
-        from blink.batch.command import STOPPED
-        from blink.batch.command import run as run_batch
+        from blink.run_batch.command import STOPPED
+        from blink.run_batch.command import run as run_batch
 
         try:
             sys.exit(run_batch(args))

@@ -4,7 +4,7 @@ and Ray's own cost per block against the engine's time per block.
     .venv/bin/python bench/scale_out/ray_scale.py [--model large] [--rows 2000] [--state-tokens 60] [--chunk-rows 64]
 
 A local Ray cluster (loopback, no dashboard, 4 logical CPUs: room for the reader beside two actors). Each side
-starts its actors (blink.batch.ray_data.Decider, `torch.set_num_threads(1)`), waits until they are ready (model
+starts its actors (blink.run_batch.ray_data.Decider, `torch.set_num_threads(1)`), waits until they are ready (model
 loading is not timed), then sends the table's chunks, two in flight per actor, as `run-batch --ray` does; rows/s
 is over the chunks' wall time. Ray's cost per block: one actor, one block at a time, the driver's round trip
 (put, schedule, call, the answer back) less the engine's own time in the actor. The load average is printed
@@ -31,7 +31,7 @@ from latency.floor import load_average
 from servers import DEMO_ROOT
 from throughput.batch import write_table
 
-from blink.batch.ray_data import Decider
+from blink.run_batch.ray_data import Decider
 
 
 class TimedDecider(Decider):
@@ -79,8 +79,8 @@ def overhead(ray, handle, batches: list) -> dict:
 def spec_for(model: str, questions: dict) -> dict:
     import dataclasses
 
-    from blink.batch.command import BATCH_DEFAULTS
-    from blink.batch.ray_data import make_spec, model_facts
+    from blink.run_batch.command import BATCH_DEFAULTS
+    from blink.run_batch.ray_data import make_spec, model_facts
     from blink.server import build_context, load_served
     from blink.settings import Settings
 
@@ -100,7 +100,7 @@ def main() -> None:
     parser.add_argument("--chunk-rows", type=int, default=64)
     args = parser.parse_args()
     os.environ.setdefault("BLINK_DEMO_DIR", str(DEMO_ROOT))
-    from blink.batch.ray_run import loopback, runtime_env
+    from blink.run_batch.ray_run import loopback, runtime_env
 
     loopback("local")
     import ray

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers.decision import DecisionConfig, Question
 
-from blink.batch.journal import differences
 from blink.batch.requests_file import ROUTES, RequestsFile, lines
 from blink.batch.tables import FORMULA_START, Answers, csv_safe
+from blink.run_batch.journal import differences
 
 CODES = {
     "invalid_json_line",

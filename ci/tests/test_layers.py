@@ -35,8 +35,12 @@ LAYERS = [
     ("decide", ["decide"]),
     ("context", ["context"]),
     ("api", ["api"]),
+    # bulk below the server: the Batch API the server mounts and the rows every bulk surface shares
+    ("batch", ["batch"]),
+    ("server", ["server"]),
     # run-batch assembles a server in its process (blink.server) and calls its routes
-    ("assembly", ["server", "batch", "__main__"]),
+    ("run_batch", ["run_batch"]),
+    ("entry", ["__main__"]),
 ]
 RANK = {name: rank for rank, (_, names) in enumerate(LAYERS) for name in names}
 

@@ -37,7 +37,7 @@ def table(tmp_path_factory, demo_root):
 @pytest.fixture(scope="module")
 def cluster(demo_root):
     """A Ray cluster in this process, on loopback; its address for run-batch's drivers."""
-    from blink.batch.ray_run import loopback
+    from blink.run_batch.ray_run import loopback
 
     loopback("local")
     import ray
@@ -70,7 +70,7 @@ def same_answers(got: list[dict], want: list[dict]) -> None:
 def test_decider_over_a_ray_dataset_answers_as_run_batch_does(table, cluster, demo_root):
     import ray.data
 
-    from blink.batch.ray_data import decide, make_spec
+    from blink.run_batch.ray_data import decide, make_spec
     from blink.settings import Settings
 
     folder, want = table
@@ -124,7 +124,7 @@ def wait_for_parts(proc, out, n: int, timeout: float = 240) -> None:
 def test_an_actor_killed_mid_run_is_restarted_and_every_row_is_written_once(table, cluster, demo_root):
     import ray
 
-    from blink.batch.ray_run import namespace
+    from blink.run_batch.ray_run import namespace
 
     folder, want = table
     out = folder / "killed-actor.jsonl"
@@ -156,7 +156,7 @@ def test_a_killed_driver_started_again_finishes_with_every_row_once(table, clust
 
 
 def test_an_actor_of_other_code_or_weights_refuses_to_start(table):
-    from blink.batch.ray_data import MODEL_FACTS, ActorMismatch, Decider, make_spec
+    from blink.run_batch.ray_data import MODEL_FACTS, ActorMismatch, Decider, make_spec
     from blink.settings import Settings
 
     folder, _ = table

@@ -123,7 +123,7 @@ def test_progress_moves_as_rows_are_answered_and_an_early_kill_keeps_the_first_c
     chunks whole; plain progress lines (stderr not a terminal) come every --progress-every seconds and count rows as
     they are answered; the rerun says at its start what it resumes. (More rows than either run decides: a fast
     machine is still running when it is killed; every row once after a kill is the test above.)"""
-    from blink.batch.journal import chunk_sizes
+    from blink.run_batch.journal import chunk_sizes
 
     rows = 2000
     (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in tickets(rows, seed=2)), encoding="utf-8")

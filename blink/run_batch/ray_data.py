@@ -114,7 +114,7 @@ class Decider:
 
     @staticmethod
     def _check_model(expected: dict, here: dict) -> None:
-        from blink.batch.journal import differences
+        from blink.run_batch.journal import differences
 
         differs = differences(expected, here)
         if differs:

@@ -2,7 +2,7 @@
 --state-column C --questions Q.json -o OUT`) decided in this process, through the same routes `serve` answers.
 
 What can be refused without the model is refused before it loads (a missing column, names the columns there are;
-questions that are not valid, say why); then the model loads, the sidecar is checked (blink.batch.journal) and
+questions that are not valid, say why); then the model loads, the sidecar is checked (blink.run_batch.journal) and
 the rows not yet written are decided. Exit status: 0 when every row has its line (answers or errors), 1 for a
 refusal before any work, 3 when stopped by a signal (run it again with the same arguments to finish).
 """
@@ -147,7 +147,7 @@ class Plan:
 
     def execute(self) -> int:
         from blink.batch.inproc import InProcess
-        from blink.batch.journal import Journal
+        from blink.run_batch.journal import Journal
         from blink.server import build_context, create_app, load_served
 
         served = load_served(self.settings)
@@ -159,7 +159,7 @@ class Plan:
                 print(f"run-batch: {self.args.output_file} is complete already (nothing to do)", flush=True)
             return 0
         if self.args.ray:
-            from blink.batch import ray_run
+            from blink.run_batch import ray_run
 
             return ray_run.run(self, ctx, served, journal)
         client = InProcess(create_app(ctx, metrics=False), retry_s=self.settings.batch_retry_s)
@@ -176,8 +176,8 @@ class Plan:
         return Answers(checked.decision.questions, self.table.columns, self.args.answer_prefix)
 
     def _facts(self, ctx, served) -> dict:
-        from blink.batch.journal import FIRST_CHUNK_ROWS, input_identity
         from blink.decide.calibration import weights_fingerprint
+        from blink.run_batch.journal import FIRST_CHUNK_ROWS, input_identity
 
         s = self.settings
         facts = {
@@ -209,8 +209,8 @@ class Plan:
         return facts
 
     async def _run(self, ctx, client, journal) -> int:
-        from blink.batch.progress import Progress, count_lines
-        from blink.batch.runner import Runner, join
+        from blink.run_batch.progress import Progress, count_lines
+        from blink.run_batch.runner import Runner, join
 
         sink, chunks = self._source(ctx)
         progress = Progress(None, self.args.quiet, every_s=self.args.progress_every)
@@ -245,10 +245,10 @@ class Plan:
 
     def _source(self, ctx):
         """(the part writer, the chunks: (k, rows, the chunk as Arrow or None))."""
-        from blink.batch.journal import chunk_sizes
         from blink.batch.parts import RequestsParts, TableParts
         from blink.batch.requests_file import RequestsFile
         from blink.batch.tables import decision_rows, regroup
+        from blink.run_batch.journal import chunk_sizes
 
         sizes = chunk_sizes(self.args.chunk_rows)
         if self.table is None:

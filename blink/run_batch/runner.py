@@ -18,9 +18,9 @@ from pathlib import Path
 import orjson
 
 from blink.batch.inproc import Answered, InProcess
-from blink.batch.journal import Journal, write_atomically
-from blink.batch.progress import Progress
 from blink.batch.requests_file import GENERATING, Row
+from blink.run_batch.journal import Journal, write_atomically
+from blink.run_batch.progress import Progress
 
 
 def tokens_of(answered: Answered) -> int:

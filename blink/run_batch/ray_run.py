@@ -2,7 +2,7 @@
 
 The table is read by Ray Data's reader (CSV every column as text, as run-batch reads it; JSONL; Parquet) in
 order, in chunks of `--chunk-rows` rows: chunk `k` is rows `[k·n, (k+1)·n)`, whatever the reader's blocks are.
-A chunk whose part is written already is skipped; the others go to the actors (blink.batch.ray_data.Decider),
+A chunk whose part is written already is skipped; the others go to the actors (blink.run_batch.ray_data.Decider),
 two in flight per actor, and each answer comes back as a Parquet part under its fixed name (journal.py: whole or
 not at all). The parts are joined into the output as on one machine. So a driver killed at any point and started
 again with the same arguments decides only what is missing, and the output holds every row once.
@@ -22,8 +22,8 @@ import math
 import os
 from pathlib import Path
 
-from blink.batch.journal import write_atomically
 from blink.errors import StartupError
+from blink.run_batch.journal import write_atomically
 
 IN_FLIGHT_PER_ACTOR = 2
 RESTARTS = 4
@@ -89,7 +89,7 @@ def read(path: str, fmt: str, columns: list[str], dialect):
 def start_actors(spec: dict, actors: int, cpus: float, gpus: float) -> list:
     import ray
 
-    from blink.batch.ray_data import Decider
+    from blink.run_batch.ray_data import Decider
 
     remote = ray.remote(Decider)
     options = {"num_cpus": cpus, "num_gpus": gpus, "max_restarts": RESTARTS, "max_task_retries": RESTARTS}
@@ -156,9 +156,9 @@ class RayRun:
 def run(plan, ctx, served, journal) -> int:
     """run-batch's table on the cluster; 0 once every row has its line in the output."""
     from blink.batch.parts import TableParts
-    from blink.batch.progress import Progress
-    from blink.batch.ray_data import make_spec
-    from blink.batch.runner import join
+    from blink.run_batch.progress import Progress
+    from blink.run_batch.ray_data import make_spec
+    from blink.run_batch.runner import join
 
     args = plan.args
     loopback(args.ray)
