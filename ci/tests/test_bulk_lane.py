@@ -139,8 +139,8 @@ def test_a_state_bulk_rows_repeat_is_saved_once_it_repeats(engine):
     (first,) = backend.score([plan], BULK)
     assert {k: cache.stats()[k] for k in held} == held and first.cached_tokens == 0
     (second,) = backend.score([plan], BULK)
-    assert cache.stats()["used_mib"] > held["used_mib"] and second.cached_tokens < len(plan[0].ids) // 2
-    (third,) = backend.score([plan], BULK)
+    assert second.cached_tokens < len(plan[0].ids) // 2  # computed afresh, and saved (evicting others if full:
+    (third,) = backend.score([plan], BULK)  # the cache's size may even fall, so the third row is the proof)
     assert third.cached_tokens >= plan[0].state_end  # resumed at the state's end
     for one in (second, third):
         for a, b in zip(flat(first.result()), flat(one.result())):
