@@ -51,6 +51,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the answer columns' prefix (default blink; another "
         "is chosen when an input column already starts with it)",
     )
+    io.add_argument(
+        "--label",
+        action="append",
+        metavar="QUESTION=COLUMN",
+        help="a column holding QUESTION's true answers (repeat it): an evaluation report is written beside the "
+        "output (OUT.report.json: docs/batch.md)",
+    )
     io.add_argument("--chunk-rows", type=int, default=256, help="rows per chunk: the unit written and resumed")
     io.add_argument("--overwrite", action="store_true", help="start again: remove the output and its progress")
     io.add_argument("--quiet", action="store_true", help="print nothing but errors")
@@ -108,6 +115,9 @@ class Plan:
         if os.path.exists(args.output_file) and os.path.samefile(self.input, args.output_file):
             raise StartupError(f"{args.output_file} is the input: write the output to another file")
         self.table = self.questions = None
+        self.labels: dict[str, str] = {}
+        if args.label and not args.table:
+            raise StartupError("run-batch --label evaluates a table (--table): a batch file's lines carry no labels")
         if args.table:
             self.table = tables.Table(self.input, tables.format_of(self.input, args.table_format), self._max_bytes)
             if not self.table.has_rows():  # the Sheet refuses it too; an output of no rows would have no header
@@ -144,6 +154,9 @@ class Plan:
                 f"--questions {args.questions}: a JSON object of questions by id, e.g. "
                 '{"urgent": {"type": "noul", "instructions": "Is it urgent?"}}'
             )
+        from blink.tasks.labelled import parse_labels
+
+        self.labels = parse_labels(args.label, self.questions, columns, args.state_column)
 
     def execute(self) -> int:
         from blink.batch.inproc import InProcess
@@ -157,13 +170,32 @@ class Plan:
         if journal.complete:
             if not self.args.quiet:
                 print(f"run-batch: {self.args.output_file} is complete already (nothing to do)", flush=True)
-            return 0
-        if self.args.ray:
+            code = 0
+        elif self.args.ray:
             from blink.run_batch import ray_run
 
-            return ray_run.run(self, ctx, served, journal)
-        client = InProcess(create_app(ctx, metrics=False), retry_s=self.settings.batch_retry_s)
-        return asyncio.run(self._run(ctx, client, journal))
+            code = ray_run.run(self, ctx, served, journal)
+        else:
+            client = InProcess(create_app(ctx, metrics=False), retry_s=self.settings.batch_retry_s)
+            code = asyncio.run(self._run(ctx, client, journal))
+        if code == 0 and self.labels:
+            self._report(journal.facts)
+        return code
+
+    def _report(self, facts: dict) -> None:
+        """The evaluation of a labelled table, written beside it once every row is (blink.tasks.labelled)."""
+        from blink.batch.tables import Table
+        from blink.tasks.labelled import questions_of, report_of, report_path, summary
+
+        out = Table(self.args.output_file, self.out_format, 2 * self._max_bytes)
+        rows = (row for chunk, _ in out.chunks(1024) for row in chunk)
+        report = report_of(rows, questions_of(self.answers), self.labels, self.answers.error_column)
+        served = ("model", "revision", "adapter", "weights", "calibration", "answers")
+        report = {"table": self.input, "output": self.args.output_file, **{k: facts.get(k) for k in served}, **report}
+        path = report_path(self.args.output_file)
+        path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+        if not self.args.quiet:
+            print(f"run-batch: evaluated against the labels: {path}", *summary(report), sep="\n", flush=True)
 
     def _answers(self, ctx):
         from blink.batch.tables import Answers

@@ -33,6 +33,8 @@ LAYERS = [
     ("generate", ["generate"]),
     ("vllm", ["vllm"]),
     ("decide", ["decide"]),
+    # answers measured against labels (numbers alone today; fitting will read blink.decide's calibration)
+    ("tasks", ["tasks"]),
     ("context", ["context"]),
     ("api", ["api"]),
     # bulk below the server: the Batch API the server mounts and the rows every bulk surface shares
