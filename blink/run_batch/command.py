@@ -186,6 +186,7 @@ class Plan:
         """The evaluation of a labelled table, written beside it once every row is (blink.tasks.labelled)."""
         from blink.batch.tables import Table
         from blink.tasks.labelled import questions_of, report_of, report_path, summary
+        from blink.tasks.report_page import page
 
         out = Table(self.args.output_file, self.out_format, 2 * self._max_bytes)
         rows = (row for chunk, _ in out.chunks(1024) for row in chunk)
@@ -194,8 +195,11 @@ class Plan:
         report = {"table": self.input, "output": self.args.output_file, **{k: facts.get(k) for k in served}, **report}
         path = report_path(self.args.output_file)
         path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+        path.with_suffix(".html").write_text(page(report), encoding="utf-8")
         if not self.args.quiet:
-            print(f"run-batch: evaluated against the labels: {path}", *summary(report), sep="\n", flush=True)
+            print(
+                f"run-batch: evaluated against the labels: {path} (and .html)", *summary(report), sep="\n", flush=True
+            )
 
     def _answers(self, ctx):
         from blink.batch.tables import Answers

@@ -17,7 +17,8 @@ from sklearn import metrics as sk
 from blink.decide.calibration import Example, metrics
 from blink.errors import StartupError
 from blink.tasks.evaluation import evaluate
-from blink.tasks.labelled import Question, label_index, parse_labels
+from blink.tasks.labelled import Question, label_index, parse_labels, report_of
+from blink.tasks.report_page import page
 from helpers.batch import QUESTIONS, run_batch, run_table, tickets
 
 KINDS = {"noul": ["true", "false"], "choice": ["a", "b", "c", "d"], "score": ["0", "1", "2", "3", "4"]}
@@ -132,6 +133,33 @@ def test_labels_are_read_as_people_write_them():
     )
 
 
+def test_the_page_stands_alone_and_escapes_what_the_table_named():
+    """The HTML report: three charts per question, no script, nothing fetched, the names a table gave escaped."""
+    from html.parser import HTMLParser
+
+    hostile = "<script>alert(1)</script>"
+    q = Question(hostile, "choice", ("a&b", "<i>"), "x", ("x.p.a&b", "x.p.<i>"))
+    p, y = sample("noul", 50, 1, 0.7)
+    rows = [{"x.p.a&b": a, "x.p.<i>": b, "truth": ["a&b", "<i>"][t], "err": ""} for (a, b), t in zip(p, y)]
+    rows.append({"err": "422: the state is empty"})
+    report = report_of(rows, [q], {hostile: "truth"}, "err") | {"table": "t.csv", "model": "demo"}
+    html = page(report)
+
+    class Tags(HTMLParser):
+        seen: list = []
+
+        def handle_starttag(self, tag, attrs):
+            self.seen.append((tag, dict(attrs)))
+
+    tags = Tags()
+    tags.feed(html)
+    names = [tag for tag, _ in tags.seen]
+    assert names.count("svg") == 3 and names.count("figure") == 3 and "script" not in names
+    assert not any(k in ("src", "href") or "url(" in str(v) for _, attrs in tags.seen for k, v in attrs.items())
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "a&amp;b" in html and "<i>" not in html
+    assert "1 of 51 rows not counted" in html
+
+
 @pytest.mark.parametrize(
     ("given", "words"),
     [
@@ -167,6 +195,7 @@ def test_run_batch_label_writes_a_report_scikit_learn_agrees_with(tmp_path, demo
     assert done.returncode == 0, done.stderr[-3000:]
     assert "evaluated against the labels" in done.stdout and "refund: n=27" in done.stdout, done.stdout
     report = json.loads((tmp_path / "labelled.report.json").read_text())
+    assert (tmp_path / "labelled.report.html").read_text().count("<svg") == 9
     assert report["rows"] == 30 and report["model"] == "demo" and report["weights"]
     with open(out, newline="", encoding="utf-8") as fh:
         written = list(csv.DictReader(fh))
