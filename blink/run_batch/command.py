@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import os
 import sys
+import time
 
 import orjson
 
@@ -188,11 +189,13 @@ class Plan:
         from blink.tasks.labelled import questions_of, report_of, report_path, summary
         from blink.tasks.report_page import page
 
+        started = time.perf_counter()
         out = Table(self.args.output_file, self.out_format, 2 * self._max_bytes)
         rows = (row for chunk, _ in out.chunks(1024) for row in chunk)
         report = report_of(rows, questions_of(self.answers), self.labels, self.answers.error_column)
         served = ("model", "revision", "adapter", "weights", "calibration", "answers")
         report = {"table": self.input, "output": self.args.output_file, **{k: facts.get(k) for k in served}, **report}
+        report["seconds"] = round(time.perf_counter() - started, 3)  # reading the table back and the figures
         path = report_path(self.args.output_file)
         path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
         path.with_suffix(".html").write_text(page(report), encoding="utf-8")
