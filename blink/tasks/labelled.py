@@ -65,6 +65,8 @@ def report_path(output_file: str) -> Path:
 
 def label_index(question: Question, value) -> int | str:
     """The index of the true option, or why `value` is none of the question's options."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # a column of level numbers with a gap in it: pandas writes them as floats (2.0)
     text = str(value).strip() if value is not None and not _nan(value) else ""
     if not text:
         return "no label"

@@ -127,6 +127,7 @@ def test_labels_are_read_as_people_write_them():
     assert label_index(noul, float("nan")) == "no label" and label_index(noul, None) == "no label"
     score = Question("s", "score", ("0", "1", "2"), "blink.s", ("blink.s.p.0", "blink.s.p.1", "blink.s.p.2"))
     assert label_index(score, "2") == 2 and label_index(score, 1) == 1 and "a level 0-2" in label_index(score, "3")
+    assert label_index(score, 2.0) == 2 and "'1.5' is not one of the options" in label_index(score, 1.5)
     choice = Question("c", "choice", ("billing", "technical"), "blink.c", ("blink.c.p.billing", "blink.c.p.technical"))
     assert label_index(choice, " technical ") == 1 and "'sales' is not one of the options" in label_index(
         choice, "sales"
