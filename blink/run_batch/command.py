@@ -155,9 +155,13 @@ class Plan:
                 f"--questions {args.questions}: a JSON object of questions by id, e.g. "
                 '{"urgent": {"type": "noul", "instructions": "Is it urgent?"}}'
             )
-        from blink.tasks.labelled import parse_labels
+        from blink.tasks.labelled import parse_labels, report_path
 
         self.labels = parse_labels(args.label, self.questions, columns, args.state_column)
+        report = report_path(args.output_file)
+        for path in (report, report.with_suffix(".html")) if self.labels else ():
+            if path.exists() and os.path.samefile(self.input, path):
+                raise StartupError(f"--label would write its report over the input ({path}): name the output otherwise")
 
     def execute(self) -> int:
         from blink.batch.inproc import InProcess
@@ -190,6 +194,7 @@ class Plan:
         from blink.tasks.report_page import page
 
         started = time.perf_counter()
+        # an output line is its input line plus the answer columns: twice the input's bound holds it
         out = Table(self.args.output_file, self.out_format, 2 * self._max_bytes)
         rows = (row for chunk, _ in out.chunks(1024) for row in chunk)
         report = report_of(rows, questions_of(self.answers), self.labels, self.answers.error_column)

@@ -1,7 +1,7 @@
 """A labelled table's evaluation: the answers blink wrote beside each row read against the row's label column.
 
-`Labels` pairs questions with the columns holding their true answers (run-batch's `--label QUESTION=COLUMN`) and
-checks them before any row is decided. `report_of` then reads the labelled table (the output: the input's columns
+`parse_labels` pairs questions with the columns holding their true answers (run-batch's `--label QUESTION=COLUMN`)
+and checks them before any row is decided. `report_of` then reads the labelled table (the output: the input's columns
 and blink's answer columns) and returns the report of every question (blink.tasks.evaluation), with every row that
 could not count listed by number and reason: a row blink answered with an error, a row with no label, a label that
 is not one of the question's options. Only row numbers name rows: a report never repeats a state.

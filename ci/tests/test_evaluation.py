@@ -224,3 +224,9 @@ def test_run_batch_label_writes_a_report_scikit_learn_agrees_with(tmp_path, demo
     lines.write_text("{}\n", encoding="utf-8")
     refused = run_batch(demo_root, "-i", str(lines), "-o", str(tmp_path / "o.jsonl"), *labels[:2], timeout=120)
     assert refused.returncode == 1 and "--label evaluates a table" in refused.stderr
+    # a JSONL table named like the report its output would get is never written over
+    named = tmp_path / "labelled.report.json"
+    named.write_text(json.dumps({"text": "hi", "refund_truth": "yes"}) + "\n", encoding="utf-8")
+    kept = named.read_text()
+    over = run_table(demo_root, named, tmp_path / "q.json", tmp_path / "labelled.jsonl", *labels[:2])
+    assert over.returncode == 1 and "write its report over the input" in over.stderr and named.read_text() == kept
