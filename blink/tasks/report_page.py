@@ -27,7 +27,8 @@ def page(report: dict) -> str:
     parts = [title, f"<p class=muted>{escape(served)}</p>"]
     parts += [question(qid, r) for qid, r in report["questions"].items()]
     body = "\n".join(parts)
-    head = f"<meta charset=utf-8><title>blink evaluation</title><style>{STYLE}</style>"
+    viewport = '<meta name=viewport content="width=device-width,initial-scale=1">'
+    head = f"<meta charset=utf-8>{viewport}<title>blink evaluation</title><style>{STYLE}</style>"
     return f"<!doctype html><html><head>{head}</head><body>{body}</body></html>\n"
 
 
