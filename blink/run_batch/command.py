@@ -59,6 +59,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a column holding QUESTION's true answers (repeat it): an evaluation report is written beside the "
         "output (OUT.report.json: docs/batch.md)",
     )
+    io.add_argument(
+        "--alpha",
+        type=float,
+        metavar="A",
+        help="with --label: the report certifies the confidence at which at most A of the answers are wrong "
+        "(default 0.05)",
+    )
+    io.add_argument(
+        "--delta",
+        type=float,
+        metavar="D",
+        help="with --label: the chance the certificate's promise fails (default 0.05; docs/batch.md)",
+    )
     io.add_argument("--chunk-rows", type=int, default=256, help="rows per chunk: the unit written and resumed")
     io.add_argument("--overwrite", action="store_true", help="start again: remove the output and its progress")
     io.add_argument("--quiet", action="store_true", help="print nothing but errors")
@@ -119,12 +132,28 @@ class Plan:
         self.labels: dict[str, str] = {}
         if args.label and not args.table:
             raise StartupError("run-batch --label evaluates a table (--table): a batch file's lines carry no labels")
+        self.certify = self._certify_arguments()
         if args.table:
             self.table = tables.Table(self.input, tables.format_of(self.input, args.table_format), self._max_bytes)
             if not self.table.has_rows():  # the Sheet refuses it too; an output of no rows would have no header
                 raise StartupError(f"{self.input} has no rows after its header: there is nothing to decide")
             self.out_format = tables.format_of(args.output_file, args.output_format)
             self._check_table_arguments()
+
+    def _certify_arguments(self) -> dict:
+        from blink.tasks.certify import ALPHA, DELTA, check
+
+        args = self.args
+        if (args.alpha is not None or args.delta is not None) and not args.label:
+            raise StartupError("--alpha and --delta set the certificate of an evaluation: they need --label")
+        chosen = {
+            "alpha": ALPHA if args.alpha is None else args.alpha,
+            "delta": DELTA if args.delta is None else args.delta,
+        }
+        why = check(**chosen)
+        if why:
+            raise StartupError(f"run-batch: {why}")
+        return chosen
 
     @property
     def _max_bytes(self) -> int:
@@ -197,7 +226,7 @@ class Plan:
         # an output line is its input line plus the answer columns: twice the input's bound holds it
         out = Table(self.args.output_file, self.out_format, 2 * self._max_bytes)
         rows = (row for chunk, _ in out.chunks(1024) for row in chunk)
-        report = report_of(rows, questions_of(self.answers), self.labels, self.answers.error_column)
+        report = report_of(rows, questions_of(self.answers), self.labels, self.answers.error_column, **self.certify)
         served = ("model", "revision", "adapter", "weights", "calibration", "answers")
         report = {"table": self.input, "output": self.args.output_file, **{k: facts.get(k) for k in served}, **report}
         report["seconds"] = round(time.perf_counter() - started, 3)  # reading the table back and the figures

@@ -3,8 +3,9 @@
 `evaluate(kind, options, probabilities, labels)` takes, for n labelled rows, the probability of every option and
 the index of the true one, and returns accuracy, macro-F1, NLL, Brier, ECE (10 equal-width bins, and 10 bins of
 equal mass), the reliability table, the confusion matrix (score: also the mean absolute error in levels), the
-risk–coverage curve, the wrong answers that survive a 0.8 and a 0.9 gate, and bootstrap 95 % intervals on accuracy
-and ECE.
+risk–coverage curve, the wrong answers that survive a 0.8 and a 0.9 gate, bootstrap 95 % intervals on accuracy
+and ECE, and the certificate (blink.tasks.certify: the lowest confidence at which at most α of answers are wrong, with
+probability 1 − δ; the rows must be held out from any fit).
 
 Confidence is the top option's probability and the answer is that option (the first, on a tie), for every type:
 a noul answer is "true" when P(true) ≥ P(false). Written with numpy alone: the server does not carry scikit-learn and
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from blink.tasks.certify import ALPHA, DELTA, certify
+
 BINS = 10
 GATES = (0.8, 0.9)
 RESAMPLES = 1000  # bootstrap resamples for the 95 % intervals
@@ -22,9 +25,12 @@ CURVE_POINTS = 1000  # the risk–coverage curve's points at most (evenly spaced
 SHOWN_ROWS = 100  # row numbers listed per gate at most (the count is always whole)
 
 
-def evaluate(kind: str, options: list[str], probabilities, labels, rows=None, seed: int = 0) -> dict:
+def evaluate(
+    kind: str, options: list[str], probabilities, labels, rows=None, seed: int = 0, alpha=ALPHA, delta=DELTA
+) -> dict:
     """The report of one question. `probabilities`: n × len(options); `labels`: n option indices; `rows`: the row
-    number of each (for the wrong answers a gate lets through; default 0..n-1); `seed`: the bootstrap's."""
+    number of each (for the wrong answers a gate lets through; default 0..n-1); `seed`: the bootstrap's; `alpha` and
+    `delta`: the certificate's."""
     p = np.asarray(probabilities, dtype=np.float64)
     y = np.asarray(labels, dtype=np.int64)
     n, k = p.shape
@@ -49,6 +55,7 @@ def evaluate(kind: str, options: list[str], probabilities, labels, rows=None, se
         "risk_coverage": risk_coverage(confidence, hit),
         "gates": [gate(t, confidence, hit, rows) for t in GATES],
         "intervals": intervals(confidence, hit, seed),
+        "certificate": certify(confidence, hit, k, alpha, delta),
     }
     if kind == "score":
         report["mae_levels"] = float(np.abs(top - y).mean())

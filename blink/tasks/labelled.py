@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from blink.errors import StartupError
+from blink.tasks.certify import ALPHA, DELTA
 
 TRUE, FALSE = {"true", "yes", "1", "1.0"}, {"false", "no", "0", "0.0"}
 SHOWN_PROBLEMS = 100  # rows listed per question at most (the count is always whole)
@@ -137,9 +138,10 @@ class Collected:
             self.problems.append({"row": number, "reason": reason})
 
 
-def report_of(rows, questions: list[Question], labels: dict, error_column: str) -> dict:
+def report_of(rows, questions: list[Question], labels: dict, error_column: str, alpha=ALPHA, delta=DELTA) -> dict:
     """The report of a labelled table's `rows` (dicts, in order; row numbers from 1 as a person counts data rows)
-    for each question in `labels` ({question id: label column})."""
+    for each question in `labels` ({question id: label column}). Nothing is fitted on the rows, so every counted row
+    is held out for the certificate (at `alpha`, `delta`)."""
     from blink.tasks.evaluation import evaluate
 
     collected = {q.qid: Collected(q, labels[q.qid]) for q in questions if q.qid in labels}
@@ -152,11 +154,13 @@ def report_of(rows, questions: list[Question], labels: dict, error_column: str) 
     for qid, c in collected.items():
         counted = {"label_column": labels[qid], "rows": total, "unusable": c.unusable, "unusable_rows": c.problems}
         if c.labels:
-            counted.update(evaluate(c.question.kind, list(c.question.options), c.probabilities, c.labels, c.rows))
+            kind, options = c.question.kind, list(c.question.options)
+            counted.update(evaluate(kind, options, c.probabilities, c.labels, c.rows, alpha=alpha, delta=delta))
         else:
             counted.update(type=c.question.kind, n=0, options=list(c.question.options))
         out[qid] = counted
-    return {"rows": total, "questions": out}
+    split = "every counted row: nothing was fitted on them, so all are held out for the certificate"
+    return {"rows": total, "held_out": split, "questions": out}
 
 
 def questions_of(answers) -> list[Question]:
@@ -188,4 +192,16 @@ def summary(report: dict) -> list[str]:
             f"  {qid}: n={r['n']} accuracy {r['accuracy']:.3f} (95% {lo:.3f}-{hi:.3f}), ECE {r['ece']:.3f}, "
             f"at confidence >= 0.9: {gated}{skipped}"
         )
+        lines.append(f"    {certified(r['certificate'])}")
     return lines
+
+
+def certified(c: dict) -> str:
+    """The certificate in one line."""
+    at = f"alpha {c['alpha']:g}, delta {c['delta']:g}"
+    if c["threshold"] is None:
+        return f"certified: nothing ({at}): {c['reason']}"
+    return (
+        f"certified: act on answers at confidence >= {c['threshold']:g} ({at}): {c['coverage']:.0%} of rows, "
+        f"{c['wrong']} of {c['answered']} wrong here"
+    )

@@ -43,7 +43,10 @@ def question(qid: str, r: dict) -> str:
             reliability_chart(r["reliability"]), "Reliability: accuracy per confidence bin (the diagonal is calibrated)"
         ),
         figure(confusion_chart(r["options"], r["confusion"]), "Confusion: rows the label, columns the answer"),
-        figure(curve_chart(r["risk_coverage"]), "Risk–coverage: error rate among answers at confidence ≥ t"),
+        figure(
+            curve_chart(r["risk_coverage"], r["certificate"]),
+            "Risk–coverage: error rate among answers at confidence ≥ t; dashed, α; the dot, the certified t",
+        ),
     ]
     return title + figures_table(r) + (skipped if r["unusable"] else "") + f"<div class=charts>{''.join(charts)}</div>"
 
@@ -67,8 +70,19 @@ def figures_table(r: dict) -> str:
         rows.append(
             (f"confidence ≥ {g['threshold']}", f"{g['coverage']:.1%} answered, error {err}, {g['wrong']} wrong")
         )
+    rows.append(certificate_row(r["certificate"]))
     cells = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
     return f"<table>{cells}</table>"
+
+
+def certificate_row(c: dict) -> tuple[str, str]:
+    name = f"certified (α {c['alpha']:g}, δ {c['delta']:g})"
+    if c["threshold"] is None:
+        return name, f"nothing: {c['reason']}"
+    return name, (
+        f"confidence ≥ {c['threshold']:g}: {c['coverage']:.1%} answered, {c['wrong']} of {c['answered']} wrong; "
+        f"with probability ≥ {1 - c['delta']:g}, at most {c['alpha']:g} of such answers are wrong"
+    )
 
 
 def figure(svg: str, caption: str) -> str:
@@ -142,9 +156,16 @@ def confusion_chart(options: list[str], counts: list[list[int]]) -> str:
     return svg("".join(cells) + names)
 
 
-def curve_chart(points: list[dict]) -> str:
+def curve_chart(points: list[dict], certificate: dict) -> str:
     line = " ".join(f"{x},{y}" for x, y in (xy(p["coverage"], p["error_rate"]) for p in points))
+    (x0, ya), (x1, _) = xy(0, certificate["alpha"]), xy(1, certificate["alpha"])
+    marks = f'<line x1="{x0}" y1="{ya}" x2="{x1}" y2="{ya}" stroke="#cf222e" stroke-dasharray="4 3"/>'
+    if certificate["threshold"] is not None:
+        x, y = xy(certificate["coverage"], certificate["error_rate"])
+        tip = f"certified: confidence ≥ {certificate['threshold']:g}"
+        marks += f'<circle cx="{x}" cy="{y}" r="4" fill="#cf222e"><title>{escape(tip)}</title></circle>'
     return svg(
         axes("share answered (coverage)", "error rate")
         + f'<polyline points="{line}" fill="none" stroke="#1a7f37" stroke-width="2"/>'
+        + marks
     )

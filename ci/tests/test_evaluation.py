@@ -4,6 +4,7 @@ on the demo model, its report judged by scikit-learn from the labelled table it 
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import warnings
@@ -16,6 +17,10 @@ from sklearn import metrics as sk
 
 from blink.decide.calibration import Example, metrics
 from blink.errors import StartupError
+from blink.run_batch.command import Plan, add_arguments
+from blink.settings import Settings
+from blink.settings_flags import from_args
+from blink.tasks.certify import certify
 from blink.tasks.evaluation import evaluate
 from blink.tasks.labelled import Question, label_index, parse_labels, report_of
 from blink.tasks.report_page import page
@@ -176,6 +181,27 @@ def test_a_label_that_cannot_be_read_is_refused_in_words(given, words):
         parse_labels(given, QUESTIONS, ["text", "truth", "truth2"], ["text"])
 
 
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (("--alpha", "0.1"), "need --label"),
+        (("--label", "refund=truth", "--alpha", "0"), "alpha is the share of certified answers"),
+        (("--label", "refund=truth", "--delta", "1"), "delta is the chance the guarantee fails"),
+        (("--label", "refund=truth", "--alpha", "nan"), "alpha is the share"),
+    ],
+)
+def test_alpha_and_delta_are_refused_before_the_model_loads(tmp_path, extra, words):
+    table = tmp_path / "t.csv"
+    table.write_text("text,truth\nhello,yes\n", encoding="utf-8")
+    (tmp_path / "q.json").write_text(json.dumps(QUESTIONS), encoding="utf-8")
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    argv = ["--table", str(table), "--state-column", "text", "--questions", str(tmp_path / "q.json")]
+    args = parser.parse_args([*argv, "-o", str(tmp_path / "out.csv"), *extra])
+    with pytest.raises(StartupError, match=words):
+        Plan(args, from_args(args, Settings))
+
+
 @pytest.mark.e2e
 def test_run_batch_label_writes_a_report_scikit_learn_agrees_with(tmp_path, demo_root):
     rows = tickets(30, seed=3)
@@ -217,9 +243,18 @@ def test_run_batch_label_writes_a_report_scikit_learn_agrees_with(tmp_path, demo
             assert abs(r[name] - judge[name]) <= 1e-9, (qid, name)
     # a finished run asked again writes the report again, deciding nothing; labels need a table
     (tmp_path / "labelled.report.json").unlink()
-    again = run_table(demo_root, table, tmp_path / "q.json", out, *labels[:2])
+    again = run_table(demo_root, table, tmp_path / "q.json", out, *labels[:2], "--alpha", "0.5", "--delta", "0.2")
     assert again.returncode == 0 and "complete already" in again.stdout, again.stderr[-2000:]
-    assert list(json.loads((tmp_path / "labelled.report.json").read_text())["questions"]) == ["refund"]
+    assert "certified: " in again.stdout and "alpha 0.5, delta 0.2" in again.stdout, again.stdout
+    reported = json.loads((tmp_path / "labelled.report.json").read_text())
+    assert list(reported["questions"]) == ["refund"] and "held out" in reported["held_out"]
+    r = reported["questions"]["refund"]
+    assert r["certificate"]["alpha"] == 0.5 and r["certificate"]["delta"] == 0.2
+    used = [row for n, row in enumerate(written, start=1) if n not in expected_unusable["refund"]]
+    p_true = np.array([float(row["blink.refund"]) for row in used])
+    truth = np.array([row["refund_truth"].lower() in ("yes", "true", "1") for row in used])
+    judge = certify(np.maximum(p_true, 1 - p_true), (p_true >= 0.5) == truth, 2, alpha=0.5, delta=0.2)
+    assert {k: r["certificate"][k] for k in judge} == judge  # counts and a grid point: exact, from one table
     lines = tmp_path / "in.jsonl"
     lines.write_text("{}\n", encoding="utf-8")
     refused = run_batch(demo_root, "-i", str(lines), "-o", str(tmp_path / "o.jsonl"), *labels[:2], timeout=120)
