@@ -3,14 +3,16 @@ at least 1 − δ, at most α of the answers whose top probability is ≥ t are 
 al. 2021).
 
 Read against held-out labels (rows nothing was fitted on), for a grid of thresholds fixed before any label is read
-(0.99, 0.98, …, down to the first ≤ 1/k, for k options: below it every answer passes). At each t the null hypothesis
-"the error rate above t exceeds α" gets an exact binomial p-value, P(Bin(n_t, α) ≤ wrong_t) — the Clopper–Pearson
-test. Two arms, each at δ/2, so that together they hold at δ:
-- fixed sequence: from the highest t down, certified while the p-value is ≤ δ/2; the first that is not stops it.
-  Strong where confident answers are plentiful (no price per threshold), and stopped at once where they are not;
-- Bonferroni: every t at δ/(2·J), J the grid's size. Weaker, but no empty top of the grid can stop it.
-The certified threshold is the lower of the two. With too few labels no outcome could certify anything; that is
-said in numbers (`needed`: the fewest answers above a threshold, none of them wrong, that certify it).
+(0.9999, 0.9998, …, 0.999, 0.998, …, 0.99, 0.98, … down to the first ≤ 1/k, for k options: below it every answer
+passes). At each t the null hypothesis "the error rate above t exceeds α" gets an exact binomial p-value,
+P(Bin(n_t, α) ≤ wrong_t) — the Clopper–Pearson test. Fixed-sequence scans start at the grid's top, at 0.999, at 0.99,
+at each tenth (0.9, 0.8, …) and at its lowest point; each walks down while its p-value is ≤ δ/B (B scans: Bonferroni
+over the scans, so together they hold at δ) and stops at the first that is not. The lowest threshold any scan
+reaches is certified. One scan from the top alone would stop at once wherever the top of the grid holds few answers;
+a Bonferroni bound over every threshold would pay for ~100 of them.
+
+With too few labels no outcome could certify anything; that is said in numbers (`needed`: the fewest answers above a
+threshold, none of them wrong, that certify it).
 
 What the guarantee needs: the held-out rows and the traffic are exchangeable (drawn alike). It says nothing of
 traffic that has moved; the drift monitor is for that.
@@ -27,7 +29,7 @@ import numpy as np
 
 ALPHA = 0.05  # at most 1 in 20 acted-on answers wrong: a reviewer's usual tolerance, and the one most peers default to
 DELTA = 0.05  # the guarantee holds in 19 of 20 held-out sets, as a 95 % interval does
-STEP = 0.01  # the grid's spacing
+STEP = 0.01  # the grid's spacing below 0.99
 
 
 def check(alpha: float, delta: float) -> str | None:
@@ -40,15 +42,15 @@ def check(alpha: float, delta: float) -> str | None:
 
 
 def grid(options: int) -> list[float]:
-    """The thresholds, highest first: 0.99, 0.98, … down to the first ≤ 1/options (which every answer passes). Not
-    1.00: a top probability of exactly 1 is rare, and an empty first threshold would stop the fixed sequence."""
-    out, i = [], 1
-    while True:
-        t = round(1.0 - i * STEP, 10)
-        out.append(max(t, 0.0))
-        if t <= 1.0 / options or t <= 0:
-            return out
+    """The thresholds, highest first: 0.9999, 0.9998, …, 0.999, 0.998, …, 0.99, 0.98, … down to the first ≤
+    1/options (which every answer passes). Finer near 1, where a sure model puts most of its answers; not 1 itself,
+    which a top probability rarely reaches exactly."""
+    out = [round(1 - i * 1e-4, 4) for i in range(1, 10)] + [round(1 - i * 1e-3, 3) for i in range(1, 10)]
+    i = 1
+    while out[-1] > 1.0 / options and out[-1] > 0:
+        out.append(max(round(1 - i * STEP, 2), 0.0))
         i += 1
+    return out
 
 
 def binomial_cdf(k: int, n: int, p: float) -> float:
@@ -88,7 +90,7 @@ def certify(confidence, hit, options: int, alpha: float = ALPHA, delta: float = 
         "grid": {
             "highest": thresholds[0],
             "lowest": thresholds[-1],
-            "step": STEP,
+            "size": len(thresholds),
             "starts": [thresholds[j] for j in starts],
         },
         "threshold": None,
@@ -110,9 +112,11 @@ def certify(confidence, hit, options: int, alpha: float = ALPHA, delta: float = 
 
 
 def chain_starts(thresholds: list[float]) -> list[int]:
-    """Where the chains start: the grid's top, each tenth on it (0.9, 0.8, …) and its lowest (every answer)."""
+    """Where the chains start: the grid's top, 0.999, 0.99, each tenth (0.9, 0.8, …) and its lowest (every answer)."""
     last = len(thresholds) - 1
-    return [j for j, t in enumerate(thresholds) if j in (0, last) or round(t * 10, 10).is_integer()]
+    return [
+        j for j, t in enumerate(thresholds) if j in (0, last) or t in (0.999, 0.99) or round(t * 10, 10).is_integer()
+    ]
 
 
 def walk(p_values: list[float], start: int, level: float) -> int | None:
@@ -136,8 +140,8 @@ def above(confidence, wrong, thresholds) -> list[tuple[int, int]]:
 def reason(out: dict, n: int, counts: list[tuple[int, int]], alpha: float) -> str:
     if n < out["needed"]:
         return (
-            f"too few held-out labels: at alpha {alpha:g} and delta {out['delta']:g}, certifying needs at least "
-            f"{out['needed']} answers above a threshold with none wrong; there are {n} labelled rows"
+            f"too few held-out labels: certifying needs at least {out['needed']} answers above a threshold with none "
+            f"wrong; there are {n} labelled rows"
         )
     n_all, w_all = counts[-1]
     return (

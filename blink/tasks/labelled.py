@@ -156,11 +156,29 @@ def report_of(rows, questions: list[Question], labels: dict, error_column: str, 
         if c.labels:
             kind, options = c.question.kind, list(c.question.options)
             counted.update(evaluate(kind, options, c.probabilities, c.labels, c.rows, alpha=alpha, delta=delta))
+            counted["fitted"] = fitted(kind, options, c.probabilities, c.labels)
         else:
             counted.update(type=c.question.kind, n=0, options=list(c.question.options))
         out[qid] = counted
     split = "every counted row: nothing was fitted on them, so all are held out for the certificate"
     return {"rows": total, "held_out": split, "questions": out}
+
+
+SIDE_BY_SIDE = ("accuracy", "macro_f1", "nll", "brier", "ece", "ece_equal_mass")
+
+
+def fitted(kind: str, options: list[str], probabilities, labels) -> dict:
+    """What fitting these labels would do (blink.tasks.fit): the method kept and why, its parameters, and the
+    figures of its out-of-fold answers beside the served ones'."""
+    from blink.tasks.evaluation import evaluate
+    from blink.tasks.fit import cross_validate
+
+    fit = cross_validate(probabilities, labels)
+    held_out = fit.pop("held_out", None)
+    if held_out is not None:
+        figures = evaluate(kind, options, held_out, labels)
+        fit["cross_validated"] = {name: figures[name] for name in SIDE_BY_SIDE}
+    return fit
 
 
 def questions_of(answers) -> list[Question]:
@@ -193,15 +211,30 @@ def summary(report: dict) -> list[str]:
             f"at confidence >= 0.9: {gated}{skipped}"
         )
         lines.append(f"    {certified(r['certificate'])}")
+        lines.append(f"    {refit(r)}")
     return lines
+
+
+def refit(r: dict) -> str:
+    """What a fit to the labels would do, in one line."""
+    f = r["fitted"]
+    if "cross_validated" not in f:
+        return f"fitted to these labels: nothing; {f['why']}"
+    if f["kept"] == "none":
+        return f"fitted to these labels ({f['folds']}-fold): nothing kept; {f['why']}"
+    cv = f["cross_validated"]
+    return (
+        f"fitted to these labels ({f['folds']}-fold): {f['kept']} kept; held out, NLL {cv['nll']:.3f} (served "
+        f"{r['nll']:.3f}), ECE {cv['ece']:.3f} (served {r['ece']:.3f}), accuracy {cv['accuracy']:.3f}"
+    )
 
 
 def certified(c: dict) -> str:
     """The certificate in one line."""
     at = f"alpha {c['alpha']:g}, delta {c['delta']:g}"
     if c["threshold"] is None:
-        return f"certified: nothing ({at}): {c['reason']}"
+        return f"certified at {at}: nothing; {c['reason']}"
     return (
-        f"certified: act on answers at confidence >= {c['threshold']:g} ({at}): {c['coverage']:.0%} of rows, "
-        f"{c['wrong']} of {c['answered']} wrong here"
+        f"certified at {at}: answers at confidence >= {c['threshold']:g}, {c['coverage']:.0%} of the rows "
+        f"({c['wrong']} of {c['answered']} wrong)"
     )

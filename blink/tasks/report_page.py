@@ -48,7 +48,14 @@ def question(qid: str, r: dict) -> str:
             "Risk–coverage: error rate among answers at confidence ≥ t; dashed, α; the dot, the certified t",
         ),
     ]
-    return title + figures_table(r) + (skipped if r["unusable"] else "") + f"<div class=charts>{''.join(charts)}</div>"
+    side = side_by_side(r)
+    return (
+        title
+        + figures_table(r)
+        + side
+        + (skipped if r["unusable"] else "")
+        + f"<div class=charts>{''.join(charts)}</div>"
+    )
 
 
 def figures_table(r: dict) -> str:
@@ -73,6 +80,25 @@ def figures_table(r: dict) -> str:
     rows.append(certificate_row(r["certificate"]))
     cells = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
     return f"<table>{cells}</table>"
+
+
+def side_by_side(r: dict) -> str:
+    """As served, and as a fit to these labels would serve them (out of fold: each row from a fit that never saw it)."""
+    f = r["fitted"]
+    if "cross_validated" not in f:
+        return f"<p class=muted>Fitted to these labels: nothing ({escape(f['why'])}).</p>"
+    params = ", ".join(
+        f"{k} {v:.3f}" if isinstance(v, float) else f"{k} [{', '.join(f'{b:+.2f}' for b in v)}]"
+        for k, v in f["params"].items()
+    )
+    head = "<tr><th></th><th>as served</th><th>fitted, held out</th></tr>"
+    cells = "".join(
+        f"<tr><th>{escape(name)}</th><td>{r[name]:.4f}</td><td>{f['cross_validated'][name]:.4f}</td></tr>"
+        for name in f["cross_validated"]
+    )
+    kept = f"{f['kept']} kept" + (f" ({params})" if params else "")
+    about = f"Fitted to these labels ({f['folds']}-fold cross-validation): {kept}; {f['why']}."
+    return f"<p>{escape(about)}</p><table>{head}{cells}</table>"
 
 
 def certificate_row(c: dict) -> tuple[str, str]:

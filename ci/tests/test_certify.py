@@ -39,9 +39,15 @@ def test_the_binomial_tail_is_the_exact_sum_at_every_magnitude(n, share, p):
 
 
 def test_the_grid_is_fixed_by_the_options_alone():
-    assert grid(2)[0] == 0.99 and grid(2)[-1] == 0.5 and len(grid(2)) == 50
+    assert (
+        grid(2)[:2] == [0.9999, 0.9998]
+        and grid(2)[8:11] == [0.9991, 0.999, 0.998]
+        and grid(2)[17:20] == [0.991, 0.99, 0.98]
+    )
+    assert grid(2)[-1] == 0.5 and len(grid(2)) == 18 + 50
     assert grid(4)[-1] == 0.25 and grid(3)[-1] <= 1 / 3 < grid(3)[-2]
-    assert grid(255)[-1] == 0.0 and len(grid(255)) == 100
+    assert grid(255)[-1] == 0.0 and len(grid(255)) == 18 + 100
+    assert grid(2) == sorted(set(grid(2)), reverse=True)  # strictly falling
     assert needed(0.05, 0.05) == 59 and needed(0.05, 0.025) == 72  # (1 - α)^n ≤ level, the customary 59 at 5 %/5 %
 
 
@@ -96,7 +102,7 @@ def test_labels_equal_to_the_answers_certify_everything_once_there_are_enough(op
     out = certify(top, np.ones(top.size, bool), options=options)
     assert out["threshold"] == grid(options)[-1] and out["coverage"] == 1.0 and out["wrong"] == 0
     chains = len(out["grid"]["starts"])
-    assert out["needed"] == needed(0.05, 0.05 / chains) and 90 <= out["needed"] <= 110
+    assert out["needed"] == needed(0.05, 0.05 / chains) and 95 <= out["needed"] <= 110
     m = out["needed"]
     assert certify(top[:m], np.ones(m, bool), options=options)["threshold"] == grid(options)[-1]
     few = certify(top[: m - 1], np.ones(m - 1, bool), options=options)
@@ -113,7 +119,7 @@ def test_labels_at_random_certify_nothing():
 
 
 def test_confident_answers_are_certified_by_the_fixed_sequence():
-    """Where the top of the grid is full of right answers, the chain from its top walks down it."""
+    """Where the top of the grid is full of right answers, the scan from its top walks down it."""
     rng = np.random.default_rng(11)
     c = np.concatenate([np.full(150, 0.995), rng.uniform(0.5, 0.99, 150)])
     hit = np.concatenate([np.ones(150, bool), rng.random(150) < 0.6])
@@ -126,3 +132,13 @@ def test_alpha_and_delta_outside_their_ranges_are_refused_in_words(alpha, delta)
     why = check(alpha, delta)
     assert why and ("alpha" in why if not (isinstance(alpha, float) and 0 < alpha < 1) else "delta" in why)
     assert check(0.05, 0.05) is None
+
+
+def test_a_model_sure_of_most_answers_is_certified_among_them():
+    """A band of bad answers at 0.99-0.995 under good ones at 0.995-0.9999: the grid's thousandths find the good ones
+    (a grid of hundredths would start at 0.99, below the bad band, and certify nothing)."""
+    rng = np.random.default_rng(13)
+    c = np.concatenate([rng.uniform(0.995, 0.9999, 1000), rng.uniform(0.99, 0.995, 1000), rng.uniform(0.5, 0.99, 500)])
+    hit = np.concatenate([rng.random(1000) >= 0.05, rng.random(1000) >= 0.4, rng.random(500) >= 0.5])
+    out = certify(c, hit, options=2, alpha=0.1, delta=0.05)
+    assert 0.993 < out["threshold"] < 0.997 and out["coverage"] >= 0.4 and out["error_rate"] <= 0.1, out

@@ -22,6 +22,7 @@ from blink.settings import Settings
 from blink.settings_flags import from_args
 from blink.tasks.certify import certify
 from blink.tasks.evaluation import evaluate
+from blink.tasks.fit import cross_validate
 from blink.tasks.labelled import Question, label_index, parse_labels, report_of
 from blink.tasks.report_page import page
 from helpers.batch import QUESTIONS, run_batch, run_table, tickets
@@ -221,6 +222,7 @@ def test_run_batch_label_writes_a_report_scikit_learn_agrees_with(tmp_path, demo
     done = run_table(demo_root, table, tmp_path / "q.json", out, *labels)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "evaluated against the labels" in done.stdout and "refund: n=27" in done.stdout, done.stdout
+    assert done.stdout.count("fitted to these labels (5-fold): ") == 3, done.stdout
     report = json.loads((tmp_path / "labelled.report.json").read_text())
     assert (tmp_path / "labelled.report.html").read_text().count("<svg") == 9
     assert report["rows"] == 30 and report["model"] == "demo" and report["weights"]
@@ -241,11 +243,16 @@ def test_run_batch_label_writes_a_report_scikit_learn_agrees_with(tmp_path, demo
         assert r["n"] == len(used) and r["confusion"] == judge["confusion"]
         for name in ("accuracy", "macro_f1", "nll", "brier"):
             assert abs(r[name] - judge[name]) <= 1e-9, (qid, name)
+        refit = cross_validate(p, y)  # the side-by-side fit, done again from the table: the same choice
+        assert r["fitted"]["kept"] == refit["kept"] and r["fitted"]["folds"] == 5
+        for method, value in refit["cv_nll"].items():
+            assert abs(r["fitted"]["cv_nll"][method] - value) <= 1e-6, (qid, method)
+        assert set(r["fitted"]["cross_validated"]) == {"accuracy", "macro_f1", "nll", "brier", "ece", "ece_equal_mass"}
     # a finished run asked again writes the report again, deciding nothing; labels need a table
     (tmp_path / "labelled.report.json").unlink()
     again = run_table(demo_root, table, tmp_path / "q.json", out, *labels[:2], "--alpha", "0.5", "--delta", "0.2")
     assert again.returncode == 0 and "complete already" in again.stdout, again.stderr[-2000:]
-    assert "certified: " in again.stdout and "alpha 0.5, delta 0.2" in again.stdout, again.stdout
+    assert "certified at alpha 0.5, delta 0.2: " in again.stdout, again.stdout
     reported = json.loads((tmp_path / "labelled.report.json").read_text())
     assert list(reported["questions"]) == ["refund"] and "held out" in reported["held_out"]
     r = reported["questions"]["refund"]
