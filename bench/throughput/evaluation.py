@@ -9,7 +9,8 @@ it, on a fresh output, and reads from what it wrote:
 
 - **labelling**: the rows decided and written, model loading excluded (the sidecar's `summary.seconds`);
 - **evaluation**: the report made after it, the labelled table read back and every figure of every question,
-  bootstrap intervals included (the report's own `seconds`), and the JSON and HTML written.
+  bootstrap intervals, the certificate and the 5-fold fit included (the report's own `seconds`), and the JSON and
+  HTML written.
 
 The ratio (labelling + evaluation) / labelling is what an evaluation costs against run-batch on the same rows (the
 target: at most 1.05). The load average is printed before and after: these machines are shared.

@@ -44,12 +44,7 @@ def evaluate(
         "type": kind,
         "n": int(n),
         "options": list(options),
-        "accuracy": float(hit.mean()),
-        "macro_f1": macro_f1(y, top),
-        "nll": float(-np.log(np.clip(p[np.arange(n), y], 1e-300, None)).mean()),
-        "brier": brier(p, y, halved=kind == "noul"),
-        "ece": ece(confidence, hit),
-        "ece_equal_mass": ece_equal_mass(confidence, hit),
+        **figures(kind, p, y),
         "reliability": reliability(confidence, hit),
         "confusion": confusion(y, top, k).tolist(),
         "risk_coverage": risk_coverage(confidence, hit),
@@ -60,6 +55,22 @@ def evaluate(
     if kind == "score":
         report["mae_levels"] = float(np.abs(top - y).mean())
     return report
+
+
+def figures(kind: str, p, y) -> dict:
+    """The figures that set ways of serving side by side: accuracy, macro-F1, NLL, Brier and both ECEs."""
+    p, y = np.asarray(p, dtype=np.float64), np.asarray(y, dtype=np.int64)
+    n = len(y)
+    top = p.argmax(axis=1)
+    confidence, hit = p[np.arange(n), top], top == y
+    return {
+        "accuracy": float(hit.mean()),
+        "macro_f1": macro_f1(y, top),
+        "nll": float(-np.log(np.clip(p[np.arange(n), y], 1e-300, None)).mean()),
+        "brier": brier(p, y, halved=kind == "noul"),
+        "ece": ece(confidence, hit),
+        "ece_equal_mass": ece_equal_mass(confidence, hit),
+    }
 
 
 def macro_f1(y, predicted) -> float:

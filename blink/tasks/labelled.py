@@ -164,20 +164,16 @@ def report_of(rows, questions: list[Question], labels: dict, error_column: str, 
     return {"rows": total, "held_out": split, "questions": out}
 
 
-SIDE_BY_SIDE = ("accuracy", "macro_f1", "nll", "brier", "ece", "ece_equal_mass")
-
-
 def fitted(kind: str, options: list[str], probabilities, labels) -> dict:
     """What fitting these labels would do (blink.tasks.fit): the method kept and why, its parameters, and the
     figures of its out-of-fold answers beside the served ones'."""
-    from blink.tasks.evaluation import evaluate
+    from blink.tasks.evaluation import figures
     from blink.tasks.fit import cross_validate
 
     fit = cross_validate(probabilities, labels)
     held_out = fit.pop("held_out", None)
     if held_out is not None:
-        figures = evaluate(kind, options, held_out, labels)
-        fit["cross_validated"] = {name: figures[name] for name in SIDE_BY_SIDE}
+        fit["cross_validated"] = figures(kind, held_out, labels)
     return fit
 
 

@@ -89,3 +89,20 @@ def test_an_option_no_label_names_stays_finite(k):
     y[:] = 0  # every label the first option
     fit = cross_validate(served(z), y)
     assert np.isfinite(fit["held_out"]).all() and np.isfinite(list(fit["cv_nll"].values())).all()
+
+
+def test_a_temperature_past_its_bounds_is_held_at_the_bound():
+    z, _ = world(500, 3, seed=6)
+    y = np.random.default_rng(6).integers(0, 3, 500)  # labels unrelated to the answers: the best T is infinite
+    for method in ("temperature", "vector"):
+        params = fit_one(method, logits_of(served(z)), y)
+        assert params["temperature"] == 20.0, params
+    sure = fit_one("temperature", logits_of(served(0.01 * z)), world(500, 3, seed=6)[1])  # far too unsure
+    assert sure["temperature"] == 0.05
+
+
+def test_many_options_try_a_temperature_only_and_say_so():
+    z, y = world(300, 100, seed=8)
+    fit = cross_validate(served(2.0 * z), y)
+    assert set(fit["cv_nll"]) == {"none", "temperature"} and "up to 64 options, not 100" in fit["why"]
+    assert fit["kept"] == "temperature" and abs(fit["params"]["temperature"] - 2.0) < 0.5
