@@ -6,11 +6,16 @@ loads. Resuming after SIGKILL and SIGTERM: test_run_batch_resume.py."""
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import httpx
 import pytest
 
+from blink.errors import StartupError
+from blink.run_batch.command import Plan, add_arguments
+from blink.settings import Settings
+from blink.settings_flags import from_args
 from helpers.batch import ANSWER_COLUMNS, QUESTIONS, close, read_lines, run_batch, run_table, tickets
 
 pytestmark = pytest.mark.e2e
@@ -199,6 +204,17 @@ def test_a_row_answers_what_systemone_answers(tables, server):
             assert abs(out[i][f"blink.anger.p.{level}"] - p) <= 1e-6
 
 
+def refusal(*argv: str) -> str:
+    """What run-batch refuses before the model loads, asked in this process: its own parser and Plan, as
+    `python -m blink run-batch` builds them (the command's exit status and stderr are proven once, below)."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(list(argv))
+    with pytest.raises(StartupError) as refused:
+        Plan(args, from_args(args, Settings))
+    return str(refused.value)
+
+
 def test_refused_before_the_model_loads(tmp_path, demo_root):
     table = tmp_path / "t.csv"
     table.write_text("id,body\n1,hello\n", encoding="utf-8")
@@ -209,34 +225,19 @@ def test_refused_before_the_model_loads(tmp_path, demo_root):
     assert missing.returncode == 1 and "has no column 'text'; its columns: id, body" in missing.stderr
     empty = tmp_path / "empty.jsonl"
     empty.write_bytes(b"")
-    nothing = run_batch(demo_root, "-i", str(empty), "-o", str(tmp_path / "o.jsonl"), timeout=120)
-    assert nothing.returncode == 1 and "is empty" in nothing.stderr
-    both = run_batch(demo_root, "-i", str(empty), *base, timeout=120)
-    assert both.returncode == 1 and "either" in both.stderr
-    itself = run_batch(
-        demo_root,
-        "--table",
-        str(table),
-        "--state-column",
-        "body",
-        "--questions",
-        str(tmp_path / "q.json"),
-        "-o",
-        str(table),
-        "--overwrite",
-        timeout=120,
-    )
-    assert itself.returncode == 1 and "is the input" in itself.stderr and table.read_text().startswith("id,body")
-    huge = run_batch(demo_root, *base, "--state-column", "body", "--chunk-rows", "10000000", timeout=120)
-    assert huge.returncode == 1 and "--chunk-rows must be between 1 and 65536" in huge.stderr
+    assert "is empty" in refusal("-i", str(empty), "-o", str(tmp_path / "o.jsonl"))
+    assert "either" in refusal("-i", str(empty), *base)
+    itself = refusal(*base[:4], "--state-column", "body", "-o", str(table), "--overwrite")
+    assert "is the input" in itself and table.read_text().startswith("id,body")
+    huge = refusal(*base, "--state-column", "body", "--chunk-rows", "10000000")
+    assert "--chunk-rows must be between 1 and 65536" in huge
     header = tmp_path / "header.csv"
     header.write_text("id,body\n", encoding="utf-8")
-    bare = run_batch(demo_root, "--table", str(header), *base[2:], "--state-column", "body", timeout=120)
-    assert bare.returncode == 1 and "has no rows after its header" in bare.stderr, bare.stderr[-2000:]
+    assert "has no rows after its header" in refusal("--table", str(header), *base[2:], "--state-column", "body")
     twice = tmp_path / "twice.csv"
     twice.write_text("body,body,id\nx,y,1\n", encoding="utf-8")
-    named = run_batch(demo_root, "--table", str(twice), *base[2:], "--state-column", "body", timeout=120)
-    assert named.returncode == 1 and "two columns named 'body'" in named.stderr, named.stderr[-2000:]
+    assert "two columns named 'body'" in refusal("--table", str(twice), *base[2:], "--state-column", "body")
+    # questions the API would refuse are refused once the model's readout is known, and nothing is written
     (tmp_path / "bad.json").write_text('{"q": {"type": "choice", "instructions": "?"}}', encoding="utf-8")
     questions = str(tmp_path / "bad.json")
     bad = run_batch(demo_root, "--table", str(table), "--state-column", "body", "--questions", questions, "-o", out)
