@@ -1,13 +1,16 @@
 """Certification (blink.tasks.certify): its binomial tail held to scipy's; its guarantee held by simulation (known
 probability models, hundreds of simulated held-out sets: the share whose certified threshold lets through an error
-rate above α stays within δ plus binomial slack); its two ends (labels equal to the answers certify everything once
-there are enough; labels at random certify nothing); and too few labels said in numbers."""
+rate above α stays within δ plus binomial slack); its two ends, on synthetic answers and on the demo model's (labels
+equal to the answers certify everything once there are enough; labels at random certify nothing); and too few labels
+said in numbers."""
 
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 
+import httpx
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -15,6 +18,7 @@ from hypothesis import strategies as st
 from scipy.stats import binom
 
 from blink.tasks.certify import binomial_cdf, certify, check, grid, needed
+from helpers.batch import QUESTIONS, tickets
 
 SETS = 400  # simulated held-out sets per model
 
@@ -142,3 +146,30 @@ def test_a_model_sure_of_most_answers_is_certified_among_them():
     hit = np.concatenate([rng.random(1000) >= 0.05, rng.random(1000) >= 0.4, rng.random(500) >= 0.5])
     out = certify(c, hit, options=2, alpha=0.1, delta=0.05)
     assert 0.993 < out["threshold"] < 0.997 and out["coverage"] >= 0.4 and out["error_rate"] <= 0.1, out
+
+
+@pytest.mark.e2e
+def test_the_two_ends_on_the_demo_model(server):
+    """The demo model's own answers (its real spread of confidence, through the server): labels equal to its top
+    answers certify every answer once there are enough of them; labels at random certify nothing."""
+    rows = tickets(130, seed=21)
+
+    def ask(row):
+        sent = httpx.post(server + "/v1/systemone", json={"state": row["text"], "questions": QUESTIONS}, timeout=120)
+        assert sent.status_code == 200, sent.text[:500]
+        return sent.json()["answers"]
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(ask, rows))
+    rng = np.random.default_rng(21)
+    for qid in ("refund", "team", "anger"):
+        if qid == "refund":
+            p_true = np.array([a[qid]["noul"] for a in answers])
+            p = np.stack([p_true, 1 - p_true], axis=1)
+        else:
+            p = np.array([list(a[qid]["probabilities"].values()) for a in answers])
+        confidence, top, k = p.max(axis=1), p.argmax(axis=1), p.shape[1]
+        own = certify(confidence, top == top, k)
+        assert len(rows) >= own["needed"] and own["threshold"] == grid(k)[-1] and own["coverage"] == 1.0, (qid, own)
+        guessed = certify(confidence, top == rng.integers(0, k, len(rows)), k)
+        assert guessed["threshold"] is None, (qid, guessed)
