@@ -25,6 +25,7 @@ BOUNDS = (0.05, 20.0)  # the temperature's range, as `blink calibrate`'s
 # ~10 labels per option to be worth keeping
 MAX_VECTOR_OPTIONS = 64
 RIDGE = 1e-4  # on the bias: an option no label names would otherwise have its bias run off to -inf
+CERTIFY_SHARE = 0.4  # of the labels, set aside to certify a fit made on the rest
 
 
 def logits_of(probabilities) -> np.ndarray:
@@ -48,7 +49,7 @@ def fit_one(method: str, z: np.ndarray, y: np.ndarray) -> dict:
     scale, bias = newton(z, y, 1.0, np.zeros(z.shape[1]), fit_bias=vector)
     if vector and scale in (1 / BOUNDS[1], 1 / BOUNDS[0]):  # the temperature held at a bound: the bias refitted there
         scale, bias = newton(z, y, scale, bias, fit_bias=True, fit_scale=False)
-    out = {"temperature": 1 / scale}
+    out = {"temperature": float(1 / scale)}
     if vector:
         out["bias"] = (bias - bias.mean()).tolist()  # softmax ignores a shift: the bias is told centred
     return out
@@ -165,4 +166,27 @@ def cross_validate(probabilities, labels, seed: int = 0) -> dict:
         "cv_nll": cv,
         "params": fit_one(kept, z, y),
         "held_out": out_of_fold[kept],
+    }
+
+
+def fit_then_certify(probabilities, labels, alpha: float, delta: float, seed: int = 0) -> dict:
+    """What a task made from these labels would certify: a seeded CERTIFY_SHARE of the rows set aside first, the
+    fit chosen and made on the rest, the certificate read from the set-aside rows' fitted answers — so no label both
+    fits and certifies."""
+    from blink.tasks.certify import certify
+
+    p = np.asarray(probabilities, dtype=np.float64)
+    y = np.asarray(labels, dtype=np.int64)
+    order = np.random.default_rng(seed).permutation(len(y))
+    aside, rest = order[: round(len(y) * CERTIFY_SHARE)], order[round(len(y) * CERTIFY_SHARE) :]
+    fit = cross_validate(p[rest], y[rest], seed)
+    out = {"fit_rows": len(rest), "certify_rows": len(aside), "seed": seed, "kept": fit["kept"], "alpha": alpha}
+    out["delta"] = delta
+    if not len(aside) or "params" not in fit:
+        return {**out, "threshold": None, "reason": fit["why"] if "params" not in fit else "no row to certify on"}
+    q = apply(fit["params"], p[aside])
+    return {
+        **out,
+        "params": fit["params"],
+        **certify(q.max(axis=1), q.argmax(axis=1) == y[aside], p.shape[1], alpha, delta),
     }

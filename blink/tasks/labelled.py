@@ -156,7 +156,7 @@ def report_of(rows, questions: list[Question], labels: dict, error_column: str, 
         if c.labels:
             kind, options = c.question.kind, list(c.question.options)
             counted.update(evaluate(kind, options, c.probabilities, c.labels, c.rows, alpha=alpha, delta=delta))
-            counted["fitted"] = fitted(kind, options, c.probabilities, c.labels)
+            counted["fitted"] = fitted(kind, options, c.probabilities, c.labels, alpha, delta)
         else:
             counted.update(type=c.question.kind, n=0, options=list(c.question.options))
         out[qid] = counted
@@ -164,16 +164,17 @@ def report_of(rows, questions: list[Question], labels: dict, error_column: str, 
     return {"rows": total, "held_out": split, "questions": out}
 
 
-def fitted(kind: str, options: list[str], probabilities, labels) -> dict:
-    """What fitting these labels would do (blink.tasks.fit): the method kept and why, its parameters, and the
-    figures of its out-of-fold answers beside the served ones'."""
+def fitted(kind: str, options: list[str], probabilities, labels, alpha=ALPHA, delta=DELTA) -> dict:
+    """What fitting these labels would do (blink.tasks.fit): the method kept and why, its parameters, the figures of
+    its out-of-fold answers beside the served ones', and what a fit made on part of the rows certifies on the rest."""
     from blink.tasks.evaluation import figures
-    from blink.tasks.fit import cross_validate
+    from blink.tasks.fit import cross_validate, fit_then_certify
 
     fit = cross_validate(probabilities, labels)
     held_out = fit.pop("held_out", None)
     if held_out is not None:
         fit["cross_validated"] = figures(kind, held_out, labels)
+        fit["certificate"] = fit_then_certify(probabilities, labels, alpha, delta)
     return fit
 
 
@@ -218,10 +219,12 @@ def refit(r: dict) -> str:
         return f"fitted to these labels: nothing; {f['why']}"
     if f["kept"] == "none":
         return f"fitted to these labels ({f['folds']}-fold): nothing kept; {f['why']}"
-    cv = f["cross_validated"]
+    cv, c = f["cross_validated"], f["certificate"]
+    split = f"fitted on {c['fit_rows']} rows, certified on the other {c['certify_rows']}"
     return (
         f"fitted to these labels ({f['folds']}-fold): {f['kept']} kept; held out, NLL {cv['nll']:.3f} (served "
-        f"{r['nll']:.3f}), ECE {cv['ece']:.3f} (served {r['ece']:.3f}), accuracy {cv['accuracy']:.3f}"
+        f"{r['nll']:.3f}), ECE {cv['ece']:.3f} (served {r['ece']:.3f}), accuracy {cv['accuracy']:.3f}\n"
+        f"    {split}: {certified(c).removeprefix('certified at ')}"
     )
 
 

@@ -98,7 +98,10 @@ def side_by_side(r: dict) -> str:
     )
     kept = f"{f['kept']} kept" + (f" ({params})" if params else "")
     about = f"Fitted to these labels ({f['folds']}-fold cross-validation): {kept}; {f['why']}."
-    return f"<p>{escape(about)}</p><table>{head}{cells}</table>"
+    c = f["certificate"]
+    name, value = certificate_row(c)
+    split = f"A fit made on {c['fit_rows']} of the rows, {name} on the other {c['certify_rows']}: {value}."
+    return f"<p>{escape(about)}</p><table>{head}{cells}</table><p>{escape(split)}</p>"
 
 
 def certificate_row(c: dict) -> tuple[str, str]:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.linear_model import LogisticRegression
 
-from blink.tasks.fit import MIN_ROWS, apply, cross_validate, fit_one, logits_of, row_losses
+from blink.tasks.fit import MIN_ROWS, apply, cross_validate, fit_one, fit_then_certify, logits_of, row_losses
 
 
 def world(n: int, k: int, seed: int):
@@ -106,3 +106,16 @@ def test_many_options_try_a_temperature_only_and_say_so():
     fit = cross_validate(served(2.0 * z), y)
     assert set(fit["cv_nll"]) == {"none", "temperature"} and "up to 64 options, not 100" in fit["why"]
     assert fit["kept"] == "temperature" and abs(fit["params"]["temperature"] - 2.0) < 0.5
+
+
+def test_a_fit_is_certified_only_on_rows_it_never_saw():
+    z, y = world(500, 3, seed=9)
+    p = served(2.5 * z)
+    first = fit_then_certify(p, y, alpha=0.2, delta=0.1)
+    assert first["certify_rows"] == 200 and first["fit_rows"] == 300 and first["kept"] == "temperature"
+    aside = np.random.default_rng(0).permutation(500)[:200]  # the split: seeded, the first 40 % set aside
+    flipped = y.copy()
+    flipped[aside] = (y[aside] + 1) % 3  # every set-aside label changed: the fit must not move
+    second = fit_then_certify(p, flipped, alpha=0.2, delta=0.1)
+    assert second["params"] == first["params"]
+    assert first["threshold"] is not None and second["threshold"] is None  # the certificate reads those labels
