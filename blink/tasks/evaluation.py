@@ -66,11 +66,16 @@ def figures(kind: str, p, y) -> dict:
     return {
         "accuracy": float(hit.mean()),
         "macro_f1": macro_f1(y, top),
-        "nll": float(-np.log(np.clip(p[np.arange(n), y], 1e-300, None)).mean()),
+        "nll": float(row_losses(p, y).mean()),
         "brier": brier(p, y, halved=kind == "noul"),
         "ece": ece(confidence, hit),
         "ece_equal_mass": ece_equal_mass(confidence, hit),
     }
+
+
+def row_losses(p, y) -> np.ndarray:
+    """Each row's negative log-likelihood of its label, in nats (a zero probability counted as 1e-300)."""
+    return -np.log(np.clip(p[np.arange(len(y)), y], 1e-300, None))
 
 
 def macro_f1(y, predicted) -> float:

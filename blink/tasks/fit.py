@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from blink.tasks.certify import certify
+from blink.tasks.evaluation import row_losses
+
 FOLDS = 5
 METHODS = ("none", "temperature", "vector")  # simplest first: a tie keeps the simpler
 MIN_ROWS = 2 * FOLDS  # fewer labelled rows than this: nothing is fitted
@@ -112,10 +115,6 @@ def derivatives(z, p, onehot, bias, fit_scale: bool, fit_bias: bool):
     return np.concatenate([g_s, g_b]), np.block([[h_ss, h_sb], [h_sb.T, h_bb]])
 
 
-def row_losses(probabilities: np.ndarray, y: np.ndarray) -> np.ndarray:
-    return -np.log(np.clip(probabilities[np.arange(len(y)), y], 1e-300, None))
-
-
 def simplest_within_noise(losses: dict) -> str:
     """The simplest method whose held-out NLL is within one standard error of the best's (the paired difference's
     over the rows): a fit must gain more than the noise of the folds to be kept."""
@@ -173,20 +172,16 @@ def fit_then_certify(probabilities, labels, alpha: float, delta: float, seed: in
     """What a task made from these labels would certify: a seeded CERTIFY_SHARE of the rows set aside first, the
     fit chosen and made on the rest, the certificate read from the set-aside rows' fitted answers — so no label both
     fits and certifies."""
-    from blink.tasks.certify import certify
-
     p = np.asarray(probabilities, dtype=np.float64)
     y = np.asarray(labels, dtype=np.int64)
     order = np.random.default_rng(seed).permutation(len(y))
-    aside, rest = order[: round(len(y) * CERTIFY_SHARE)], order[round(len(y) * CERTIFY_SHARE) :]
+    set_aside = round(len(y) * CERTIFY_SHARE)
+    aside, rest = order[:set_aside], order[set_aside:]
     fit = cross_validate(p[rest], y[rest], seed)
-    out = {"fit_rows": len(rest), "certify_rows": len(aside), "seed": seed, "kept": fit["kept"], "alpha": alpha}
-    out["delta"] = delta
+    out = {"fit_rows": len(rest), "certify_rows": len(aside), "seed": seed, "kept": fit["kept"]}
+    out |= {"alpha": alpha, "delta": delta}
     if not len(aside) or "params" not in fit:
         return {**out, "threshold": None, "reason": fit["why"] if "params" not in fit else "no row to certify on"}
     q = apply(fit["params"], p[aside])
-    return {
-        **out,
-        "params": fit["params"],
-        **certify(q.max(axis=1), q.argmax(axis=1) == y[aside], p.shape[1], alpha, delta),
-    }
+    hit = q.argmax(axis=1) == y[aside]
+    return {**out, "params": fit["params"], **certify(q.max(axis=1), hit, p.shape[1], alpha, delta)}

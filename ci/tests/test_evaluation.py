@@ -4,7 +4,6 @@ on the demo model, its report judged by scikit-learn from the labelled table it 
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import warnings
@@ -17,15 +16,12 @@ from sklearn import metrics as sk
 
 from blink.decide.calibration import Example, metrics
 from blink.errors import StartupError
-from blink.run_batch.command import Plan, add_arguments
-from blink.settings import Settings
-from blink.settings_flags import from_args
 from blink.tasks.certify import certify
 from blink.tasks.evaluation import evaluate
 from blink.tasks.fit import cross_validate
 from blink.tasks.labelled import Question, label_index, parse_labels, report_of
 from blink.tasks.report_page import page
-from helpers.batch import QUESTIONS, run_batch, run_table, tickets
+from helpers.batch import QUESTIONS, refusal, run_batch, run_table, tickets
 
 KINDS = {"noul": ["true", "false"], "choice": ["a", "b", "c", "d"], "score": ["0", "1", "2", "3", "4"]}
 
@@ -195,12 +191,8 @@ def test_alpha_and_delta_are_refused_before_the_model_loads(tmp_path, extra, wor
     table = tmp_path / "t.csv"
     table.write_text("text,truth\nhello,yes\n", encoding="utf-8")
     (tmp_path / "q.json").write_text(json.dumps(QUESTIONS), encoding="utf-8")
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
     argv = ["--table", str(table), "--state-column", "text", "--questions", str(tmp_path / "q.json")]
-    args = parser.parse_args([*argv, "-o", str(tmp_path / "out.csv"), *extra])
-    with pytest.raises(StartupError, match=words):
-        Plan(args, from_args(args, Settings))
+    assert words in refusal(*argv, "-o", str(tmp_path / "out.csv"), *extra)
 
 
 @pytest.mark.e2e

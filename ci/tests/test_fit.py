@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.linear_model import LogisticRegression
 
-from blink.tasks.fit import MIN_ROWS, apply, cross_validate, fit_one, fit_then_certify, logits_of, row_losses
+from blink.tasks.evaluation import row_losses
+from blink.tasks.fit import MIN_ROWS, apply, cross_validate, fit_one, fit_then_certify, logits_of
 
 
 def world(n: int, k: int, seed: int):

@@ -6,17 +6,12 @@ loads. Resuming after SIGKILL and SIGTERM: test_run_batch_resume.py."""
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import httpx
 import pytest
 
-from blink.errors import StartupError
-from blink.run_batch.command import Plan, add_arguments
-from blink.settings import Settings
-from blink.settings_flags import from_args
-from helpers.batch import ANSWER_COLUMNS, QUESTIONS, close, read_lines, run_batch, run_table, tickets
+from helpers.batch import ANSWER_COLUMNS, QUESTIONS, close, read_lines, refusal, run_batch, run_table, tickets
 
 pytestmark = pytest.mark.e2e
 
@@ -202,17 +197,6 @@ def test_a_row_answers_what_systemone_answers(tables, server):
         assert abs(out[i]["blink.anger"] - answers["anger"]["score"]) <= 1e-6
         for level, p in answers["anger"]["probabilities"].items():
             assert abs(out[i][f"blink.anger.p.{level}"] - p) <= 1e-6
-
-
-def refusal(*argv: str) -> str:
-    """What run-batch refuses before the model loads, asked in this process: its own parser and Plan, as
-    `python -m blink run-batch` builds them (the command's exit status and stderr are proven once, below)."""
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    args = parser.parse_args(list(argv))
-    with pytest.raises(StartupError) as refused:
-        Plan(args, from_args(args, Settings))
-    return str(refused.value)
 
 
 def test_refused_before_the_model_loads(tmp_path, demo_root):

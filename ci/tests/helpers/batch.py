@@ -3,6 +3,7 @@ what the server answers to the same requests (ci/tests/test_run_batch.py, test_r
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import subprocess
@@ -81,3 +82,21 @@ def close(a, b, where: str = "body", tol: float = 1e-6) -> None:
 
 def read_lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def refusal(*argv: str) -> str:
+    """What run-batch refuses before the model loads, asked in this process: its own parser and Plan, as
+    `python -m blink run-batch` builds them (test_run_batch proves the command's exit status and stderr once)."""
+    import pytest
+
+    from blink.errors import StartupError
+    from blink.run_batch.command import Plan, add_arguments
+    from blink.settings import Settings
+    from blink.settings_flags import from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(list(argv))
+    with pytest.raises(StartupError) as refused:
+        Plan(args, from_args(args, Settings))
+    return str(refused.value)
