@@ -1,5 +1,5 @@
-"""`python -m blink serve ...`, `python -m blink run-batch ...`, `python -m blink calibrate ...` and
-`python -m blink make-demo-model [DIR]`.
+"""`python -m blink serve ...`, `python -m blink run-batch ...`, `python -m blink calibrate ...`,
+`python -m blink task fit ...` and `python -m blink make-demo-model [DIR]`.
 
 Nothing from the Hugging Face libraries is imported before the arguments are read: serving a local folder
 must switch them offline first (they read their settings once, at import).
@@ -74,6 +74,11 @@ def run_command(argv: list[str] | None) -> None:
     )
     add_batch_arguments(batch)
 
+    from blink.run_batch.task_command import add_arguments as add_task_arguments
+
+    task = commands.add_parser("task", help="tasks: a named decision fitted to its labels (docs/tasks.md)")
+    add_task_arguments(task)
+
     args = parser.parse_args(argv)
     logging.basicConfig(level=getattr(args, "log_level", "info").upper(), format="%(asctime)s %(name)s %(message)s")
 
@@ -98,6 +103,11 @@ def run_command(argv: list[str] | None) -> None:
             sys.exit(run_batch(args))
         except KeyboardInterrupt:  # before any row was sent (loading the model): nothing to finish
             sys.exit(STOPPED)
+
+    if args.command == "task":
+        from blink.run_batch.task_command import run as run_task
+
+        sys.exit(run_task(args))
 
     settings, listen = from_args(args, Settings), from_args(args, Listen)
     for secret in ("--api-key", "--engine-api-key"):

@@ -154,6 +154,7 @@ def build_context(
     backend = backend or backend_for(settings, served)
     planner, loaded = served.planner, served.loaded
     repeat_identical = planner.warmup() if warmup and isinstance(planner, Engine) else None
+    tasks = task_book(settings, served)
     service = DecisionService(
         planner,
         backend,
@@ -162,6 +163,7 @@ def build_context(
         max_queued=settings.max_queued_requests,
         model_name=settings.served_name,
         bulk_call_s=settings.batch_call_s,
+        tasks=tasks,
     )
     info = loaded.info
     health = {
@@ -185,6 +187,7 @@ def build_context(
         "x_calibration": planner.x_calibration,
         "prior_states": list(planner.prior_states),
         "moderation": {"policy": public_name(policy.source), "categories": [c.name for c in policy.categories]},
+        "tasks": len(tasks.tasks) if tasks is not None else 0,  # how many: what they are is behind the key
     }
     if planner.accepts_images:
         health.update(
@@ -250,6 +253,20 @@ def admission_of(settings: Settings) -> Admission:
         decide_wait_s=settings.decide_wait_s,
         per_caller_decide=settings.max_places_per_caller,
     )
+
+
+def task_book(settings: Settings, served: ServedModel):
+    """The tasks to serve (--tasks), each bound to these weights and answer settings; None without any."""
+    if not settings.tasks:
+        return None
+    from blink.decide.calibration import weights_fingerprint
+    from blink.tasks.served import TaskBook
+    from blink.tasks.task_file import served_as
+
+    planner = served.planner
+    fingerprint = weights_fingerprint(served.loaded.root, settings.adapter, settings.adapter_revision)
+    answers = {"x_order": planner.order, "x_calibration": planner.x_calibration, "prior_states": planner.prior_states}
+    return TaskBook.load(settings.tasks, fingerprint, served_as(planner.calibration.health(), answers))
 
 
 def calibration_for(settings: Settings, loaded):

@@ -220,6 +220,9 @@ class Settings:
     prior_states: tuple[str, ...] = knob(("N/A", "", "[MASK]"), TextList(), "the content-free states a question's "
                                          "prior is read from (averaged) for `x_calibration` prior",
                                          shown='["N/A", "", "[MASK]"]')
+    tasks: tuple[str, ...] = knob((), names, "task files to serve (`python -m blink task fit` writes one; "
+                                  "docs/tasks.md): a decision names one with `x_task`; each is refused at "
+                                  "start-up unless fitted on these weights and answer settings", shown="none")
     moderation_policy: str | None = knob(None, PolicyFile(), "/v1/moderations: the policy file (TOML or JSON; "
                                          "docs/api-moderations.md): its categories, each a definition and a "
                                          "threshold; checked whole at start-up", fleet="moderation.policy",

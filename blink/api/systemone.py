@@ -31,7 +31,10 @@ def response_body(ctx: Context, decided) -> dict:
         usage["x_cached_tokens"] = decided.cached_tokens
     if decided.image_usage:  # image counts only when there are images
         usage.update(decided.image_usage)
-    return {"model": ctx.served_name, "answers": decided.answers, "usage": usage, "x_calibration": decided.calibration}
+    body = {"model": ctx.served_name, "answers": decided.answers, "usage": usage, "x_calibration": decided.calibration}
+    if decided.task is not None:  # what served the answers: the task's name, version, fit and certificate
+        body["x_task"] = decided.task
+    return body
 
 
 async def decide_body(

@@ -77,6 +77,7 @@ class Checked:
     inline: bool = False  # small enough to plan on the event loop (INLINE_PLAN_CHARS)
     # the request counted on its way to the batcher (blink.decide.batching.OnItsWay): its queue ends the count
     on_its_way: OnItsWay | None = None
+    task: dict | None = None  # the task the body named (`x_task`), resolved by the service's task book
 
 
 @dataclass

@@ -18,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 
 from blink.decide.batching import Batcher, OnItsWay
 from blink.decide.planner import Checked, DecisionPlanner, Prepared
-from blink.errors import BlinkError
+from blink.errors import BlinkError, InvalidRequest
 from blink.web import metrics
 from blink.web.endpoint import Timing
 
@@ -31,6 +31,7 @@ class Decided:
     prepared: Prepared
     cached_tokens: int = 0  # prompt tokens taken from the prefix-state cache
     calibration: dict | None = None  # {"applied", "temperatures"[, "prior"]}: what the answers got
+    task: dict | None = None  # {"name", "version", "questions"[, "abstained"]}: the task that served them
 
     @property
     def input_tokens(self) -> int:
@@ -52,12 +53,15 @@ class DecisionService:
         max_queued: int = 64,
         model_name: str = "",
         bulk_call_s: float = 1.0,
+        tasks=None,
     ):
         """`planner` checks, plans and answers in this process; `backend.score(plans, caller)` (blink.backend) runs
         one batch and returns one `plan.Scored` per plan. A backend with `parallel` > 1 (vLLM replicas) is sent
         that many requests at once, each on its own, instead of one batch at a time. `bulk_call_s`: the seconds one
-        model call of bulk rows (the Batch API's) may take."""
+        model call of bulk rows (the Batch API's) may take. `tasks`: the tasks served (blink.tasks.served.TaskBook),
+        which a body names with `x_task`; None, no tasks."""
         self.planner = planner
+        self.tasks = tasks
         self.model_name = model_name  # the served name: the metrics' `model_name`
         parallel = int(getattr(backend, "parallel", 1) or 1)
         # Admission bounds the decisions in flight to max_queued + max_batch (web/admission.py); the queue holds
@@ -83,8 +87,16 @@ class DecisionService:
     def check(self, body, parts: dict | None = None, on_its_way: OnItsWay | None = None) -> Checked:
         """Before admission (in a worker thread): everything refusable without tokenizing. `on_its_way` (the
         request's count) goes with the checked decision to its queue."""
+        task = None
+        if self.tasks is not None:
+            body, task = self.tasks.resolve(body)
+        elif isinstance(body, dict) and ("x_task" in body or "x_abstain" in body):
+            raise InvalidRequest(
+                "this server serves no tasks (`x_task`, `x_abstain`): start it with --task FILE (docs/tasks.md)",
+                loc=["body", "x_task" if "x_task" in body else "x_abstain"],
+            )
         checked = self.planner.check(body, parts)
-        return checked if on_its_way is None else replace(checked, on_its_way=on_its_way)
+        return replace(checked, on_its_way=on_its_way, task=task)
 
     async def run(self, checked: Checked, ticket, caller=None, timing: Timing | None = None) -> Decided:
         """An admitted decision: planned under the ticket's preparing bound, queued and batched with other
@@ -107,7 +119,13 @@ class DecisionService:
         answers = self.planner.answer(prepared, scored.result(), job.extra_scored)
         timing.add("answer", time.perf_counter() - t)
         metrics.decided(self.model_name, prepared.decision.questions, prepared.input_tokens, scored.cached_tokens)
-        return Decided(answers, prepared, scored.cached_tokens, self.planner.calibration_fact(prepared))
+        decided = Decided(answers, prepared, scored.cached_tokens, self.planner.calibration_fact(prepared))
+        if checked.task is not None:
+            abstain = bool(checked.body.get("x_abstain", False))
+            decided.answers, decided.task = self.tasks.answer(
+                checked.task, answers, prepared.decision.questions, abstain
+            )
+        return decided
 
     def check_many(self, bodies: list, on_its_way: OnItsWay | None = None, at: Refusal | None = None) -> list[Checked]:
         """`check` for each decision of one request; the request's count on its way goes with the first (it ends

@@ -92,6 +92,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    return planned(args).execute()
+
+
+def planned(args) -> Plan:
+    """The run's plan, with everything refusable before the model loads refused."""
     from blink.settings import Settings
     from blink.settings_flags import from_args
 
@@ -103,7 +108,7 @@ def run(args) -> int:
     from blink.model.loading import go_offline_if_local
 
     go_offline_if_local(settings.model)
-    return plan.execute()
+    return plan
 
 
 class Plan:
@@ -128,7 +133,7 @@ class Plan:
             raise StartupError("--progress-every must be between 0.1 and 3600 seconds")
         if os.path.exists(args.output_file) and os.path.samefile(self.input, args.output_file):
             raise StartupError(f"{args.output_file} is the input: write the output to another file")
-        self.table = self.questions = None
+        self.table = self.questions = self.report = self.facts = None
         self.labels: dict[str, str] = {}
         if args.label and not args.table:
             raise StartupError("run-batch --label evaluates a table (--table): a batch file's lines carry no labels")
@@ -212,11 +217,12 @@ class Plan:
         else:
             client = InProcess(create_app(ctx, metrics=False), retry_s=self.settings.batch_retry_s)
             code = asyncio.run(self._run(ctx, client, journal))
+        self.facts = journal.facts
         if code == 0 and self.labels:
-            self._report(journal.facts)
+            self.report = self._report(journal.facts)
         return code
 
-    def _report(self, facts: dict) -> None:
+    def _report(self, facts: dict) -> dict:
         """The evaluation of a labelled table, written beside it once every row is (blink.tasks.labelled)."""
         from blink.batch.tables import Table
         from blink.tasks.labelled import questions_of, report_of, report_path, summary
@@ -237,6 +243,7 @@ class Plan:
             print(
                 f"run-batch: evaluated against the labels: {path} (and .html)", *summary(report), sep="\n", flush=True
             )
+        return report
 
     def _answers(self, ctx):
         from blink.batch.tables import Answers
