@@ -266,7 +266,8 @@ def task_book(settings: Settings, served: ServedModel):
     planner = served.planner
     fingerprint = weights_fingerprint(served.loaded.root, settings.adapter, settings.adapter_revision)
     answers = {"x_order": planner.order, "x_calibration": planner.x_calibration, "prior_states": planner.prior_states}
-    return TaskBook.load(settings.tasks, fingerprint, served_as(planner.calibration.health(), answers))
+    served_with = served_as(planner.calibration.health(), answers)
+    return TaskBook.load(settings.tasks, fingerprint, served_with, settings.suspend_certified_on_drift)
 
 
 def calibration_for(settings: Settings, loaded):
@@ -280,13 +281,14 @@ def calibration_for(settings: Settings, loaded):
 def api_routes(ctx: Context, metrics: bool = True, jobs=None) -> list:
     """Every API route; `metrics`: `GET /metrics` too (the `metrics` knob: on for `serve`, off on a Space unless
     set); `jobs`: the Batch API's (blink.batch.jobs.Jobs), or None: its paths answer why it is off."""
-    from blink.api import batches, catalog, files, gemini, moderations, openai, rerank, systemone
+    from blink.api import batches, catalog, files, gemini, moderations, openai, rerank, systemone, tasks
     from blink.api.openai import protocol, tokenize
     from blink.web.endpoint import not_routed
 
     routes = catalog.routes(ctx) + systemone.routes(ctx) + openai.routes(ctx) + tokenize.routes(ctx)
     routes += rerank.routes(ctx) + moderations.routes(ctx) + gemini.routes(ctx)
     routes += (files.routes(ctx, jobs) + batches.routes(ctx, jobs)) if jobs is not None else batches.off_routes(ctx)
+    routes += tasks.routes(ctx)
     # off (a Space's default), /metrics still answers: in the API's error shape, saying how to turn it on
     routes.append(catalog.metrics_route(ctx) if metrics else metrics_off_route(ctx))
     # the more specific prefix first: /v1/systemone* answers in System One's shape, rerank and score in theirs

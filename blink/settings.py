@@ -223,6 +223,8 @@ class Settings:
     tasks: tuple[str, ...] = knob((), names, "task files to serve (`python -m blink task fit` writes one; "
                                   "docs/tasks.md): a decision names one with `x_task`; each is refused at "
                                   "start-up unless fitted on these weights and answer settings", shown="none")
+    suspend_certified_on_drift: bool = knob(False, flag, "a task's answers are not certified while its drift monitor "
+                                            "alarms (the answer says so; docs/tasks.md)")
     moderation_policy: str | None = knob(None, PolicyFile(), "/v1/moderations: the policy file (TOML or JSON; "
                                          "docs/api-moderations.md): its categories, each a definition and a "
                                          "threshold; checked whole at start-up", fleet="moderation.policy",

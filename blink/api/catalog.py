@@ -95,6 +95,8 @@ def metrics_route(ctx: Context) -> Route:
     collectors = [metrics.StateCollector(ctx.served_name, ctx.admission.state)]
     if (replicas := getattr(ctx.chats.backend, "replicas", None)) is not None:
         collectors.append(metrics.ReplicaCollector(replicas.states))
+    if ctx.service.tasks is not None:  # each task's answers and drift signals (blink.tasks.served)
+        collectors.append(ctx.service.tasks)
 
     async def scrape(call: Call) -> Response:
         return Response(metrics.exposition(*collectors), media_type=metrics.CONTENT_TYPE)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from blink.tasks.certify import certify
+from blink.tasks.drift import baseline
 from blink.tasks.evaluation import row_losses
 
 FOLDS = 5
@@ -181,7 +182,10 @@ def fit_then_certify(probabilities, labels, alpha: float, delta: float, seed: in
     out = {"fit_rows": len(rest), "certify_rows": len(aside), "seed": seed, "kept": fit["kept"]}
     out |= {"alpha": alpha, "delta": delta}
     if not len(aside) or "params" not in fit:
-        return {**out, "threshold": None, "reason": fit["why"] if "params" not in fit else "no row to certify on"}
+        reason = fit["why"] if "params" not in fit else "no row to certify on"
+        return {**out, "threshold": None, "reason": reason, "baseline": baseline(p)}
     q = apply(fit["params"], p[aside])
     hit = q.argmax(axis=1) == y[aside]
-    return {**out, "params": fit["params"], **certify(q.max(axis=1), hit, p.shape[1], alpha, delta)}
+    certificate = certify(q.max(axis=1), hit, p.shape[1], alpha, delta)
+    # what the task's answers look like on every labelled row: the drift monitor compares traffic with it
+    return {**out, "params": fit["params"], **certificate, "baseline": baseline(apply(fit["params"], p))}

@@ -15,9 +15,11 @@ from __future__ import annotations
 import json
 
 import orjson
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from blink.decide.answers import answer_from_probabilities
 from blink.errors import BlinkError, InvalidRequest
+from blink.tasks.drift import Monitor
 from blink.tasks.fit import apply
 from blink.tasks.task_file import TaskError, bind, read
 
@@ -31,13 +33,19 @@ class UnknownTask(BlinkError):
 
 
 class TaskBook:
-    """The tasks a server serves, by name."""
+    """The tasks a server serves, by name, and each labelled question's drift monitor (blink.tasks.drift).
+    `suspend`: while a question's monitor alarms, its answers are not certified (and say why)."""
 
-    def __init__(self, tasks: dict[str, dict]):
+    def __init__(self, tasks: dict[str, dict], suspend: bool = False):
         self.tasks = tasks
+        self.suspend = suspend
+        self.monitors = {
+            name: {qid: Monitor(f["baseline"]) for qid, f in task["fitted"].items() if "baseline" in f}
+            for name, task in tasks.items()
+        }
 
     @classmethod
-    def load(cls, paths, weights: str, served: dict) -> TaskBook:
+    def load(cls, paths, weights: str, served: dict, suspend: bool = False) -> TaskBook:
         """Each task file read and bound to these weights and answer settings (refused, naming the fault, else)."""
         tasks: dict[str, dict] = {}
         for path in paths:
@@ -46,7 +54,7 @@ class TaskBook:
             if task["name"] in tasks:
                 raise TaskError(f"two task files name the task {task['name']!r}: serve one of them")
             tasks[task["name"]] = task
-        return cls(tasks)
+        return cls(tasks, suspend)
 
     def listing(self) -> list[dict]:
         return [{"name": t["name"], "version": t["version"], "questions": list(t["questions"])} for t in self]
@@ -88,8 +96,7 @@ class TaskBook:
             raise InvalidRequest(f"task {name!r} asks its own questions: {why}", loc=where, kind="task_questions")
         return body, task
 
-    @staticmethod
-    def answer(task: dict, answers: dict, questions, abstain: bool) -> tuple[dict, dict]:
+    def answer(self, task: dict, answers: dict, questions, abstain: bool) -> tuple[dict, dict]:
         """The answers with the task's fit applied, and the response's `x_task`: the name, the version, and per
         question what was applied, whether it is certified and at what threshold."""
         by_name = {q.name: q for q in questions}
@@ -102,15 +109,55 @@ class TaskBook:
                 p = served_probabilities(given, f["options"])
                 q = apply(f["params"], [p])[0].tolist() if f["params"] else p
                 out[qid] = answer_from_probabilities(by_name[qid], q) if f["params"] else given
-                threshold = f["certificate"].get("threshold")
-                certified = threshold is not None and max(q) >= threshold
-                facts[qid] = {"applied": f["kept"], "certified": certified, "threshold": threshold}
+                facts[qid] = self._certified(task["name"], qid, f, q)
             if abstain and not facts[qid]["certified"]:
                 abstained.append(qid)
         fact = {"name": task["name"], "version": task["version"], "questions": facts}
         if abstain:
             fact["abstained"] = abstained
         return out, fact
+
+    def _certified(self, name: str, qid: str, f: dict, q: list[float]) -> dict:
+        """One answer's fact (what was applied, certified or not, at what threshold), its monitor fed."""
+        threshold = f["certificate"].get("threshold")
+        top = max(q)
+        fact = {"applied": f["kept"], "certified": threshold is not None and top >= threshold, "threshold": threshold}
+        monitor = self.monitors[name].get(qid)
+        if monitor is not None:
+            monitor.add(q.index(top), top)
+            if self.suspend and monitor.drifting and fact["certified"]:
+                signals = " and ".join(s for s, on in monitor.alarming.items() if on)
+                fact.update(certified=False, suspended=f"the traffic has drifted ({signals}): certification withheld")
+        return fact
+
+    def state(self, name: str) -> dict:
+        """A task as `GET /v1/tasks/{name}` shows it: the file's content and each monitor's signals now."""
+        monitors = {qid: m.state() for qid, m in self.monitors[name].items()}
+        return {**self.tasks[name], "monitor": monitors}
+
+    def collect(self):
+        """Each monitor's signals for `/metrics` (a prometheus_client collector), read when scraped."""
+        answers = CounterMetricFamily(
+            "blink_task_answers", "Answers a task served, by option.", labels=LABELS + ["option"]
+        )
+        value = GaugeMetricFamily("blink_task_drift", "A drift signal's value now.", labels=[*LABELS, "signal"])
+        line = GaugeMetricFamily("blink_task_drift_line", "A drift signal's alarm line.", labels=[*LABELS, "signal"])
+        alarm = GaugeMetricFamily(
+            "blink_task_drift_alerting", "1 while a signal is past its line.", labels=[*LABELS, "signal"]
+        )
+        for name, monitors in self.monitors.items():
+            options_of = {qid: f["options"] for qid, f in self.tasks[name]["fitted"].items()}
+            for qid, m in monitors.items():
+                for option, count in zip(options_of[qid], m.answered.tolist(), strict=True):
+                    answers.add_metric([name, qid, option], count)
+                for signal, now, at in (("mix", m.distance, m.line), ("confidence", m.cusum, m.cusum_line)):
+                    value.add_metric([name, qid, signal], now)
+                    line.add_metric([name, qid, signal], at)
+                    alarm.add_metric([name, qid, signal], float(m.alarming[signal]))
+        yield from (answers, value, line, alarm)
+
+
+LABELS = ["task", "question"]
 
 
 def served_probabilities(answer: dict, options: list[str]) -> list[float]:

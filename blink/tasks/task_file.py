@@ -58,8 +58,10 @@ def make(name: str, questions: dict, report: dict, facts: dict) -> dict:
             "options": r["options"],
             "kept": c["kept"],
             "params": c.get("params", {}),
-            "certificate": {k: v for k, v in c.items() if k not in ("params", "kept")},
+            "certificate": {k: v for k, v in c.items() if k not in ("params", "kept", "baseline")},
         }
+        if "baseline" in c:  # what its answers looked like on the labelled rows (blink.tasks.drift)
+            fitted[qid]["baseline"] = c["baseline"]
     served = served_as(facts["calibration"], facts["answers"])
     doc = {"name": name, "questions": questions, "weights": facts["weights"], "served": served, "fitted": fitted}
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "version": version_of(doc), **doc, "report": report}
@@ -135,9 +137,20 @@ def fit_problem(f) -> str | None:
     bias = params.get("bias", [0.0] * len(options))
     if not isinstance(bias, list) or len(bias) != len(options) or not all(_finite(b) for b in bias):
         return "the bias must be one number per option"
+    if "baseline" in f and baseline_problem(f["baseline"], len(options)):
+        return baseline_problem(f["baseline"], len(options))
     threshold = f.get("certificate", {}).get("threshold") if isinstance(f.get("certificate"), dict) else "?"
     if threshold is not None and not (_finite(threshold) and 0 < threshold <= 1):
         return "the certificate's threshold must be null or a number in (0, 1]"
+    return None
+
+
+def baseline_problem(base, options: int) -> str | None:
+    mix = base.get("mix") if isinstance(base, dict) else None
+    if not isinstance(mix, list) or len(mix) != options or not all(_finite(m) and m >= 0 for m in mix):
+        return "the baseline's mix must be a share per option"
+    if not _finite(base.get("low_confidence")):
+        return "the baseline's low_confidence must be a number"
     return None
 
 

@@ -94,12 +94,15 @@ def test_names_and_types_are_vllms_and_ours(tight):
         assert name in families, f"{name} missing from /metrics"
         assert families[name].type == kind, (name, families[name].type)
     assert value(families, "vllm:num_requests_running", model_name="demo") == 0
-    # what the docs and the dashboard name is what a scrape holds (a replica's series only with --engine vllm)
+    # what the docs and the dashboard name is what a scrape holds (a replica's series only with --engine vllm, a
+    # task's only with --tasks: test_tasks scrapes those)
     named = set()
     for page in ("metrics.md", "grafana-blink.json"):
         named |= set(re.findall(r"\b(vllm:[a-z0-9_]+|blink_[a-z0-9_]+)", (ROOT / "docs" / page).read_text()))
     bases = {re.sub(r"_(total|bucket|count|sum)$", "", name) for name in named}
-    missing = sorted(b for b in bases if b not in families and not b.startswith(("blink_replica", "blink_zerogpu")))
+    missing = sorted(
+        b for b in bases if b not in families and not b.startswith(("blink_replica", "blink_zerogpu", "blink_task"))
+    )
     assert not missing, missing
     assert value(families, "blink_admission_capacity", kind="decide") == 2
 

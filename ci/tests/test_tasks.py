@@ -160,7 +160,8 @@ def test_a_task_fitted_on_a_table_then_served(tmp_path, engine, demo_dir):
     def client(**knobs):
         s = Settings(model=str(demo_dir), **knobs)
         ctx = build_context(s, ServedModel(engine.loaded, engine, build_chat_engine(s, engine.loaded)), warmup=False)
-        return TestClient(create_app(ctx), raise_server_exceptions=False)
+        key = {"Authorization": f"Bearer {s.api_key}"} if s.api_key else {}
+        return TestClient(create_app(ctx), raise_server_exceptions=False, headers=key)
 
     rows = tickets(150, seed=8)
     rng = np.random.default_rng(8)
@@ -168,6 +169,8 @@ def test_a_task_fitted_on_a_table_then_served(tmp_path, engine, demo_dir):
         answers = [decide(plain, {"state": r["text"], "questions": QUESTIONS})["answers"] for r in rows]
         no_tasks = plain.post("/v1/systemone", json={"state": "hi", "x_task": "tickets"})
         assert no_tasks.status_code == 422 and "serves no tasks" in no_tasks.json()["error"]
+        open_server = plain.get("/v1/tasks")  # no key: a task's report is never shown
+        assert open_server.status_code == 404 and "only behind an API key" in open_server.json()["error"]["message"]
     for row, a in zip(rows, answers, strict=True):
         row["team_truth"] = a["team"]["choice"]
         row["refund_truth"] = ["yes", "no"][rng.integers(2)]
@@ -188,9 +191,10 @@ def test_a_task_fitted_on_a_table_then_served(tmp_path, engine, demo_dir):
         team["kept"] != "none" and team["certificate"]["threshold"] == 0.5 and team["certificate"]["certify_rows"] == 60
     ), team
     assert refund["certificate"]["threshold"] is None and "anger" not in task["fitted"]
+    assert team["baseline"]["rows"] == 150 and abs(sum(team["baseline"]["mix"]) - 1) <= 1e-12
     assert (tmp_path / "out.report.json").exists()  # the evaluation it came from, written as run-batch writes it
 
-    with client(tasks=(str(tmp_path / "tickets.task.json"),)) as served:
+    with client(tasks=(str(tmp_path / "tickets.task.json"),), api_key="sekret-key-123") as served:
         assert served.get("/healthz").json()["tasks"] == 1  # how many, and no more: a task is behind the key
         for row in rows[:12]:
             body = {"state": row["text"], "questions": QUESTIONS}
@@ -207,6 +211,20 @@ def test_a_task_fitted_on_a_table_then_served(tmp_path, engine, demo_dir):
                 assert facts["questions"][qid] == {"applied": f["kept"], "certified": certified, "threshold": threshold}
             assert facts["questions"]["team"]["certified"] and not facts["questions"]["refund"]["certified"]
             assert facts["abstained"] == ["refund", "anger"] and out["answers"]["anger"] == given_plain["anger"]
+        listed = served.get("/v1/tasks").json()["data"]
+        assert [(t["name"], t["version"], t["certified"]["team"]) for t in listed] == [
+            ("tickets", task["version"], 0.5)
+        ]
+        shown = served.get("/v1/tasks/tickets").json()
+        assert shown["fitted"] == task["fitted"] and shown["monitor"]["team"]["answers"] == 12
+        assert served.get("/v1/tasks/nope").status_code == 404
+        assert TestClient(served.app).get("/v1/tasks").status_code == 401  # without the key
+        scraped = served.get("/metrics").text
+        counted = re.findall(
+            r'blink_task_answers_total\{option="(\w+)",question="team",task="tickets"\} (\S+)', scraped
+        )
+        assert sum(float(n) for _, n in counted) == 12 and {o for o, _ in counted} == {"billing", "technical"}, scraped
+        assert 'blink_task_drift_alerting{question="refund",signal="confidence",task="tickets"}' in scraped
         # the same through /v1/decisions' System One shape; without x_abstain nothing is marked abstained
         again = decide(served, {"state": rows[0]["text"], "x_task": "tickets"}, route="/v1/decisions")
         assert "abstained" not in again["x_task"] and again["x_task"]["questions"]["team"]["certified"]
@@ -231,3 +249,22 @@ def decide(client, body: dict, route: str = "/v1/systemone") -> dict:
     answered = client.post(route, json=body)
     assert answered.status_code == 200, answered.text[:500]
     return answered.json()
+
+
+def test_certification_is_withheld_while_the_traffic_has_drifted_when_asked():
+    from transformers.decision import Question
+
+    task = synthetic_task()
+    task["fitted"]["refund"]["certificate"]["threshold"] = 0.5  # every answer certified while nothing alarms
+    question = [Question("refund", "noul", "?", ["true", "false"], ["true", "false"], [None, None])]
+    answer = {"refund": {"type": "noul", "noul": 0.9}}
+    for suspend in (False, True):
+        book = TaskBook({"tickets": task}, suspend=suspend)
+        assert book.answer(task, answer, question, abstain=True)[1]["questions"]["refund"]["certified"]
+        monitor = book.monitors["tickets"]["refund"]
+        monitor.cusum = monitor.cusum_line + 5  # as a run of unsure answers leaves it
+        _, fact = book.answer(task, answer, question, abstain=True)
+        assert fact["questions"]["refund"]["certified"] is not suspend
+        assert fact["abstained"] == (["refund"] if suspend else [])
+        if suspend:
+            assert "drifted (confidence)" in fact["questions"]["refund"]["suspended"]
