@@ -82,7 +82,7 @@ class TableParts:
 def arrow_type(kind: str):
     import pyarrow as pa
 
-    return pa.string() if kind == "string" else pa.float64()
+    return {"string": pa.string(), "bool": pa.bool_()}.get(kind, pa.float64())
 
 
 def write_parquet_part(path: Path, batch, columns: list[dict], answers: Answers) -> None:

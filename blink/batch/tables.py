@@ -166,8 +166,10 @@ class Answers:
     """The answer columns of a table: for each question its answer and one column per option's probability, then an
     error column; named under a prefix that no input column starts with."""
 
-    def __init__(self, parsed: list, input_columns: list[str], prefix: str = "blink"):
+    def __init__(self, parsed: list, input_columns: list[str], prefix: str = "blink", task: bool = False):
+        """`task`: the rows are a task's (`x_task`): a column per question says whether its answer is certified."""
         self.parsed = parsed
+        self.task = task
         taken = set(input_columns)
         base, n = prefix, 1
         while any(c == base or c.startswith(base + ".") for c in taken):
@@ -179,6 +181,8 @@ class Answers:
             self.columns.append((self.name(q.name), "string" if q.type == "choice" else "float"))
             if q.type != "noul":
                 self.columns += [(self.name(q.name, option), "float") for option in q.options]
+            if task:
+                self.columns.append((self.certified(q.name), "bool"))
         self.columns.append((self.error_column, "string"))
         names = [name for name, _ in self.columns]
         twice = sorted({name for name in names if names.count(name) > 1})
@@ -191,6 +195,9 @@ class Answers:
 
     def name(self, qid: str, option: str | None = None) -> str:
         return f"{self.prefix}.{qid}" if option is None else f"{self.prefix}.{qid}.p.{option}"
+
+    def certified(self, qid: str) -> str:
+        return f"{self.prefix}.{qid}.certified"
 
     def empty(self, error: str | None) -> dict:
         out = {name: None for name, _ in self.columns}
@@ -208,6 +215,8 @@ class Answers:
             out[self.name(q.name)] = answer.get(q.type)
             for option, p in (answer.get("probabilities") or {}).items():
                 out[self.name(q.name, option)] = p
+            if self.task:
+                out[self.certified(q.name)] = body["x_task"]["questions"][q.name]["certified"]
         return out
 
 
@@ -255,10 +264,18 @@ def jsonable(value):
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def decision_rows(chunk: list, start: int, columns: list[str], questions: dict, model: str, answers: Answers) -> list:
-    """The chunk's rows as System One requests (`start`: the first row's index in the table). A JSON row with a key
-    that is an answer column's name (the prefix is chosen from the first row's keys) gets an error, not answers that
-    would overwrite its own value."""
+def decision_rows(
+    chunk: list,
+    start: int,
+    columns: list[str],
+    questions: dict,
+    model: str,
+    answers: Answers,
+    extra: dict | None = None,
+) -> list:
+    """The chunk's rows as System One requests (`start`: the first row's index in the table; `extra`: fields every
+    request carries, as `x_task`). A JSON row with a key that is an answer column's name (the prefix is chosen from
+    the first row's keys) gets an error, not answers that would overwrite its own value."""
     names = {name for name, _ in answers.columns}
     out = []
     for i, row in enumerate(chunk):
@@ -269,7 +286,7 @@ def decision_rows(chunk: list, start: int, columns: list[str], questions: dict, 
         if error is not None:
             out.append(Row(start + i, error={"code": "invalid_row", "message": error}, key=row))
             continue
-        body = orjson.dumps({"model": model, "state": state, "questions": questions}, default=str)
+        body = orjson.dumps({"model": model, "state": state, "questions": questions, **(extra or {})}, default=str)
         out.append(Row(start + i, "/v1/systemone", body, key=row))
     return out
 

@@ -44,6 +44,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the table's column that is the state (repeat it: several columns make a JSON state)",
     )
     io.add_argument("--questions", help="a JSON file holding a System One `questions` object, asked of every row")
+    io.add_argument(
+        "--task",
+        metavar="FILE",
+        help="decide each row as this task (python -m blink task fit writes one; docs/tasks.md): its questions "
+        "(no --questions), its fit, and a column per question saying whether its answer is certified",
+    )
     io.add_argument("--table-format", choices=FORMATS, help="the table's format (default: its extension)")
     io.add_argument("--output-format", choices=FORMATS, help="the output table's format (default: its extension)")
     io.add_argument(
@@ -138,12 +144,28 @@ class Plan:
         if args.label and not args.table:
             raise StartupError("run-batch --label evaluates a table (--table): a batch file's lines carry no labels")
         self.certify = self._certify_arguments()
+        self.task = self._task()
         if args.table:
             self.table = tables.Table(self.input, tables.format_of(self.input, args.table_format), self._max_bytes)
             if not self.table.has_rows():  # the Sheet refuses it too; an output of no rows would have no header
                 raise StartupError(f"{self.input} has no rows after its header: there is nothing to decide")
             self.out_format = tables.format_of(args.output_file, args.output_format)
             self._check_table_arguments()
+
+    def _task(self) -> dict | None:
+        """--task: the task file, read and checked (bound to the weights once they load)."""
+        from blink.tasks.task_file import read
+
+        args = self.args
+        if not args.task:
+            return None
+        if not args.table or args.ray:
+            raise StartupError("run-batch --task decides a table (--table) on one machine (not --ray)")
+        if args.questions:
+            raise StartupError("--task asks the task's own questions: leave out --questions")
+        task = read(args.task)
+        self.settings = dataclasses.replace(self.settings, tasks=(args.task,))
+        return task
 
     def _certify_arguments(self) -> dict:
         from blink.tasks.certify import ALPHA, DELTA, check
@@ -175,8 +197,22 @@ class Plan:
             raise StartupError(
                 f"{self.input} has no column {', '.join(map(repr, missing))}; its columns: {', '.join(columns)}"
             )
-        if not args.questions:
+        if self.task is not None:
+            self.questions = self.task["questions"]
+        elif not args.questions:
             raise StartupError("--table needs --questions (a JSON file holding a System One `questions` object)")
+        else:
+            self._read_questions()
+        from blink.tasks.labelled import parse_labels, report_path
+
+        self.labels = parse_labels(args.label, self.questions, columns, args.state_column)
+        report = report_path(args.output_file)
+        for path in (report, report.with_suffix(".html")) if self.labels else ():
+            if path.exists() and os.path.samefile(self.input, path):
+                raise StartupError(f"--label would write its report over the input ({path}): name the output otherwise")
+
+    def _read_questions(self) -> None:
+        args = self.args
         try:
             with open(args.questions, "rb") as fh:
                 self.questions = orjson.loads(fh.read())
@@ -189,13 +225,6 @@ class Plan:
                 f"--questions {args.questions}: a JSON object of questions by id, e.g. "
                 '{"urgent": {"type": "noul", "instructions": "Is it urgent?"}}'
             )
-        from blink.tasks.labelled import parse_labels, report_path
-
-        self.labels = parse_labels(args.label, self.questions, columns, args.state_column)
-        report = report_path(args.output_file)
-        for path in (report, report.with_suffix(".html")) if self.labels else ():
-            if path.exists() and os.path.samefile(self.input, path):
-                raise StartupError(f"--label would write its report over the input ({path}): name the output otherwise")
 
     def execute(self) -> int:
         from blink.batch.inproc import InProcess
@@ -253,7 +282,7 @@ class Plan:
             checked = ctx.planner.check({"state": "-", "questions": self.questions})
         except InvalidRequest as error:
             raise StartupError(f"--questions {self.args.questions}: {error.message}") from None
-        return Answers(checked.decision.questions, self.table.columns, self.args.answer_prefix)
+        return Answers(checked.decision.questions, self.table.columns, self.args.answer_prefix, self.task is not None)
 
     def _facts(self, ctx, served) -> dict:
         from blink.decide.calibration import weights_fingerprint
@@ -277,6 +306,8 @@ class Plan:
             "rerank_question": s.rerank_question,
             "served_name": s.served_name,
         }
+        if self.task is not None:  # a refit task is other answers: a rerun with it starts again
+            facts["task"] = {"name": self.task["name"], "version": self.task["version"]}
         if self.args.ray:
             facts["parts"] = "ray"  # its parts are Parquet: a rerun on one machine would not find them
         if self.table is not None:
@@ -336,11 +367,12 @@ class Plan:
             return RequestsParts(), ((k, chunk, None) for k, (chunk, _) in enumerate(regroup(rows, sizes)))
         sink = TableParts(self.answers, self.table.format, self.out_format, self.table.dialect.delimiter)
         columns, model = self.args.state_column, ctx.served_name
+        extra = {"x_task": self.task["name"]} if self.task is not None else None
 
         def chunks():
             start = 0
             for k, (rows, arrow) in enumerate(self.table.chunks(sizes)):
-                yield k, decision_rows(rows, start, columns, self.questions, model, self.answers), arrow
+                yield k, decision_rows(rows, start, columns, self.questions, model, self.answers, extra), arrow
                 start += len(rows)
 
         return sink, chunks()

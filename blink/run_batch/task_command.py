@@ -42,6 +42,8 @@ def run(args) -> int:
     why = name_problem(args.name)
     if why:
         raise StartupError(f"task fit: {why}")
+    if args.task:
+        raise StartupError("task fit fits a task from the table's labels: --task (deciding rows as one) is not for it")
     if not args.table or not args.label:
         raise StartupError("task fit learns from a labelled table: give --table and --label QUESTION=COLUMN")
     plan = planned(args)

@@ -22,7 +22,7 @@ from blink.tasks.fit import apply
 from blink.tasks.labelled import fitted
 from blink.tasks.served import TaskBook, served_probabilities
 from blink.tasks.task_file import make, name_problem, read, served_as, version_of
-from helpers.batch import QUESTIONS, tickets
+from helpers.batch import QUESTIONS, refusal, tickets
 
 WEIGHTS = "sha256:" + "ab" * 32
 SERVED = {"temperatures": {}, "levels": {}}
@@ -194,6 +194,23 @@ def test_a_task_fitted_on_a_table_then_served(tmp_path, engine, demo_dir):
     assert team["baseline"]["rows"] == 150 and abs(sum(team["baseline"]["mix"]) - 1) <= 1e-12
     assert (tmp_path / "out.report.json").exists()  # the evaluation it came from, written as run-batch writes it
 
+    # the table decided as the task by run-batch: its answers are task fit's own (plain) ones with the fit applied,
+    # within blink's 1e-6 across batch shapes, and each certified column says what its row's answer earned
+    tasked = tmp_path / "tasked.csv"
+    argv = ["run-batch", "--model", str(demo_dir), "--table", str(table), "--state-column", "text", "--quiet"]
+    with pytest.raises(SystemExit) as done:
+        main([*argv, "--task", str(tmp_path / "tickets.task.json"), "-o", str(tasked)])
+    assert done.value.code == 0
+    plain_rows, tasked_rows = read_csv(tmp_path / "out.csv"), read_csv(tasked)
+    assert len(tasked_rows) == 150 and "blink.anger.certified" in tasked_rows[0]
+    t = team["certificate"]["threshold"]
+    columns = ["blink.team.p.billing", "blink.team.p.technical"]
+    for plain_row, row in zip(plain_rows, tasked_rows, strict=True):
+        by_hand = apply(team["params"], [[float(plain_row[c]) for c in columns]])[0]
+        got = np.array([float(row[c]) for c in columns])
+        assert np.max(np.abs(got - by_hand)) <= 1e-6 and row["blink.team.certified"] == str(got.max() >= t)
+        assert row["blink.refund.certified"] == row["blink.anger.certified"] == "False"
+
     with client(tasks=(str(tmp_path / "tickets.task.json"),), api_key="sekret-key-123") as served:
         assert served.get("/healthz").json()["tasks"] == 1  # how many, and no more: a task is behind the key
         for row in rows[:12]:
@@ -228,6 +245,12 @@ def test_a_task_fitted_on_a_table_then_served(tmp_path, engine, demo_dir):
         # the same through /v1/decisions' System One shape; without x_abstain nothing is marked abstained
         again = decide(served, {"state": rows[0]["text"], "x_task": "tickets"}, route="/v1/decisions")
         assert "abstained" not in again["x_task"] and again["x_task"]["questions"]["team"]["certified"]
+        openai_shape = {"model": "demo", "input": "hi", "questions": [{"type": "predicate", "instructions": "?"}]}
+        said = served.post("/v1/decisions", json={**openai_shape, "x_task": "tickets"})
+        assert said.status_code == 400 and "not yet in OpenAI's" in said.json()["error"]["message"], said.text
+        gemini = {"input": "hi", "questions": {"q": {"type": "noul", "instructions": "?"}}, "x_task": "tickets"}
+        said = served.post("/v1beta/decisions", json=gemini)  # an unknown field there, as every other
+        assert said.status_code == 400 and "unknown field `x_task`" in said.text, said.text
         refusals = [
             ({"x_task": "nope"}, 404, 'no task named "nope"; the tasks: tickets'),
             ({"x_task": ["tickets"]}, 422, "`x_task` must be a task's name"),
@@ -243,6 +266,24 @@ def test_a_task_fitted_on_a_table_then_served(tmp_path, engine, demo_dir):
         for extra, status, words in refusals:
             refused = served.post("/v1/systemone", json={"state": "hi", **extra})
             assert refused.status_code == status and words in refused.json()["error"], refused.text
+
+
+def test_run_batch_task_is_refused_before_the_model_loads_where_it_cannot_run(tmp_path):
+    table, task, other = tmp_path / "t.csv", tmp_path / "t.task.json", tmp_path / "q.json"
+    table.write_text("text\nhello\n", encoding="utf-8")
+    task.write_bytes(orjson.dumps(synthetic_task()))
+    other.write_text(json.dumps(QUESTIONS), encoding="utf-8")
+    argv = ["--table", str(table), "--state-column", "text", "-o", str(tmp_path / "out.csv")]
+    assert "leave out --questions" in refusal(*argv, "--task", str(task), "--questions", str(other))
+    assert "not a blink task" in refusal(*argv, "--task", str(other))
+    assert "on one machine (not --ray)" in refusal(*argv, "--task", str(task), "--ray", "local")
+    lines = ["-i", str(table), "-o", str(tmp_path / "out.jsonl")]
+    assert "decides a table (--table)" in refusal(*lines, "--task", str(task))
+
+
+def read_csv(path) -> list[dict]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
 
 
 def decide(client, body: dict, route: str = "/v1/systemone") -> dict:

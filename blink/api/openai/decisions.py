@@ -317,6 +317,14 @@ def to_systemone(body: Any, served: list[str]) -> Mapped:
     mapped.update(hints(body))
     if isinstance(body.get("model"), str):
         mapped["model"] = body["model"]
+    for extension in ("x_task", "x_abstain"):  # never ignored: said, with where a task is served
+        if extension in body:
+            raise bad(
+                f"`{extension}` is taken in System One's shape (`state` and a `questions` object, on this route or "
+                "/v1/systemone), not yet in OpenAI's (docs/tasks.md)",
+                extension,
+                kind="unsupported_field",
+            )
     for extension in ("x_calibration", "x_order"):  # read (and checked) by the decision service as on /v1/systemone
         if extension in body:
             mapped[extension] = body[extension]
