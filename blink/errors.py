@@ -58,6 +58,13 @@ class NoRoute(BlinkError):
     error_type = "not_found_error"
 
 
+class NotFound(BlinkError):
+    """A thing the request names that is not here (a task)."""
+
+    status = 404
+    error_type = "not_found_error"
+
+
 class PayloadTooLarge(BlinkError):
     status = 413
     error_type = "payload_too_large"

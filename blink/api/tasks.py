@@ -8,13 +8,12 @@ so (its report names the rows a team labelled, by number; its monitor, what its 
 
 from __future__ import annotations
 
-import json
-
 from starlette.routing import Route
 
 from blink.api.openai import protocol
 from blink.context import Context
 from blink.errors import NoRoute
+from blink.tasks.served import unknown_task
 from blink.web.endpoint import Call, Endpoint
 
 
@@ -51,8 +50,7 @@ def routes(ctx: Context) -> list[Route]:
     async def one(call: Call) -> dict:
         tasks, name = served(), call.request.path_params["name"]
         if tasks is None or name not in tasks.tasks:
-            known = ", ".join(sorted(tasks.tasks)) if tasks is not None else "none are served here"
-            raise NoRoute(f"no task named {json.dumps(name)[:80]}; the tasks: {known}", kind="task_not_found")
+            raise unknown_task(name, tasks.tasks if tasks is not None else ())
         return {"object": "task", **tasks.state(name)}
 
     return [

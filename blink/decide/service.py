@@ -92,7 +92,7 @@ class DecisionService:
             body, task = self.tasks.resolve(body)
         elif isinstance(body, dict) and ("x_task" in body or "x_abstain" in body):
             raise InvalidRequest(
-                "this server serves no tasks (`x_task`, `x_abstain`): start it with --task FILE (docs/tasks.md)",
+                "this server serves no tasks (`x_task`, `x_abstain`): start it with --tasks FILE (docs/tasks.md)",
                 loc=["body", "x_task" if "x_task" in body else "x_abstain"],
             )
         checked = self.planner.check(body, parts)

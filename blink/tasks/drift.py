@@ -4,8 +4,8 @@ Two signals per question, each O(1) in the answers seen (O(options) per answer):
 
 - **the answer mix**: the share of each answer over the last `WINDOW` answers against the task's own (its labelled
   rows, answered with its fit), as a total variation distance. Its alarm line is the (1 − `MIX_RATE`) quantile of the
-  same distance over `RESAMPLES` windows drawn from the task's own mix: a window of traffic like the labels is over
-  the line in 1 check of 1,000.
+  same distance over `RESAMPLES` windows, each drawn twice from the task's rows (a mix like theirs, then a window
+  from that mix): a window of traffic like the labels is over the line in 1 check of 10,000.
 - **falling confidence**: a one-sided Bernoulli CUSUM on the answers less confident than the task's 5th percentile.
   Traffic like the labels has 5 % of them, known only from the labelled rows: the CUSUM takes the share as the upper
   95 % (Wilson) bound of that 5 % over those rows, p0, and is tuned to see twice it (a log-likelihood ratio per
@@ -25,6 +25,7 @@ import numpy as np
 
 WINDOW = 500  # answers in the mix's window
 RESAMPLES = 50_000  # windows drawn from the task's mix to set its alarm line
+CHUNK_CELLS = 2_000_000  # draws x options made at once (a question of 255 options: 7,843 draws a step)
 MIX_RATE = 1e-4  # a window like the labels is over the line this often
 LOW_SHARE = 0.05  # of the labelled rows' answers, the share below the low-confidence line (its 5th percentile)
 SHIFT = 2.0  # the CUSUM is tuned to catch this many times the share of low-confidence answers
@@ -51,10 +52,14 @@ def mix_line(mix, rows: int, window: int = WINDOW, rate: float = MIX_RATE, seed:
     m = np.asarray(mix, dtype=np.float64)
     m = m / m.sum()
     rng = np.random.default_rng(seed)
-    draws = max(1000, min(RESAMPLES, 10_000_000 // len(m)))  # memory: draws x options
-    truth = rng.multinomial(max(rows, 1), m, size=draws) / max(rows, 1)
-    seen = rng.multinomial(window, truth) / window
-    return float(np.quantile(0.5 * np.abs(seen - m).sum(axis=1), 1 - rate))
+    step = max(1, CHUNK_CELLS // len(m))  # draws at once: a few arrays of step x options, ~16 MB each at most
+    distances = []
+    for start in range(0, RESAMPLES, step):
+        draws = min(step, RESAMPLES - start)
+        truth = rng.multinomial(max(rows, 1), m, size=draws) / max(rows, 1)
+        seen = rng.multinomial(window, truth) / window
+        distances.append(0.5 * np.abs(seen - m).sum(axis=1))
+    return float(np.quantile(np.concatenate(distances), 1 - rate))
 
 
 def wilson_upper(share: float, n: int) -> float:

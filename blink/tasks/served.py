@@ -18,7 +18,7 @@ import orjson
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from blink.decide.answers import answer_from_probabilities
-from blink.errors import BlinkError, InvalidRequest
+from blink.errors import InvalidRequest, NotFound
 from blink.tasks.drift import Monitor
 from blink.tasks.fit import apply
 from blink.tasks.task_file import TaskError, bind, read
@@ -27,9 +27,10 @@ from blink.tasks.task_file import TaskError, bind, read
 SETTINGS = {"x_calibration": "x_calibration", "x_order": "x_order"}
 
 
-class UnknownTask(BlinkError):
-    status = 404
-    error_type = "not_found_error"
+def unknown_task(name, served, loc=("body",)) -> NotFound:
+    """The 404 for a task not served here, listing those that are (`served`: their names)."""
+    known = ", ".join(sorted(served)) or "none are served here"
+    return NotFound(f"no task named {json.dumps(name)[:80]}; the tasks: {known}", loc=loc, kind="task_not_found")
 
 
 class TaskBook:
@@ -76,8 +77,7 @@ class TaskBook:
             )
         task = self.tasks.get(name)
         if task is None:
-            known = ", ".join(sorted(self.tasks)) or "none are served here"
-            raise UnknownTask(f"no task named {json.dumps(name)[:80]}; the tasks: {known}", loc=["body", "x_task"])
+            raise unknown_task(name, self.tasks, loc=["body", "x_task"])
         if not isinstance(body.get("x_abstain", False), bool):
             raise InvalidRequest("`x_abstain` must be true or false", loc=["body", "x_abstain"], kind="bool_type")
         for field, key in SETTINGS.items():
